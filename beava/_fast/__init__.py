@@ -1,0 +1,1 @@
+"""Cython kernels."""

@@ -1,0 +1,1 @@
+"""Requests to state: registry, expressions, chain ops, tables, persistence."""

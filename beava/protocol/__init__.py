@@ -1,0 +1,1 @@
+"""Bytes to requests and back: framing, opcodes, content types, errors, transports."""
