@@ -1,0 +1,25 @@
+# Shared interface of every feature state column (DESIGN.md §3).
+from libc.stdint cimport int64_t
+
+
+cdef class Column:
+    # The state of ONE feature for EVERY entity slot of a table, in typed buffers.
+    cdef readonly str name        # feature name
+    cdef readonly object field    # row key the op reads (str) or None
+    cdef readonly object where    # compiled predicate (row -> bool) or None
+    cdef readonly object window_ms  # int window length for windowed mode, None = lifetime
+    cdef Py_ssize_t capacity      # slots [0, capacity) have storage
+
+    # Grow storage so slots [0, capacity) exist; new slots are in the empty state.
+    cdef int ensure(self, Py_ssize_t capacity) except -1
+    # Put one slot back into the empty state (cold TTL reset, slot reuse).
+    cdef int clear(self, Py_ssize_t slot) except -1
+    # Apply one event: ``row`` is the post-chain row, ``matched`` the where verdict,
+    # ``now`` the event's now_ms (never read the clock here).
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1
+    # The feature value at query time ``T`` (JSON-ready Python value; the op's empty value
+    # when the slot has no data).
+    cdef object read(self, Py_ssize_t slot, int64_t T)
+    # Snapshot support: picklable state of slots [0, nslots), and its inverse.
+    cpdef object dump(self, Py_ssize_t nslots)
+    cpdef load(self, object state, Py_ssize_t nslots)

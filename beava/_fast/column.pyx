@@ -1,0 +1,44 @@
+# cython: language_level=3
+"""Base class of feature state columns; see column.pxd for the contract."""
+
+from libc.stdint cimport int64_t
+
+
+cdef class Column:
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        self.name = name
+        self.field = field
+        self.where = where
+        self.window_ms = window_ms
+        self.capacity = 0
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        raise NotImplementedError(type(self).__name__)
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        raise NotImplementedError(type(self).__name__)
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        raise NotImplementedError(type(self).__name__)
+
+    # Python-level access for tests and for the table layer (one call each, not per event).
+    def py_ensure(self, Py_ssize_t capacity):
+        self.ensure(capacity)
+
+    def py_clear(self, Py_ssize_t slot):
+        self.clear(slot)
+
+    def py_update(self, Py_ssize_t slot, dict row, bint matched, int64_t now):
+        self.update(slot, row, matched, now)
+
+    def py_read(self, Py_ssize_t slot, int64_t T):
+        return self.read(slot, T)

@@ -1,0 +1,905 @@
+# cython: language_level=3
+"""Family G of spec/operators.md §16: buffers and distributions.
+
+histogram, hour_of_day_histogram, dow_hour_histogram, seasonal_deviation, event_type_mix,
+most_recent_n, reservoir_sample. All lifetime-only. Every per-slot structure is allocated on
+the slot's first qualifying event and starts small: count histograms keep sparse
+(cell, int32 count) pairs until a dense int32 array is no bigger (int64 cells past 2^31 - 1),
+seasonal_deviation keeps only the UTC hours it saw, event_type_mix only the categories it
+holds, and the value buffers are value rings grown geometrically up to their bound.
+"""
+
+import math
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsDouble, PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
+from cpython.tuple cimport PyTuple_GET_ITEM
+from libc.math cimport sqrt
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.string cimport memcmp, memcpy, memset
+
+from beava._fast.column cimport Column
+from beava._fast.ops_point cimport RingColumn
+from beava._fast.slot_buffers cimport (
+    ValueRing,
+    buffer_bytes,
+    check_dump_slots,
+    grow_zeroed,
+    grown_capacity,
+    ring_append,
+    ring_get,
+    ring_oldest_to_newest,
+    ring_push_latest,
+    ring_replace,
+    row_value,
+)
+
+from beava.engine.expression_runtime import fmt_f64_display
+
+cdef extern from "Python.h":
+    Py_ssize_t uni_length "PyUnicode_GET_LENGTH"(PyObject* o)
+    int uni_kind "PyUnicode_KIND"(PyObject* o)
+    void* uni_data "PyUnicode_DATA"(PyObject* o)
+
+cdef int64_t MS_PER_HOUR = 3_600_000
+cdef int64_t MS_PER_DAY = 86_400_000
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+
+
+cdef int lifetime_only(str op, object window_ms) except -1:
+    if window_ms is not None:
+        raise ValueError(f"{op} is lifetime-only, got window_ms={window_ms!r}")
+    return 0
+
+
+cdef inline int64_t floor_div(int64_t a, int64_t b) noexcept nogil:
+    # Floor division for b > 0 (cdivision truncates toward zero).
+    cdef int64_t q = a // b
+    if a % b != 0 and a < 0:
+        q -= 1
+    return q
+
+
+cdef inline int32_t utc_hour(int64_t now) noexcept nogil:
+    cdef int64_t h = floor_div(now, MS_PER_HOUR) % 24
+    return <int32_t>(h + 24 if h < 0 else h)
+
+
+cdef inline int32_t utc_weekday(int64_t now) noexcept nogil:
+    # Monday = 0; 1970-01-01 was a Thursday.
+    cdef int64_t d = (floor_div(now, MS_PER_DAY) + 3) % 7
+    return <int32_t>(d + 7 if d < 0 else d)
+
+
+cdef inline int numeric(PyObject* v, double* out) except -1:
+    # 1 and the value as a double for an I64 or F64 (never a bool), else 0.
+    cdef type t = type(<object>v)
+    if t is float:
+        out[0] = PyFloat_AS_DOUBLE(<object>v)
+        return 1
+    if t is int:
+        out[0] = PyLong_AsDouble(<object>v)
+        return 1
+    return 0
+
+
+# ---- count blocks (histograms) --------------------------------------------------------
+
+cdef enum:
+    SPARSE = 0    # SparseCell[cap] follow the header
+    DENSE32 = 1   # int32_t[ncells]
+    DENSE64 = 2   # int64_t[ncells]
+
+ctypedef struct CountBlock:
+    int32_t mode
+    int32_t used      # sparse: pairs in use
+    int32_t cap       # sparse: pairs allocated
+    int32_t ncells
+
+ctypedef struct SparseCell:
+    int32_t cell
+    int32_t count
+
+
+cdef inline SparseCell* sparse_cells(CountBlock* b) noexcept nogil:
+    return <SparseCell*>(b + 1)
+
+
+cdef inline int32_t* dense32(CountBlock* b) noexcept nogil:
+    return <int32_t*>(b + 1)
+
+
+cdef inline int64_t* dense64(CountBlock* b) noexcept nogil:
+    return <int64_t*>(b + 1)
+
+
+cdef inline size_t count_block_size(int32_t mode, int32_t cap, int32_t ncells) noexcept nogil:
+    if mode == SPARSE:
+        return sizeof(CountBlock) + <size_t>cap * sizeof(SparseCell)
+    if mode == DENSE32:
+        return sizeof(CountBlock) + <size_t>ncells * sizeof(int32_t)
+    return sizeof(CountBlock) + <size_t>ncells * sizeof(int64_t)
+
+
+cdef CountBlock* count_block_alloc(int32_t mode, int32_t cap, int32_t ncells) except NULL:
+    cdef size_t size = count_block_size(mode, cap, ncells)
+    cdef CountBlock* b = <CountBlock*>PyMem_Malloc(size)
+    if b == NULL:
+        raise MemoryError()
+    memset(b, 0, size)
+    b.mode = mode
+    b.cap = cap
+    b.ncells = ncells
+    return b
+
+
+cdef CountBlock* count_block_new(int32_t ncells) except NULL:
+    # Two sparse pairs to start, unless the dense array is no bigger.
+    if <size_t>ncells * sizeof(int32_t) <= 2 * sizeof(SparseCell):
+        return count_block_alloc(DENSE32, 0, ncells)
+    return count_block_alloc(SPARSE, 2, ncells)
+
+
+cdef CountBlock* count_block_dense(CountBlock* b, int32_t mode) except NULL:
+    # The same counts in a new dense block (DENSE32 or DENSE64); frees b.
+    cdef CountBlock* d = count_block_alloc(mode, 0, b.ncells)
+    cdef int32_t i
+    cdef SparseCell* e
+    if b.mode == SPARSE:
+        e = sparse_cells(b)
+        for i in range(b.used):
+            if mode == DENSE32:
+                dense32(d)[e[i].cell] = e[i].count
+            else:
+                dense64(d)[e[i].cell] = e[i].count
+    else:
+        # Only DENSE32 -> DENSE64 happens here.
+        for i in range(b.ncells):
+            dense64(d)[i] = dense32(b)[i]
+    PyMem_Free(b)
+    return d
+
+
+cdef CountBlock* count_block_add(CountBlock* b, int32_t cell) except NULL:
+    # Count one event in `cell`; returns the block, possibly moved (growth, densify, widen).
+    cdef SparseCell* e
+    cdef int32_t i
+    cdef CountBlock* grown
+    if b.mode == DENSE32:
+        if dense32(b)[cell] == INT32_MAX:
+            b = count_block_dense(b, DENSE64)
+            dense64(b)[cell] += 1
+        else:
+            dense32(b)[cell] += 1
+        return b
+    if b.mode == DENSE64:
+        dense64(b)[cell] += 1
+        return b
+    e = sparse_cells(b)
+    for i in range(b.used):
+        if e[i].cell == cell:
+            if e[i].count == INT32_MAX:
+                b = count_block_dense(b, DENSE64)
+                dense64(b)[cell] += 1
+            else:
+                e[i].count += 1
+            return b
+    if b.used == b.cap:
+        if <size_t>b.cap * 2 * sizeof(SparseCell) >= <size_t>b.ncells * sizeof(int32_t):
+            b = count_block_dense(b, DENSE32)
+            dense32(b)[cell] += 1
+            return b
+        grown = <CountBlock*>PyMem_Realloc(b, count_block_size(SPARSE, b.cap * 2, b.ncells))
+        if grown == NULL:
+            raise MemoryError()
+        b = grown
+        b.cap *= 2
+    e = sparse_cells(b) + b.used
+    e.cell = cell
+    e.count = 1
+    b.used += 1
+    return b
+
+
+cdef list count_block_cells(CountBlock* b, int32_t ncells):
+    # Every cell's count (zeros included); b may be NULL.
+    cdef list out = [0] * ncells
+    cdef int32_t i
+    cdef SparseCell* e
+    if b == NULL:
+        return out
+    if b.mode == SPARSE:
+        e = sparse_cells(b)
+        for i in range(b.used):
+            out[e[i].cell] = e[i].count
+    elif b.mode == DENSE32:
+        for i in range(ncells):
+            out[i] = dense32(b)[i]
+    else:
+        for i in range(ncells):
+            out[i] = dense64(b)[i]
+    return out
+
+
+cdef class CountColumn(Column):
+    """Per-slot counts over ``ncells`` cells in a lazily allocated count block."""
+
+    cdef CountBlock** blocks
+    cdef int32_t ncells
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.capacity):
+            PyMem_Free(self.blocks[i])
+        PyMem_Free(self.blocks)
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t new
+        if capacity <= self.capacity:
+            return 0
+        new = grown_capacity(self.capacity, capacity)
+        self.blocks = <CountBlock**>grow_zeroed(self.blocks, self.capacity, new,
+                                                 sizeof(CountBlock*))
+        self.capacity = new
+        return 0
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        PyMem_Free(self.blocks[slot])
+        self.blocks[slot] = NULL
+        return 0
+
+    cdef int count(self, Py_ssize_t slot, int32_t cell) except -1:
+        cdef CountBlock* b = self.blocks[slot]
+        if b == NULL:
+            b = count_block_new(self.ncells)
+            self.blocks[slot] = b
+        self.blocks[slot] = count_block_add(b, cell)
+        return 0
+
+    cdef list cells(self, Py_ssize_t slot):
+        return count_block_cells(self.blocks[slot], self.ncells)
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        # [(slot, raw block bytes)] for the slots holding a block.
+        cdef Py_ssize_t i
+        cdef CountBlock* b
+        cdef list out = []
+        check_dump_slots(nslots, self.capacity)
+        for i in range(nslots):
+            b = self.blocks[i]
+            if b != NULL:
+                out.append((i, buffer_bytes(b, count_block_size(b.mode, b.cap, b.ncells))))
+        return out
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        cdef Py_ssize_t slot, i
+        cdef bytes raw
+        cdef CountBlock header
+        cdef CountBlock* b
+        self.ensure(nslots)
+        for slot in range(nslots):
+            self.clear(slot)
+        for slot, raw in state:
+            if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(CountBlock):
+                raise ValueError(f"bad histogram snapshot entry for slot {slot}")
+            memcpy(&header, <const char*>raw, sizeof(CountBlock))
+            if (header.ncells != self.ncells or header.mode < SPARSE or header.mode > DENSE64
+                    or header.used < 0 or header.used > header.cap
+                    or <size_t>len(raw) != count_block_size(header.mode, header.cap,
+                                                             header.ncells)):
+                raise ValueError(f"bad histogram block header for slot {slot}")
+            b = count_block_alloc(header.mode, header.cap, header.ncells)
+            self.blocks[slot] = b
+            memcpy(b, <const char*>raw, len(raw))
+            if b.mode == SPARSE:
+                for i in range(b.used):
+                    if not 0 <= sparse_cells(b)[i].cell < self.ncells:
+                        raise ValueError(f"bad histogram cell in slot {slot}")
+
+
+def edge_text(edge: int | float) -> str:
+    """Label text E(v) of a histogram edge (§16.1)."""
+    if type(edge) is int or (math.isfinite(edge) and edge == int(edge)):
+        return str(min(max(int(edge), I64_MIN), I64_MAX))
+    return fmt_f64_display(edge)
+
+
+def histogram_labels(edges: tuple) -> list[str]:
+    """The label of every cell for these edges (§16.1)."""
+    m = len(edges)
+    if m == 0:
+        return ["all"]
+    text = [edge_text(b) for b in edges]
+    return (["<" + text[0]] + [text[i - 1] + "-" + text[i] for i in range(1, m)]
+            + [">=" + text[m - 1]])
+
+
+def sorted_label_cells(labels: list[str]) -> list[tuple[str, int]]:
+    """(label, cell) in ascending label order; a repeated label reads as its last cell."""
+    return sorted((label, cell) for cell, label in enumerate(labels))
+
+
+cdef double edge_value(object edge):
+    try:
+        return float(edge)
+    except OverflowError:
+        return math.inf if edge > 0 else -math.inf
+
+
+cdef class HistogramColumn(CountColumn):
+    """histogram (§16.1): counts of numeric values per edge interval."""
+
+    cdef double* edges
+    cdef int32_t nedges
+    cdef bint ascending       # edges non-decreasing: the first edge above v is found by bisection
+    cdef list label_cells
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        cdef int32_t i
+        lifetime_only("histogram", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        edges = tuple(params.get("buckets") or ())
+        self.nedges = len(edges)
+        self.ncells = self.nedges + 1
+        self.edges = <double*>PyMem_Malloc((self.nedges + 1) * sizeof(double))
+        if self.edges == NULL:
+            raise MemoryError()
+        self.ascending = True
+        for i in range(self.nedges):
+            self.edges[i] = edge_value(edges[i])
+            if i > 0 and not self.edges[i - 1] <= self.edges[i]:
+                self.ascending = False
+        self.label_cells = sorted_label_cells(histogram_labels(edges))
+
+    def __dealloc__(self):
+        PyMem_Free(self.edges)
+
+    cdef inline int32_t cell_of(self, double v) noexcept:
+        # The first i with v < edges[i], else nedges (NaN compares false: last cell).
+        cdef int32_t lo = 0, hi = self.nedges, mid, i
+        if self.ascending:
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if v < self.edges[mid]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+        for i in range(self.nedges):
+            if v < self.edges[i]:
+                return i
+        return self.nedges
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        cdef double x
+        if not matched:
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL and numeric(v, &x):
+            self.count(slot, self.cell_of(x))
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef list counts = self.cells(slot)
+        return {label: counts[cell] for label, cell in self.label_cells}
+
+
+cdef class HourOfDayHistogramColumn(CountColumn):
+    """hour_of_day_histogram (§16.2): matched events per UTC hour, a list of 24 counts."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("hour_of_day_histogram", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        self.ncells = 24
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        if matched:
+            self.count(slot, utc_hour(now))
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return self.cells(slot)
+
+
+DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# (key, cell) in ascending key order; cell = weekday * 24 + hour.
+DOW_HOUR_CELLS = sorted((f"{DAY_NAMES[d]}-{h:02d}", d * 24 + h)
+                        for d in range(7) for h in range(24))
+
+
+cdef class DowHourHistogramColumn(CountColumn):
+    """dow_hour_histogram (§16.3): matched events per (UTC weekday, hour), 168 keys."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("dow_hour_histogram", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        self.ncells = 168
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        if matched:
+            self.count(slot, utc_weekday(now) * 24 + utc_hour(now))
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef list counts = self.cells(slot)
+        return {key: counts[cell] for key, cell in DOW_HOUR_CELLS}
+
+
+# ---- seasonal_deviation ---------------------------------------------------------------
+# Per slot: the latest (x, hour) and (n, sum, sum of squares) for each UTC hour seen, in
+# first-seen order (at most 24 entries, grown 1, 2, 4, ... 24).
+
+ctypedef struct HourStats:
+    int64_t n
+    double total
+    double total_sq
+    int64_t hour
+
+ctypedef struct SeasonBlock:
+    int32_t cap
+    int32_t used
+    int32_t last_hour
+    int32_t _reserved
+    double last_x
+
+
+cdef inline HourStats* season_hours(SeasonBlock* b) noexcept nogil:
+    return <HourStats*>(b + 1)
+
+
+cdef inline size_t season_size(int32_t cap) noexcept nogil:
+    return sizeof(SeasonBlock) + <size_t>cap * sizeof(HourStats)
+
+
+cdef class SeasonalDeviationColumn(Column):
+    """seasonal_deviation (§16.4): z of the latest value within its own UTC-hour bucket."""
+
+    cdef SeasonBlock** blocks
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("seasonal_deviation", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.capacity):
+            PyMem_Free(self.blocks[i])
+        PyMem_Free(self.blocks)
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t new
+        if capacity <= self.capacity:
+            return 0
+        new = grown_capacity(self.capacity, capacity)
+        self.blocks = <SeasonBlock**>grow_zeroed(self.blocks, self.capacity, new,
+                                                  sizeof(SeasonBlock*))
+        self.capacity = new
+        return 0
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        PyMem_Free(self.blocks[slot])
+        self.blocks[slot] = NULL
+        return 0
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        cdef double x
+        cdef int32_t h, i, cap
+        cdef SeasonBlock* b
+        cdef HourStats* e
+        if not matched:
+            return 0
+        v = row_value(row, self.field)
+        if v == NULL or not numeric(v, &x):
+            return 0
+        h = utc_hour(now)
+        b = self.blocks[slot]
+        if b == NULL:
+            b = <SeasonBlock*>PyMem_Malloc(season_size(1))
+            if b == NULL:
+                raise MemoryError()
+            memset(b, 0, season_size(1))
+            b.cap = 1
+            self.blocks[slot] = b
+        e = NULL
+        for i in range(b.used):
+            if season_hours(b)[i].hour == h:
+                e = season_hours(b) + i
+                break
+        if e == NULL:
+            if b.used == b.cap:
+                cap = b.cap * 2 if b.cap * 2 < 24 else 24
+                b = <SeasonBlock*>PyMem_Realloc(b, season_size(cap))
+                if b == NULL:
+                    raise MemoryError()
+                b.cap = cap
+                self.blocks[slot] = b
+            e = season_hours(b) + b.used
+            b.used += 1
+            e.n = 0
+            e.total = 0.0
+            e.total_sq = 0.0
+            e.hour = h
+        e.n += 1
+        e.total += x
+        e.total_sq += x * x
+        b.last_x = x
+        b.last_hour = h
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef SeasonBlock* b = self.blocks[slot]
+        cdef HourStats* e
+        cdef double n, mean, var
+        cdef int32_t i
+        if b == NULL:
+            return None
+        for i in range(b.used):
+            e = season_hours(b) + i
+            if e.hour != b.last_hour:
+                continue
+            if e.n < 2:
+                return None
+            n = <double>e.n
+            mean = e.total / n
+            var = (e.total_sq - e.total * e.total / n) / (n - 1.0)
+            if var <= 0.0:
+                return None
+            return (b.last_x - mean) / sqrt(var)
+        return None
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        cdef Py_ssize_t i
+        cdef list out = []
+        check_dump_slots(nslots, self.capacity)
+        for i in range(nslots):
+            if self.blocks[i] != NULL:
+                out.append((i, buffer_bytes(self.blocks[i], season_size(self.blocks[i].cap))))
+        return out
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        cdef Py_ssize_t slot
+        cdef bytes raw
+        cdef SeasonBlock header
+        self.ensure(nslots)
+        for slot in range(nslots):
+            self.clear(slot)
+        for slot, raw in state:
+            if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(SeasonBlock):
+                raise ValueError(f"bad seasonal_deviation snapshot entry for slot {slot}")
+            memcpy(&header, <const char*>raw, sizeof(SeasonBlock))
+            if (header.cap < 1 or header.cap > 24 or header.used < 0
+                    or header.used > header.cap or <size_t>len(raw) != season_size(header.cap)):
+                raise ValueError(f"bad seasonal_deviation block header for slot {slot}")
+            self.blocks[slot] = <SeasonBlock*>PyMem_Malloc(len(raw))
+            if self.blocks[slot] == NULL:
+                raise MemoryError()
+            memcpy(self.blocks[slot], <const char*>raw, len(raw))
+
+
+# ---- event_type_mix -------------------------------------------------------------------
+# Per slot: total categorisable matched events and the held categories (str keys, one
+# owned reference each) with their counts, in admission order.
+
+ctypedef struct CatCount:
+    PyObject* key
+    int64_t count
+
+ctypedef struct MixBlock:
+    int32_t cap
+    int32_t used
+    int64_t total
+
+
+cdef inline CatCount* mix_entries(MixBlock* b) noexcept nogil:
+    return <CatCount*>(b + 1)
+
+
+cdef inline size_t mix_size(int32_t cap) noexcept nogil:
+    return sizeof(MixBlock) + <size_t>cap * sizeof(CatCount)
+
+
+cdef inline bint same_text(PyObject* key, const void* data, int kind,
+                           Py_ssize_t length) noexcept:
+    # Equal str content: canonical (PEP 393) strings of equal text share kind and length.
+    return (uni_length(key) == length and uni_kind(key) == kind
+            and memcmp(uni_data(key), data, <size_t>(length * kind)) == 0)
+
+
+# Categories of each column are shared between its entities (at most this many distinct
+# strings kept), so an entity holding "view" costs a pointer, not a string.
+cdef Py_ssize_t MAX_SHARED_NAMES = 4096
+
+
+cdef class EventTypeMixColumn(Column):
+    """event_type_mix (§16.5): proportion of each held category among categorisable events."""
+
+    cdef MixBlock** blocks
+    cdef object allow           # tuple of allowed categories, or None
+    cdef int64_t max_categories
+    cdef dict shared_names
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("event_type_mix", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        categories = params.get("categories")
+        if categories is not None:
+            categories = tuple(dict.fromkeys(c for c in categories if type(c) is str))
+        self.allow = categories
+        max_categories = params.get("max_categories")
+        if max_categories is None:
+            max_categories = 256
+        if type(max_categories) is not int or max_categories < 0:
+            raise ValueError(f"event_type_mix: max_categories must be an integer >= 0, "
+                             f"got {max_categories!r}")
+        self.max_categories = min(max_categories, INT32_MAX)
+        self.shared_names = {}
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.capacity):
+            self.free_block(i)
+        PyMem_Free(self.blocks)
+
+    cdef void free_block(self, Py_ssize_t slot) noexcept:
+        cdef MixBlock* b = self.blocks[slot]
+        cdef int32_t i
+        if b == NULL:
+            return
+        for i in range(b.used):
+            Py_XDECREF(mix_entries(b)[i].key)
+        PyMem_Free(b)
+        self.blocks[slot] = NULL
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t new
+        if capacity <= self.capacity:
+            return 0
+        new = grown_capacity(self.capacity, capacity)
+        self.blocks = <MixBlock**>grow_zeroed(self.blocks, self.capacity, new,
+                                               sizeof(MixBlock*))
+        self.capacity = new
+        return 0
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        self.free_block(slot)
+        return 0
+
+    cdef object shared(self, object key):
+        # One str object per distinct category of this column (bounded).
+        cdef object found = self.shared_names.get(key)
+        if found is not None:
+            return found
+        if len(self.shared_names) < MAX_SHARED_NAMES:
+            self.shared_names[key] = key
+        return key
+
+    cdef MixBlock* add_entry(self, Py_ssize_t slot, MixBlock* b, object key) except NULL:
+        cdef int32_t cap
+        cdef CatCount* e
+        if b.used == b.cap:
+            cap = b.cap * 2 if b.cap else 2
+            b = <MixBlock*>PyMem_Realloc(b, mix_size(cap))
+            if b == NULL:
+                raise MemoryError()
+            b.cap = cap
+            self.blocks[slot] = b
+        e = mix_entries(b) + b.used
+        Py_INCREF(key)
+        e.key = <PyObject*>key
+        e.count = 1
+        b.used += 1
+        return b
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        cdef type t
+        cdef char digits[24]
+        cdef const void* data = NULL
+        cdef int kind = 1
+        cdef Py_ssize_t length = 0
+        cdef long long i64
+        cdef int overflow = 0
+        cdef int32_t i
+        cdef MixBlock* b
+        cdef object text = None   # keeps a formatted category alive
+        cdef object key
+        if not matched:
+            return 0
+        v = row_value(row, self.field)
+        if v == NULL:
+            return 0
+        t = type(<object>v)
+        if t is str:
+            text = <object>v
+        elif t is bool:
+            text = "true" if <object>v is True else "false"
+        elif t is int:
+            i64 = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
+            if overflow:
+                text = str(<object>v)
+            else:
+                length = snprintf(digits, sizeof(digits), "%lld", i64)
+                data = digits
+        else:
+            return 0  # F64 and other values are not categories
+        if text is not None:
+            data = uni_data(<PyObject*>text)
+            kind = uni_kind(<PyObject*>text)
+            length = uni_length(<PyObject*>text)
+        b = self.blocks[slot]
+        if b == NULL:
+            b = <MixBlock*>PyMem_Malloc(mix_size(0))
+            if b == NULL:
+                raise MemoryError()
+            b.cap = 0
+            b.used = 0
+            b.total = 0
+            self.blocks[slot] = b
+        b.total += 1
+        for i in range(b.used):
+            if same_text(mix_entries(b)[i].key, data, kind, length):
+                mix_entries(b)[i].count += 1
+                return 0
+        if self.allow is not None:
+            for i in range(len(<tuple>self.allow)):
+                if same_text(PyTuple_GET_ITEM(self.allow, i), data, kind, length):
+                    self.add_entry(slot, b, <object>PyTuple_GET_ITEM(self.allow, i))
+                    return 0
+            return 0
+        if b.used < self.max_categories:
+            if text is None:
+                text = (<char*>digits)[:length].decode("ascii")
+            key = self.shared(text)
+            self.add_entry(slot, b, key)
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef MixBlock* b = self.blocks[slot]
+        cdef int32_t i
+        cdef CatCount* e
+        if b == NULL or b.total == 0:
+            return {}
+        held = sorted((<object>mix_entries(b)[i].key, mix_entries(b)[i].count)
+                      for i in range(b.used))
+        total = b.total
+        return {key: count / total for key, count in held}
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        # [(slot, total, [(category, count), ...] in admission order)].
+        cdef Py_ssize_t i
+        cdef int32_t k
+        cdef MixBlock* b
+        cdef list out = []
+        check_dump_slots(nslots, self.capacity)
+        for i in range(nslots):
+            b = self.blocks[i]
+            if b != NULL:
+                out.append((i, b.total, [(<object>mix_entries(b)[k].key, mix_entries(b)[k].count)
+                                         for k in range(b.used)]))
+        return out
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        cdef Py_ssize_t slot
+        cdef MixBlock* b
+        cdef int32_t cap
+        self.ensure(nslots)
+        for slot in range(nslots):
+            self.free_block(slot)
+        for slot, total, entries in state:
+            if slot < 0 or slot >= nslots:
+                raise ValueError(f"event_type_mix snapshot slot {slot} outside [0, {nslots})")
+            cap = len(entries)
+            b = <MixBlock*>PyMem_Malloc(mix_size(cap))
+            if b == NULL:
+                raise MemoryError()
+            b.cap = cap
+            b.used = 0
+            b.total = total
+            self.blocks[slot] = b
+            for key, count in entries:
+                if type(key) is not str:
+                    raise ValueError(f"event_type_mix snapshot category {key!r} is not a str")
+                key = self.shared(key)
+                Py_INCREF(key)
+                mix_entries(b)[b.used].key = <PyObject*>key
+                mix_entries(b)[b.used].count = count
+                b.used += 1
+
+
+# ---- value buffers --------------------------------------------------------------------
+
+cdef int32_t ring_bound(str op, object n) except -1:
+    # Unbounded params are clamped to the ring's int32 index range (2^31 - 1 values per
+    # entity is far beyond any memory that could hold them).
+    if type(n) is not int or n < 0:
+        raise ValueError(f"{op}: size must be an integer >= 0, got {n!r}")
+    return min(n, INT32_MAX)
+
+
+cdef class MostRecentNColumn(RingColumn):
+    """most_recent_n (§16.6): the last n non-null matched values, oldest -> newest."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("most_recent_n", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        n = params.get("n")
+        self.limit = ring_bound("most_recent_n", 10 if n is None else n)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        if not matched or self.limit == 0:
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL:
+            self.rings[slot] = ring_push_latest(self.rings[slot], <object>v, self.limit)
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(self.rings[slot], self.limit)
+
+
+cdef inline uint64_t reservoir_draw(uint64_t seen) noexcept nogil:
+    # The spec's seeded xorshift of `seen` (§16.7); a pure function of the count.
+    cdef uint64_t s = seen ^ 0xA0B1C2D3E4F50617ULL ^ 0x9E3779B97F4A7C15ULL
+    if s == 0:
+        s = 0xD2B74E4572D7C2B0ULL
+    s ^= s << 13
+    s ^= s >> 7
+    s ^= s << 17
+    return s % seen
+
+
+cdef class ReservoirSampleColumn(RingColumn):
+    """reservoir_sample (§16.7): deterministic Algorithm R over non-null matched values."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("reservoir_sample", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        k = params.get("samples")
+        self.limit = ring_bound("reservoir_sample", 10 if k is None else k)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        cdef ValueRing* r
+        cdef int64_t seen
+        cdef uint64_t j
+        if not matched or self.limit == 0:
+            return 0
+        v = row_value(row, self.field)
+        if v == NULL:
+            return 0
+        r = self.rings[slot]
+        seen = (0 if r == NULL else r.seen) + 1
+        if r == NULL or r.held < self.limit:
+            r = ring_append(r, <object>v, self.limit)
+            self.rings[slot] = r
+        else:
+            j = reservoir_draw(<uint64_t>seen)
+            if j < <uint64_t>self.limit:
+                ring_replace(r, <int32_t>j, <object>v)
+        r.seen = seen
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef ValueRing* r = self.rings[slot]
+        cdef int32_t i
+        if r == NULL:
+            return []
+        return [ring_get(r, i) for i in range(r.held)]
+
+
+COLUMNS = {
+    "histogram": HistogramColumn,
+    "hour_of_day_histogram": HourOfDayHistogramColumn,
+    "dow_hour_histogram": DowHourHistogramColumn,
+    "seasonal_deviation": SeasonalDeviationColumn,
+    "event_type_mix": EventTypeMixColumn,
+    "most_recent_n": MostRecentNColumn,
+    "reservoir_sample": ReservoirSampleColumn,
+}

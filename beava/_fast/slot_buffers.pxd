@@ -1,0 +1,269 @@
+# Typed per-slot storage shared by the state columns: growable C arrays, row values kept as
+# (tag, 8-byte payload) instead of boxed objects, and lazily allocated value rings. Memory
+# comes from PyMem_* (pymalloc packs small blocks without a per-block header).
+from cpython.dict cimport PyDict_GetItem
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memcpy, memset
+
+# Tag of a stored row value ("inherits": ints stay ints, floats floats, bools bools).
+cdef enum:
+    TAG_EMPTY = 0
+    TAG_INT = 1     # payload.i
+    TAG_FLOAT = 2   # payload.f
+    TAG_BOOL = 3    # payload.i is 0 or 1
+    TAG_OBJ = 4     # payload.o holds one owned reference (str, or an int beyond 64 bits)
+
+ctypedef union Payload:
+    int64_t i
+    double f
+    PyObject* o
+
+
+cdef inline Py_ssize_t grown_capacity(Py_ssize_t current, Py_ssize_t requested) noexcept nogil:
+    # Geometric growth (x1.5) so a table growing one slot at a time reallocates O(log n) times.
+    cdef Py_ssize_t target = current + (current >> 1)
+    if target < 8:
+        target = 8
+    return requested if requested > target else target
+
+
+cdef inline void* grow_zeroed(void* buf, Py_ssize_t old_n, Py_ssize_t new_n,
+                              size_t item) except NULL:
+    # Reallocate a per-slot array to new_n items; the new tail is zero bytes.
+    cdef void* p = PyMem_Realloc(buf, <size_t>new_n * item)
+    if p == NULL:
+        raise MemoryError()
+    memset(<char*>p + <size_t>old_n * item, 0, <size_t>(new_n - old_n) * item)
+    return p
+
+
+cdef inline int64_t* grow_i64(int64_t* buf, Py_ssize_t old_n, Py_ssize_t new_n,
+                              int64_t fill) except NULL:
+    cdef int64_t* p = <int64_t*>PyMem_Realloc(buf, <size_t>new_n * sizeof(int64_t))
+    cdef Py_ssize_t i
+    if p == NULL:
+        raise MemoryError()
+    for i in range(old_n, new_n):
+        p[i] = fill
+    return p
+
+
+cdef inline int check_dump_slots(Py_ssize_t nslots, Py_ssize_t capacity) except -1:
+    # A snapshot can only cover slots that have storage.
+    if nslots < 0 or nslots > capacity:
+        raise ValueError(f"cannot dump {nslots} slots of a column with {capacity}")
+    return 0
+
+
+cdef inline bytes buffer_bytes(const void* buf, Py_ssize_t nbytes):
+    if nbytes == 0:
+        return b""
+    return (<const char*>buf)[:nbytes]
+
+
+cdef inline int load_bytes(void* buf, bytes data, Py_ssize_t nbytes) except -1:
+    # Inverse of buffer_bytes; the length must match exactly.
+    if len(data) != nbytes:
+        raise ValueError(f"snapshot buffer has {len(data)} bytes, expected {nbytes}")
+    if nbytes:
+        memcpy(buf, <const char*>data, nbytes)
+    return 0
+
+
+# ---- tagged values -------------------------------------------------------------------
+
+cdef inline PyObject* row_value(dict row, object field) noexcept:
+    # The op's value in the post-chain row (borrowed); NULL when absent or null.
+    cdef PyObject* p = PyDict_GetItem(row, field)
+    if p == <PyObject*>None:
+        return NULL
+    return p
+
+
+cdef inline uint8_t value_encode(object v, Payload* out) except 255:
+    # v must not be None. Exact type checks: a bool is never an int here.
+    cdef type t = type(v)
+    cdef int overflow = 0
+    if t is float:
+        out.f = PyFloat_AS_DOUBLE(v)
+        return TAG_FLOAT
+    if t is int:
+        out.i = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if overflow == 0:
+            return TAG_INT
+    elif t is bool:
+        out.i = 1 if v is True else 0
+        return TAG_BOOL
+    Py_INCREF(v)
+    out.o = <PyObject*>v
+    return TAG_OBJ
+
+
+cdef inline object value_decode(uint8_t tag, Payload p):
+    if tag == TAG_INT:
+        return p.i
+    if tag == TAG_FLOAT:
+        return p.f
+    if tag == TAG_BOOL:
+        return p.i != 0
+    if tag == TAG_OBJ:
+        return <object>p.o
+    return None
+
+
+cdef inline void value_release(uint8_t tag, Payload p) noexcept:
+    if tag == TAG_OBJ:
+        Py_XDECREF(p.o)
+
+
+# ---- value rings ---------------------------------------------------------------------
+# One malloc'd block per slot, created on the slot's first qualifying value and grown
+# geometrically up to the op's bound: header, then Payload[cap], then uint8 tags[cap].
+
+ctypedef struct ValueRing:
+    int32_t cap     # entries allocated
+    int32_t held    # entries in use: [0, held)
+    int64_t seen    # values offered so far (ring write position, reservoir count)
+
+
+cdef inline Payload* ring_values(ValueRing* r) noexcept nogil:
+    return <Payload*>(r + 1)
+
+
+cdef inline uint8_t* ring_tags(ValueRing* r) noexcept nogil:
+    return <uint8_t*>(ring_values(r) + r.cap)
+
+
+cdef inline ValueRing* ring_alloc(int32_t cap) except NULL:
+    cdef ValueRing* r = <ValueRing*>PyMem_Malloc(
+        sizeof(ValueRing) + <size_t>cap * (sizeof(Payload) + sizeof(uint8_t)))
+    if r == NULL:
+        raise MemoryError()
+    r.cap = cap
+    r.held = 0
+    r.seen = 0
+    return r
+
+
+cdef inline ValueRing* ring_resize(ValueRing* r, int32_t cap) except NULL:
+    # New block of `cap` entries (cap >= held) holding the same entries; frees the old one.
+    cdef ValueRing* n = ring_alloc(cap)
+    n.held = r.held
+    n.seen = r.seen
+    memcpy(ring_values(n), ring_values(r), <size_t>r.held * sizeof(Payload))
+    memcpy(ring_tags(n), ring_tags(r), <size_t>r.held)
+    PyMem_Free(r)
+    return n
+
+
+cdef inline ValueRing* ring_append(ValueRing* r, object v, int32_t limit) except NULL:
+    # Append v (not None) at index held; r may be NULL. Caller guarantees held < limit.
+    cdef int32_t cap
+    if r == NULL:
+        r = ring_alloc(2 if limit > 2 else limit)
+    elif r.held == r.cap:
+        cap = r.cap * 2
+        r = ring_resize(r, cap if cap < limit else limit)
+    ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
+    r.held += 1
+    return r
+
+
+cdef inline int ring_replace(ValueRing* r, int32_t i, object v) except -1:
+    # Overwrite entry i < held with v (not None).
+    cdef uint8_t old_tag = ring_tags(r)[i]
+    cdef Payload old = ring_values(r)[i]
+    ring_tags(r)[i] = value_encode(v, ring_values(r) + i)
+    value_release(old_tag, old)
+    return 0
+
+
+cdef inline object ring_get(ValueRing* r, int32_t i):
+    return value_decode(ring_tags(r)[i], ring_values(r)[i])
+
+
+cdef inline ValueRing* ring_push_latest(ValueRing* r, object v, int32_t limit) except NULL:
+    # Keep the last `limit` (>= 1) values: append until full, then overwrite the oldest,
+    # which sits at seen % limit. r may be NULL; returns the (possibly new) ring.
+    if r == NULL or r.held < limit:
+        r = ring_append(r, v, limit)
+    else:
+        ring_replace(r, <int32_t>(r.seen % limit), v)
+    r.seen += 1
+    return r
+
+
+cdef inline list ring_oldest_to_newest(ValueRing* r, int32_t limit):
+    # Entries of a ring filled by ring_push_latest, oldest first; [] for NULL.
+    cdef int32_t start, k
+    if r == NULL:
+        return []
+    if r.held < limit:
+        return [ring_get(r, k) for k in range(r.held)]
+    start = <int32_t>(r.seen % limit)
+    return [ring_get(r, (start + k) % limit) for k in range(limit)]
+
+
+cdef inline void ring_free(ValueRing* r) noexcept:
+    cdef int32_t i
+    if r == NULL:
+        return
+    for i in range(r.held):
+        value_release(ring_tags(r)[i], ring_values(r)[i])
+    PyMem_Free(r)
+
+
+cdef inline tuple ring_dump(ValueRing* r):
+    # (cap, seen, entries in physical order): enough to rebuild the exact ring.
+    return (r.cap, r.seen, [ring_get(r, i) for i in range(r.held)])
+
+
+cdef inline ValueRing* ring_load(tuple state) except NULL:
+    cdef int32_t cap = state[0]
+    cdef list values = state[2]
+    cdef ValueRing* r
+    if len(values) > cap:
+        raise ValueError("ring snapshot holds more entries than its capacity")
+    r = ring_alloc(cap)
+    r.seen = state[1]
+    for v in values:
+        ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
+        r.held += 1
+    return r
+
+
+cdef inline ValueRing** rings_grow(ValueRing** rings, Py_ssize_t old_n,
+                                   Py_ssize_t new_n) except NULL:
+    return <ValueRing**>grow_zeroed(rings, old_n, new_n, sizeof(ValueRing*))
+
+
+cdef inline void rings_free(ValueRing** rings, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        ring_free(rings[i])
+        rings[i] = NULL
+
+
+cdef inline list rings_dump(ValueRing** rings, Py_ssize_t n):
+    # [(slot, ring state)] for the slots that hold a ring.
+    cdef Py_ssize_t i
+    cdef list out = []
+    for i in range(n):
+        if rings[i] != NULL:
+            out.append((i, ring_dump(rings[i])))
+    return out
+
+
+cdef inline int rings_load(ValueRing** rings, Py_ssize_t n, list state) except -1:
+    # Inverse of rings_dump into slots [0, n), which must hold no ring.
+    cdef Py_ssize_t slot
+    for item in state:
+        slot = item[0]
+        if slot < 0 or slot >= n:
+            raise ValueError(f"snapshot slot {slot} outside [0, {n})")
+        rings[slot] = ring_load(item[1])
+    return 0

@@ -1,0 +1,320 @@
+# cython: language_level=3
+"""The per-table kernel (DESIGN.md §2-§3, spec/operators.md §3 steps 2-5).
+
+One ``TableKernel`` per table derivation holds the canonical key -> slot map, the feature
+columns and the where predicates. ``apply(row, now)`` is the single Python->Cython call a
+table costs per event: canonical group key, slot lookup or creation, cold TTL, each
+distinct ``where`` evaluated once, then every column updated through cdef calls.
+"""
+
+from cpython.ref cimport PyObject
+from libc.math cimport isfinite
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+from beava._fast.column cimport Column
+
+from beava._fast.ops_core import share_windows
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    PyTypeObject PyFloat_Type
+    PyTypeObject PyLong_Type
+    PyTypeObject PyUnicode_Type
+    PyTypeObject PyBool_Type
+    PyObject* Py_True
+    PyTypeObject* Py_TYPE(PyObject* o)
+    double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
+    Py_ssize_t long_as_ssize "PyLong_AsSsize_t"(PyObject* o) except? -1
+    PyObject* dict_get "PyDict_GetItem"(object d, object key)
+
+
+cpdef str fmt_f64_debug(double x):
+    """Rust ``{:?}`` text of a float (spec/operators.md §1): ``9.0``, ``1e16``, ``1.5e-7``."""
+    if x != x:
+        return "NaN"
+    if not isfinite(x):
+        return "inf" if x > 0 else "-inf"
+    cdef str text = repr(x)
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return text
+
+
+cdef object key_component(PyObject* v):
+    """keystr of one group-key value, or None when it makes the event skip the table
+    (absent, null, non-finite float, not a scalar)."""
+    if v == NULL:
+        return None
+    cdef PyTypeObject* t = Py_TYPE(v)
+    cdef double d
+    if t == &PyUnicode_Type:
+        return <object>v
+    if t == &PyBool_Type:
+        return "true" if v == Py_True else "false"
+    if t == &PyLong_Type:
+        return str(<object>v)
+    if t == &PyFloat_Type:
+        d = float_value(v)
+        return fmt_f64_debug(d) if isfinite(d) else None
+    value = <object>v
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return fmt_f64_debug(value) if isfinite(value) else None
+    return None
+
+
+cpdef object group_key(dict row, tuple key_fields):
+    """The canonical key string of ``row`` for ``key_fields`` (spec/wire.md §7.1), or None
+    when the event has no valid key. One key: its keystr unescaped; several: each keystr
+    with ``|`` escaped as ``%7C``, joined by ``|``; none (global table): ``""``."""
+    cdef Py_ssize_t n = len(key_fields)
+    if n == 0:
+        return ""
+    if n == 1:
+        return key_component(dict_get(row, key_fields[0]))
+    parts = []
+    for field in key_fields:
+        text = key_component(dict_get(row, field))
+        if text is None:
+            return None
+        parts.append((<str>text).replace("|", "%7C"))
+    return "|".join(parts)
+
+
+cdef class TableKernel:
+    """State of one table: ``keys`` (canonical key -> slot) and one column per feature.
+
+    ``features`` lists ``(name, column, where_index)``: ``where_index`` 0 means no where,
+    ``i`` means ``predicates[i - 1]``. Windowed core columns are put on shared bucket
+    arenas (ops_core.share_windows); the arenas, not those columns, then own slot storage.
+    ``cold_after_ms`` None disables the cold TTL; global tables never expire.
+    """
+
+    cdef readonly dict keys
+    cdef readonly tuple key_fields
+    cdef readonly tuple names
+    cdef dict by_name
+    cdef list feature_state         # feature columns that own their storage
+    cdef readonly list arenas
+    cdef list state_cols            # feature_state + arenas
+    cdef list update_cols
+    cdef PyObject** upd             # borrowed from update_cols
+    cdef int* upd_where
+    cdef Py_ssize_t nupd
+    cdef list preds
+    cdef Py_ssize_t npreds
+    cdef unsigned char* verdict     # [0] = True (no where), [i] = predicates[i - 1]
+    cdef readonly Py_ssize_t capacity
+    cdef int64_t* touch             # last-touch now per slot; NULL for global tables
+    cdef int64_t cold_after         # -1: no cold TTL
+    cdef readonly int64_t cold_evictions
+
+    def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
+        self.keys = {}
+        self.key_fields = key_fields
+        self.preds = list(predicates)
+        self.npreds = len(self.preds)
+        self.set_cold_after(cold_after_ms)
+        self.by_name = {}
+        self.update_cols = []
+        where_of = []
+        for name, column, where_index in features:
+            if not isinstance(column, Column):
+                raise TypeError(f"feature {name!r}: {type(column).__name__} is not a Column")
+            if not 0 <= where_index <= self.npreds:
+                raise ValueError(f"feature {name!r}: where index {where_index} out of range")
+            self.by_name[name] = column
+            self.update_cols.append(column)
+            where_of.append(where_index)
+        self.names = tuple(sorted(self.by_name))
+        self.arenas = share_windows(self.update_cols)
+        in_arena = {id(m) for arena in self.arenas for m in arena.members}
+        self.feature_state = [c for c in self.update_cols if id(c) not in in_arena]
+        self.state_cols = self.feature_state + self.arenas
+        self.nupd = len(self.update_cols)
+        self.upd = <PyObject**>realloc(NULL, (self.nupd + 1) * sizeof(PyObject*))
+        self.upd_where = <int*>realloc(NULL, (self.nupd + 1) * sizeof(int))
+        self.verdict = <unsigned char*>realloc(NULL, self.npreds + 1)
+        if self.upd == NULL or self.upd_where == NULL or self.verdict == NULL:
+            raise MemoryError()
+        for i in range(self.nupd):
+            self.upd[i] = <PyObject*>self.update_cols[i]
+            self.upd_where[i] = where_of[i]
+        self.verdict[0] = True
+        self.touch = NULL
+        self.capacity = 0
+
+    def __dealloc__(self):
+        free(self.upd)
+        free(self.upd_where)
+        free(self.verdict)
+        free(self.touch)
+
+    def set_cold_after(self, object cold_after_ms) -> None:
+        """Change the cold TTL (a register may change it in place)."""
+        self.cold_after = -1 if cold_after_ms is None else cold_after_ms
+
+    # -- slots -----------------------------------------------------------------------------
+
+    cdef int grow(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = max(need, self.capacity + self.capacity // 2, 16)
+        cdef int64_t* grown
+        for col in self.state_cols:
+            (<Column>col).ensure(cap)
+        if self.key_fields:
+            grown = <int64_t*>realloc(self.touch, cap * sizeof(int64_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.touch = grown
+        self.capacity = cap
+        return 0
+
+    cpdef object key_of(self, dict row):
+        """The canonical key of a post-chain row, or None (skip the table)."""
+        return group_key(row, self.key_fields)
+
+    cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2:
+        """Apply one post-chain row (§3 steps 2-5); the slot it reached, -1 if skipped."""
+        key = group_key(row, self.key_fields)
+        if key is None:
+            return -1
+        cdef PyObject* found = dict_get(self.keys, key)
+        cdef Py_ssize_t slot
+        if found == NULL:
+            slot = len(self.keys)
+            if slot >= self.capacity:
+                self.grow(slot + 1)
+            self.keys[key] = slot
+            if self.touch != NULL:
+                self.touch[slot] = now
+        else:
+            slot = long_as_ssize(found)
+            if self.touch != NULL:
+                if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
+                    self.clear(slot)
+                    self.cold_evictions += 1
+                self.touch[slot] = now
+        self.update(slot, row, now)
+        return slot
+
+    cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1:
+        """Feed one event to every column of ``slot``: each distinct where runs once."""
+        cdef Py_ssize_t i
+        cdef unsigned char* verdict = self.verdict
+        if slot >= self.capacity:
+            self.grow(slot + 1)
+        for i in range(self.npreds):
+            verdict[i + 1] = self.preds[i](row) is True
+        for i in range(self.nupd):
+            (<Column>self.upd[i]).update(slot, row, verdict[self.upd_where[i]], now)
+        return 0
+
+    cpdef int clear(self, Py_ssize_t slot) except -1:
+        """Put every feature of ``slot`` back to its empty state."""
+        for col in self.state_cols:
+            (<Column>col).clear(slot)
+        return 0
+
+    def read(self, Py_ssize_t slot, int64_t T, names=None) -> dict:
+        """``{name: value}`` of ``slot`` at query time ``T`` for ``names`` (all features
+        in sorted order when None); names must be features of this table."""
+        out = {}
+        for name in (self.names if names is None else names):
+            out[name] = (<Column>self.by_name[name]).read(slot, T)
+        return out
+
+    def column(self, str name):
+        """The column of feature ``name``."""
+        return self.by_name[name]
+
+    @property
+    def entity_count(self) -> int:
+        return len(self.keys)
+
+    @property
+    def bucket_reclaims(self) -> int:
+        """Bucket evictions caused by the 64-bucket cap, summed over this table's columns
+        (a column reports them through an optional ``bucket_reclaims`` attribute)."""
+        return sum(getattr(col, "bucket_reclaims", 0) for col in self.state_cols)
+
+    def last_touch(self, Py_ssize_t slot) -> int | None:
+        """The ``now`` of the latest event that reached ``slot`` (None for global tables)."""
+        if self.touch == NULL or slot >= len(self.keys):
+            return None
+        return self.touch[slot]
+
+    def nbytes(self) -> int:
+        """Bytes of the malloc'd buffers of this table (touch, core columns and arenas);
+        other columns are counted when they expose ``nbytes()``."""
+        total = self.capacity * sizeof(int64_t) if self.touch != NULL else 0
+        for col in self.state_cols:
+            measure = getattr(col, "nbytes", None)
+            if measure is not None:
+                total += measure()
+        return total
+
+    # -- transitions and snapshots ---------------------------------------------------------
+
+    def adopt(self, TableKernel previous) -> None:
+        """Take over the entities of ``previous`` (same key columns): keys, last-touch
+        times, counters; columns of this kernel get storage for every existing slot."""
+        self.keys = previous.keys
+        self.cold_evictions = previous.cold_evictions
+        if previous.capacity:
+            self.grow(previous.capacity)
+            if self.touch != NULL and previous.touch != NULL:
+                memcpy(self.touch, previous.touch, previous.capacity * sizeof(int64_t))
+
+    def dump(self) -> dict:
+        """Picklable state of every entity: keys in slot order, last-touch times, the state
+        of each column that owns storage (by feature name) and of each bucket arena."""
+        cdef Py_ssize_t n = len(self.keys)
+        keys = [None] * n
+        for key, slot in self.keys.items():
+            keys[slot] = key
+        touch = b""
+        if self.touch != NULL and n:
+            touch = (<char*>self.touch)[:n * sizeof(int64_t)]
+        return {
+            "keys": keys,
+            "touch": touch,
+            "columns": {col.name: col.dump(n) for col in self.feature_state},
+            "arenas": [arena.dump(n) for arena in self.arenas],
+        }
+
+    def load(self, dict state) -> None:
+        """Replace all entities by a ``dump()`` of a kernel built from the same spec."""
+        keys = state["keys"]
+        cdef Py_ssize_t n = len(keys)
+        cdef bytes touch = state["touch"]
+        for name in state["columns"]:
+            if name not in self.by_name or self.by_name[name] not in self.feature_state:
+                raise ValueError(f"snapshot has state for unknown column {name!r}")
+        by_window = {arena.window: arena for arena in self.arenas}
+        for arena_state in state["arenas"]:
+            if arena_state["window_ms"] not in by_window:
+                raise ValueError(f"snapshot has a bucket arena of {arena_state['window_ms']} ms")
+        self.keys = {key: slot for slot, key in enumerate(keys)}
+        if n > self.capacity:
+            self.grow(n)
+        for col in self.state_cols:
+            for slot in range(self.capacity):
+                (<Column>col).clear(slot)
+        if self.touch != NULL and n:
+            if len(touch) != n * <Py_ssize_t>sizeof(int64_t):
+                raise ValueError("snapshot last-touch times do not match its keys")
+            memcpy(self.touch, <const char*>touch, len(touch))
+        for name, col_state in state["columns"].items():
+            (<Column>self.by_name[name]).load(col_state, n)
+        for arena_state in state["arenas"]:
+            (<Column>by_window[arena_state["window_ms"]]).load(arena_state, n)

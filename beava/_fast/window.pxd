@@ -1,0 +1,24 @@
+# Window bucket arithmetic (spec/operators.md §5), shared by every windowed column.
+from libc.stdint cimport int64_t
+
+cdef enum:
+    MAX_BUCKETS = 64
+
+
+cdef inline int64_t bucket_width(int64_t window_ms) noexcept nogil:
+    # b = ceil(W / 64), without overflow for W up to 2^63 - 1
+    return window_ms // MAX_BUCKETS + (1 if window_ms % MAX_BUCKETS else 0)
+
+
+cdef inline int64_t bucket_epoch(int64_t now, int64_t width) noexcept nogil:
+    # e = floor(now / b) * b, floor division also for negative now
+    cdef int64_t q = now // width
+    if (now % width != 0) and ((now < 0) != (width < 0)):
+        q -= 1
+    return q * width
+
+
+cdef inline bint bucket_active(int64_t epoch, int64_t T, int64_t window_ms) noexcept nogil:
+    # active iff 0 <= T - e < W
+    cdef int64_t age = T - epoch
+    return age >= 0 and age < window_ms

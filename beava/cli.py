@@ -1,0 +1,105 @@
+"""The ``beava`` command (spec/server.md §1): serve by default, ``quickstart``, ``help``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from beava import __version__
+
+ENV_HELP = """\
+environment variables (command line > environment > YAML > defaults):
+  BEAVA_LISTEN_ADDR            HTTP data-plane address (IP:PORT)
+  BEAVA_TCP_HOST, BEAVA_TCP_PORT   framed-TCP host and port
+  BEAVA_ADMIN_ADDR             admin sidecar address (IP:PORT)
+  BEAVA_TCP_MAX_FRAME_BYTES    TCP payload limit (default 4194304)
+  BEAVA_LOG_LEVEL              trace, debug, info, warn, error
+  BEAVA_TEST_MODE=1            enable reset
+  BEAVA_MEMORY_GOV_ENFORCE=0   allow unbounded lifetime operators
+  BEAVA_WAL_DIR, BEAVA_SNAPSHOT_DIR   data directories
+  BEAVA_WAL_SYNC_MODE          strict (ack after fsync, default) or periodic
+  BEAVA_WAL_TICK_MS            periodic-mode fsync interval (1-1000, default 20)
+  BEAVA_WAL_FSYNC_BYTES, BEAVA_WAL_SEGMENT_BYTES, BEAVA_WAL_BUFFERS, BEAVA_WAL_BUFFER_SIZE_MB
+  BEAVA_SNAPSHOT_INTERVAL_MS, BEAVA_SNAPSHOT_MIN_EVENTS, BEAVA_SNAPSHOT_RETAIN_COUNT,
+  BEAVA_SNAPSHOT_FORK          snapshot cadence and retention
+  BEAVA_DEDUPE_SWEEP_SECS      expired dedupe-entry sweep period
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors: stderr, exit 2
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="beava", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="beava: real-time feature server (framed TCP + HTTP).",
+        epilog="commands:\n  quickstart   run the in-process demo\n  help         print help\n\n"
+        + ENV_HELP, add_help=False)
+    parser.add_argument("command", nargs="?", choices=("serve", "quickstart", "help"),
+                        default="serve", help=argparse.SUPPRESS)
+    parser.add_argument("-c", "--config", metavar="PATH",
+                        help="YAML config file (explicit only; no implicit lookup)")
+    parser.add_argument("--http-addr", metavar="ADDR",
+                        help="HTTP data-plane listen address (default 127.0.0.1:8080)")
+    parser.add_argument("--tcp-addr", metavar="ADDR",
+                        help="framed-TCP listen address (default 127.0.0.1:8081)")
+    parser.add_argument("--admin-addr", metavar="ADDR",
+                        help="admin sidecar listen address (default 127.0.0.1:8090)")
+    parser.add_argument("--data-dir", metavar="PATH",
+                        help="WAL in PATH/wal, snapshots in PATH/snapshots")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="no WAL, no snapshots, no recovery")
+    parser.add_argument("--test-mode", action="store_true",
+                        help="enable reset (POST /reset, OP_RESET)")
+    parser.add_argument("--write-example", metavar="PATH",
+                        help="quickstart: also write an SDK script reproducing the demo")
+    parser.add_argument("-h", "--help", action="store_true", help="print help")
+    parser.add_argument("-V", "--version", action="store_true", help="print version")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.help or args.command == "help":
+        parser.print_help(sys.stdout)
+        return 0
+    if args.version:
+        sys.stdout.write(f"beava {__version__}\n")
+        return 0
+    if args.command == "quickstart":
+        from beava.quickstart import run_quickstart
+
+        return run_quickstart(args.write_example)
+    return serve(args)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from beava.config import CommandLine, ConfigError, resolve
+    from beava.log_lines import LogLines
+    from beava.server import StartupError, run
+
+    cli = CommandLine(config=args.config, http_addr=args.http_addr, tcp_addr=args.tcp_addr,
+                      admin_addr=args.admin_addr, data_dir=args.data_dir,
+                      memory_only=args.memory_only, test_mode=args.test_mode)
+    try:
+        cfg = resolve(cli, os.environ)
+    except ConfigError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
+    log = LogLines(cfg.log_level)
+    try:
+        return run(cfg, log)
+    except StartupError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        log.error("server.fatal", str(exc), reason=str(exc), exit_code=exc.exit_code)
+        return exc.exit_code
+
+
+def entry() -> None:
+    sys.exit(main())

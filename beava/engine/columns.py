@@ -1,0 +1,52 @@
+"""Operator name -> state column class, over every operator family (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from beava._fast import (
+    ops_buffer,
+    ops_core,
+    ops_decay,
+    ops_geo,
+    ops_point,
+    ops_recency,
+    ops_sketch,
+    ops_velocity,
+)
+from beava._fast.column import Column
+from beava.engine.registry import FeatureSpec
+
+__all__ = ["COLUMNS", "column_class", "make_column"]
+
+
+def _merge(*modules: Any) -> Mapping[str, type]:
+    merged: dict[str, type] = {}
+    for module in modules:
+        for op, cls in module.COLUMNS.items():
+            if op in merged:
+                raise RuntimeError(f"op {op!r} defined by two families")
+            merged[op] = cls
+    return MappingProxyType(merged)
+
+
+COLUMNS: Mapping[str, type] = _merge(
+    ops_core, ops_sketch, ops_point, ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
+)
+
+
+def column_class(op: str) -> type:
+    """The Column subclass of a canonical op name (KeyError if no family implements it)."""
+    return COLUMNS[op]
+
+
+def make_column(
+    feature: FeatureSpec, where: Callable[[Mapping[str, Any]], bool] | None
+) -> Column:
+    """A new, empty state column for ``feature``; ``where`` is its compiled predicate."""
+    params = dict(feature.params)
+    return COLUMNS[feature.op](
+        feature.name, params.get("field"), where, params, feature.window_ms
+    )

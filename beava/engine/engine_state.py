@@ -1,0 +1,132 @@
+"""All table state of one registry version, pushes routed to it, and register transitions
+(spec/operators.md §3, spec/registry.md §9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from beava.engine.register_diff import compute_diff, plan_transition
+from beava.engine.registry import Registry, TableSpec
+from beava.engine.tables import TableState
+
+__all__ = ["EngineState"]
+
+
+def _same_entities(old: TableSpec, new: TableSpec) -> bool:
+    """Whether rows of ``old`` are rows of ``new``: same source, chain and group keys."""
+    return old.source == new.source and old.keys == new.keys and old.chain == new.chain
+
+
+class EngineState:
+    """The tables of the current registry and their entities."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self._tables: dict[str, TableState] = {
+            name: TableState(spec) for name, spec in registry.tables.items()
+        }
+        self._routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]] = {}
+        # counters of table states that no longer exist, so the totals never go down
+        self._cold_base = 0
+        self._reclaim_base = 0
+        self._route()
+
+    def _route(self) -> None:
+        routes = {}
+        for event in self._registry.events:
+            pushes = tuple(self._tables[t.name].push for t in self._registry.feeds(event))
+            if pushes:
+                routes[event] = pushes
+        self._routes = routes
+
+    def apply(self, event: str, row: dict[str, Any], now: int) -> None:
+        """Apply one pushed event (validated fields, not mutated) to every table it feeds."""
+        for push in self._routes.get(event, ()):
+            push(row, now)
+
+    def table(self, name: str) -> TableState | None:
+        return self._tables.get(name)
+
+    @property
+    def tables(self) -> dict[str, TableState]:
+        return dict(self._tables)
+
+    def _replace_tables(self, tables: dict[str, TableState]) -> None:
+        cold, reclaims = self.cold_evictions, self.bucket_reclaims
+        self._tables = tables
+        self._cold_base = cold - sum(t.cold_evictions for t in tables.values())
+        self._reclaim_base = reclaims - sum(t.bucket_reclaims for t in tables.values())
+
+    def transition(self, old_registry: Registry, new_registry: Registry) -> None:
+        """Carry state from ``old_registry`` to ``new_registry`` (registry.md §9).
+
+        The effects come from the register plan (register_diff.plan_transition over the
+        two registries' normalised nodes), so the state matches what the register response
+        announced: dropped and replaced tables lose their state (replacement cascades down
+        the derivation graph); in tables updated in place, added features start empty,
+        removed features are dropped, features whose window, op or params changed are
+        reset, and every other feature keeps its state. A table whose TableSpec is
+        unchanged is kept as is."""
+        old_nodes = {node["name"]: node for node in old_registry.nodes}
+        new_nodes = list(new_registry.nodes)
+        plan = plan_transition(compute_diff(old_nodes, new_nodes), old_nodes, new_nodes)
+        replaced = set(plan.replace)
+        resets: dict[str, set[str]] = {}
+        for table, feature in plan.reset_features:
+            resets.setdefault(table, set()).add(feature)
+        tables: dict[str, TableState] = {}
+        for name, spec in new_registry.tables.items():
+            current = self._tables.get(name)
+            if (
+                current is None
+                or name in replaced
+                or not _same_entities(current.spec, spec)
+            ):
+                tables[name] = TableState(spec)
+            elif current.spec == spec and name not in resets:
+                tables[name] = current
+            else:
+                tables[name] = TableState(spec, previous=current, reset=resets.get(name, ()))
+        self._registry = new_registry
+        self._replace_tables(tables)
+        self._route()
+
+    def reset(self) -> None:
+        """Drop every entity of every table (the registry stays)."""
+        self._replace_tables({
+            name: TableState(spec) for name, spec in self._registry.tables.items()
+        })
+        self._route()
+
+    @property
+    def entity_count(self) -> int:
+        """Resident (table, entity) rows."""
+        return sum(t.entity_count for t in self._tables.values())
+
+    @property
+    def cold_evictions(self) -> int:
+        """Entity rows reset by the cold TTL (monotonic over this object's life)."""
+        return self._cold_base + sum(t.cold_evictions for t in self._tables.values())
+
+    @property
+    def bucket_reclaims(self) -> int:
+        """Windowed buckets evicted by the 64-bucket cap (monotonic over this object's life)."""
+        return self._reclaim_base + sum(t.bucket_reclaims for t in self._tables.values())
+
+    def dump(self) -> dict[str, Any]:
+        """Picklable state of every table (for snapshots)."""
+        return {"tables": {name: t.dump() for name, t in self._tables.items()}}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a ``dump()`` taken under the current registry; tables it does not
+        mention start empty."""
+        dumped = state["tables"]
+        unknown = sorted(set(dumped) - set(self._tables))
+        if unknown:
+            raise ValueError(f"snapshot has state for unknown tables {unknown}")
+        fresh = {name: TableState(spec) for name, spec in self._registry.tables.items()}
+        for name, table_state in dumped.items():
+            fresh[name].load(table_state)
+        self._replace_tables(fresh)
+        self._route()

@@ -1,0 +1,258 @@
+"""Feature reads: get, batch_get, legacy MGET / GET_MULTI / GET /get/<f>/<k>
+(spec/wire.md §7, spec/operators.md §8).
+
+Request bodies arrive decoded (plain Python values); every function validates them in the
+order the spec prescribes and raises :class:`BeavaError` for whole-call failures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from beava.engine.keys import keystr
+from beava.protocol.errors import BeavaError
+
+LEGACY_CELL_CAP = 10_000
+
+# name -> TableState | None
+TableLookup = Callable[[str], Any]
+
+
+def _internal(reason: str) -> BeavaError:
+    return BeavaError("internal_error", reason=reason)
+
+
+def _missing_features(names: Sequence[str]) -> str:
+    return "[" + ", ".join(f'"{name}"' for name in names) + "]"
+
+
+def check_features(features: Any, table_name: str, known: Mapping[str, Any]
+                   ) -> list[str] | None:
+    """Validate a ``features`` projection; None means the full row."""
+    if features is None:
+        return None
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise _internal("invalid type: features must be an array of strings")
+    missing = [name for name in features if name not in known]
+    if missing:
+        raise _internal(f"feature_not_found: missing={_missing_features(missing)} "
+                        f"table={table_name}")
+    return features
+
+
+def _escaped(text: str) -> str:
+    return text.replace("|", "%7C")
+
+
+def stored_key(key: Any, nkeys: int) -> str:
+    """Request ``key`` -> the table's stored key string (spec/wire.md §7.1)."""
+    if isinstance(key, (bool, int)) and not isinstance(key, float):
+        key = keystr(key)
+    if isinstance(key, str):
+        if nkeys == 0:
+            if key:
+                raise BeavaError("key_parse_failure")
+            return ""
+        if key.count("|") != nkeys - 1:
+            raise BeavaError("key_parse_failure")
+        return key
+    if isinstance(key, list):
+        parts = []
+        for item in key:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise _internal("invalid key element: non-finite float")
+            text = keystr(item) if isinstance(item, (str, int, float, bool)) else None
+            if text is None:
+                raise _internal("invalid key element type")
+            parts.append(text)
+        if len(parts) != nkeys:
+            raise BeavaError("key_parse_failure")
+        if nkeys == 1:
+            return parts[0]
+        return "|".join(_escaped(p) for p in parts)
+    raise _internal("invalid type: key must be a string, integer, boolean or array")
+
+
+def _request_fields(body: Any, *, legacy_shape_check: bool) -> tuple[str, Any, Any]:
+    if not isinstance(body, dict):
+        raise _internal("invalid type: expected a map {table, key, features?}")
+    if legacy_shape_check and "table" not in body and ("keys" in body or "feature" in body):
+        raise BeavaError(
+            "unsupported_request_shape",
+            message="OP_GET expects {table, key, features?}; received legacy {keys, features} "
+                    "or {feature, key} shape; use OP_MGET / OP_GET_MULTI for those")
+    if "table" not in body:
+        raise _internal("missing field `table`")
+    if "key" not in body:
+        raise _internal("missing field `key`")
+    table = body["table"]
+    if not isinstance(table, str):
+        raise _internal("invalid type: `table` must be a string")
+    return table, body["key"], body.get("features")
+
+
+def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = True
+        ) -> dict[str, Any]:
+    """POST /get, OP_GET: body -> flat feature row (``{}`` for a cold entity)."""
+    name, key, features = _request_fields(body, legacy_shape_check=legacy_shape_check)
+    table = tables(name)
+    if table is None:
+        raise BeavaError("unknown_table")
+    projection = check_features(features, name, table.spec.features)
+    if projection is not None and not projection:
+        stored_key(key, len(table.spec.keys))
+        return {}
+    row = table.row(stored_key(key, len(table.spec.keys)), now, projection)
+    return {} if row is None else row
+
+
+def batch_get(tables: TableLookup, body: Any, now: int) -> tuple[list[Any], list[str]]:
+    """POST /batch_get, OP_BATCH_GET: ``(results, tables of entries that used entity_id)``."""
+    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+        raise _internal("missing field `requests` (expected an array)")
+    entries = []
+    aliases = []
+    for entry in body["requests"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
+            raise _internal("invalid batch_get entry: expected {table, key, features?}")
+        has_key, has_alias = "key" in entry, "entity_id" in entry
+        if has_key == has_alias:
+            raise _internal("batch_get entry needs exactly one of `key` and `entity_id`")
+        if has_alias:
+            aliases.append(entry["table"])
+        entries.append((entry["table"], entry["key"] if has_key else entry["entity_id"],
+                        entry.get("features")))
+    resolved = []
+    for name, key, features in entries:
+        table = tables(name)
+        projection = None if table is None else check_features(features, name,
+                                                               table.spec.features)
+        resolved.append((name, key, table, projection))
+    results: list[Any] = []
+    for name, key, table, projection in resolved:
+        if table is None:
+            results.append({"error": {"code": "unknown_table",
+                                      "message": f"table '{name}' is not a registered "
+                                                 f"aggregation"}})
+            continue
+        nkeys = len(table.spec.keys)
+        try:
+            skey = stored_key(key, nkeys)
+        except BeavaError as err:
+            if err.code != "key_parse_failure":
+                raise
+            results.append({"error": {"code": "key_parse_failure",
+                                      "message": f"key '{key}' does not match table '{name}' "
+                                                 f"group_keys arity ({nkeys})"}})
+            continue
+        if projection is not None and not projection:
+            results.append({})
+            continue
+        row = table.row(skey, now, projection)
+        results.append({} if row is None else row)
+    return results, aliases
+
+
+def _feature_tables(registry: Any) -> dict[str, str]:
+    return {feature: name for name, spec in registry.tables.items() for feature in spec.features}
+
+
+def _legacy_keys(body: dict) -> list[Any]:
+    keys = body.get("keys")
+    if not isinstance(keys, list):
+        raise _internal("missing field `keys` (expected an array)")
+    return keys
+
+
+def _legacy_cells(keys: list[Any], nfeatures: int) -> None:
+    cells = len(keys) * nfeatures
+    if cells > LEGACY_CELL_CAP:
+        raise _internal(f"batch_too_large: cells={cells} cap={LEGACY_CELL_CAP}")
+
+
+def _legacy_row(table: Any, key: Any, now: int, features: list[str]) -> dict | None:
+    try:
+        skey = stored_key(key, len(table.spec.keys))
+    except BeavaError as err:
+        if err.code == "key_parse_failure":
+            return None
+        raise
+    return table.row(skey, now, features)
+
+
+def mget(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, Any]:
+    """OP_MGET ``{"feature": f, "keys": [...]}`` -> ``{key: {f: value}}`` for keys with a row."""
+    if not isinstance(body, dict) or not isinstance(body.get("feature"), str):
+        raise _internal("missing field `feature`")
+    feature = body["feature"]
+    keys = _legacy_keys(body)
+    owner = _feature_tables(registry).get(feature)
+    if owner is None:
+        raise _internal(f"feature_not_found: missing={_missing_features([feature])}")
+    _legacy_cells(keys, 1)
+    table = tables(owner)
+    out: dict[str, Any] = {}
+    for key in keys:
+        row = _legacy_row(table, key, now, [feature])
+        if row is not None:
+            out[keystr(key) if not isinstance(key, str) else key] = row
+    return out
+
+
+def get_multi(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, Any]:
+    """OP_GET_MULTI ``{"keys": [...], "features": [...]}`` merged over tables."""
+    if not isinstance(body, dict):
+        raise _internal("invalid type: expected a map {keys, features}")
+    keys = _legacy_keys(body)
+    features = body.get("features")
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise _internal("missing field `features` (expected an array of strings)")
+    owners = _feature_tables(registry)
+    missing = [f for f in features if f not in owners]
+    if missing:
+        raise _internal(f"feature_not_found: missing={_missing_features(missing)}")
+    _legacy_cells(keys, len(features))
+    by_table: dict[str, list[str]] = {}
+    for feature in features:
+        by_table.setdefault(owners[feature], []).append(feature)
+    out: dict[str, Any] = {}
+    for key in keys:
+        merged: dict[str, Any] = {}
+        found = False
+        for name, names in by_table.items():
+            row = _legacy_row(tables(name), key, now, names)
+            if row is not None:
+                found = True
+                merged.update(row)
+        if found:
+            out[keystr(key) if not isinstance(key, str) else key] = dict(sorted(merged.items()))
+    return out
+
+
+def legacy_get(tables: TableLookup, registry: Any, feature: str, key: str, now: int
+               ) -> dict[str, Any]:
+    """GET /get/<feature>/<key>: one feature's value, or a whole table row."""
+    owner = _feature_tables(registry).get(feature)
+    if owner is not None:
+        table, projection = tables(owner), [feature]
+    else:
+        table, projection = tables(feature), None
+        if table is None:
+            raise BeavaError("feature_not_found")
+    row = table.row(stored_key(key, len(table.spec.keys)), now, projection)
+    if row is None:
+        raise BeavaError("key_not_found")
+    return {"value": row[feature]} if projection is not None else row
+
+
+def finite_or_none(value: Any) -> Any:
+    """Non-finite floats as null at any depth (MessagePack replies; JSON does it itself)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_or_none(v) for v in value]
+    return value

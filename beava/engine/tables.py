@@ -1,0 +1,147 @@
+"""Entity state of one table derivation (spec/operators.md §3, §8; DESIGN.md §3).
+
+A ``TableState`` compiles its spec once (chain, where predicates, one column per feature)
+into a Cython ``TableKernel`` and then costs one kernel call per event: the chain runs in
+Python on a copy of the pushed row, everything after it runs in the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from beava._fast.table_kernel import TableKernel
+from beava.engine.chain_ops import chain_output_schema, compile_chain
+from beava.engine.columns import make_column
+from beava.engine.expressions import check_where, compile_where, format_expression
+from beava.engine.registry import TableSpec
+
+__all__ = ["TableState", "UnknownFeatures"]
+
+Row = dict[str, Any]
+
+
+class UnknownFeatures(KeyError):
+    """A read named features the table does not have (wire.md §7.2 `feature_not_found`)."""
+
+    def __init__(self, table: str, missing: list[str]) -> None:
+        super().__init__(missing)
+        self.table = table
+        self.missing = missing  # unknown names, request order
+
+    def __str__(self) -> str:
+        names = ", ".join(f'"{name}"' for name in self.missing)
+        return f"feature_not_found: missing=[{names}] table={self.table}"
+
+
+class TableState:
+    """Keys, slots and feature state of one table.
+
+    ``previous`` (same name, same keys, chain and source) hands over its entities: features
+    that exist in both with the same FeatureSpec and are not listed in ``reset`` keep their
+    state, every other feature starts empty for every entity (registry.md §9).
+    """
+
+    __slots__ = ("spec", "push", "_kernel", "_names", "_name_set")
+
+    def __init__(
+        self,
+        spec: TableSpec,
+        previous: TableState | None = None,
+        reset: Collection[str] = (),
+    ) -> None:
+        self.spec = spec
+        schema = chain_output_schema(spec.chain, spec.input_schema)
+        predicates: list[Callable[[Mapping[str, Any]], bool]] = []
+        where_index: dict[str, int] = {}
+        features = []
+        for name, feature in spec.features.items():
+            index = 0
+            text = feature.params.get("where")
+            if text is not None:
+                expr = check_where(text, schema)
+                canonical = format_expression(expr)
+                index = where_index.get(canonical, 0)
+                if not index:
+                    predicates.append(compile_where(expr))
+                    index = where_index[canonical] = len(predicates)
+            where = predicates[index - 1] if index else None
+            column = None
+            if previous is not None and name not in reset:
+                if previous.spec.features.get(name) == feature:
+                    column = previous._kernel.column(name)
+            if column is None:
+                column = make_column(feature, where)
+            features.append((name, column, index))
+        self._kernel = TableKernel(tuple(spec.keys), features, predicates, spec.cold_after_ms)
+        if previous is not None:
+            self._kernel.adopt(previous._kernel)
+        self._names = self._kernel.names
+        self._name_set = frozenset(self._names)
+        self.push = self._compile_push(spec)
+
+    def _compile_push(self, spec: TableSpec) -> Callable[[Row, int], Any]:
+        """The per-event entry point: the kernel itself, or chain-then-kernel."""
+        kernel_apply = self._kernel.apply
+        if not spec.chain:
+            return kernel_apply
+        chain = compile_chain(spec.chain, spec.input_schema)
+
+        def push(row: Row, now: int) -> None:
+            out = chain(dict(row))  # the chain may mutate; other tables share `row`
+            if out is not None:
+                kernel_apply(out, now)
+
+        return push
+
+    def apply(self, row: Row, now: int) -> None:
+        """Apply one pushed row (not mutated) stamped ``now`` (operators.md §3)."""
+        self.push(row, now)
+
+    def row(
+        self, stored_key: str, T: int, features: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        """The entity row at query time ``T`` (keys sorted), narrowed to ``features``;
+        None when the entity has no row. Unknown feature names raise UnknownFeatures."""
+        if features is None:
+            names: Sequence[str] = self._names
+        else:
+            missing = [name for name in features if name not in self._name_set]
+            if missing:
+                raise UnknownFeatures(self.spec.name, missing)
+            names = sorted(set(features))
+        slot = self._kernel.keys.get(stored_key)
+        if slot is None:
+            return None
+        return self._kernel.read(slot, T, names)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """Every feature, sorted."""
+        return self._names
+
+    @property
+    def entity_count(self) -> int:
+        return self._kernel.entity_count
+
+    @property
+    def cold_evictions(self) -> int:
+        """Entity rows reset by the cold TTL since this table's state was created."""
+        return self._kernel.cold_evictions
+
+    @property
+    def bucket_reclaims(self) -> int:
+        """Windowed buckets evicted by the 64-bucket cap (current columns)."""
+        return self._kernel.bucket_reclaims
+
+    @property
+    def kernel(self) -> TableKernel:
+        return self._kernel
+
+    def dump(self) -> dict[str, Any]:
+        """Picklable state of every entity of this table."""
+        return self._kernel.dump()
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Replace all entities by a ``dump()`` taken under the same TableSpec."""
+        self._kernel.load(state)

@@ -1,0 +1,50 @@
+"""Admin sidecar routes (spec/wire.md §4): health, ready, registry, metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from beava.protocol.http import HttpRequest, render_response
+
+_JSON = ("content-type", "application/json")
+_RUNTIME = ("x-runtime", "tokio")
+_ROUTES = ("/health", "/ready", "/registry", "/metrics")
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_encode = msgspec.json.Encoder(order="sorted").encode
+
+
+class AdminResponder:
+    """Answers admin requests from live server state."""
+
+    def __init__(self, registry_info: Callable[[], tuple[int, int]],
+                 metrics_text: Callable[[], bytes]) -> None:
+        self._registry_info = registry_info  # () -> (version, node_count)
+        self._metrics_text = metrics_text
+
+    def __call__(self, request: HttpRequest) -> bytes:
+        path = request.target.split("?", 1)[0]
+        keep = request.keep_alive
+        if path not in _ROUTES:
+            return render_response(404, b"", (_RUNTIME,), keep)
+        if request.method not in ("GET", "HEAD"):
+            return render_response(405, b"", (_RUNTIME, ("allow", "GET,HEAD")), keep)
+        if path == "/metrics":
+            body = self._metrics_text()
+            headers = (("content-type", METRICS_CONTENT_TYPE), _RUNTIME)
+        else:
+            if path == "/health":
+                doc: dict = {"status": "ok"}
+            elif path == "/ready":
+                doc = {"status": "ready"}
+            else:
+                version, node_count = self._registry_info()
+                doc = {"node_count": node_count, "version": version}
+            body = _encode(doc)
+            headers = (_JSON, _RUNTIME)
+        return render_response(200, body, headers, keep, include_body=request.method == "GET")
+
+    @staticmethod
+    def protocol_error() -> bytes:
+        return render_response(400, b"", (_RUNTIME,), keep_alive=False)

@@ -1,0 +1,173 @@
+"""HTTP/1.1 transport over httptools, shared by the data plane and the admin sidecar.
+
+spec/wire.md §3.1: keep-alive, pipelining (answers in request order), Content-Length and
+chunked bodies, ``Expect: 100-continue``, header/body limits, ``Connection: close``.
+The protocol parses; a ``respond(request)`` callable turns each complete request into one
+full response (status line, headers, body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+import httptools
+
+MAX_HEADER_BYTES = 8 * 1024
+MAX_HEADER_LINES = 64
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+_REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden",
+            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+            415: "Unsupported Media Type", 500: "Internal Server Error",
+            501: "Not Implemented", 503: "Service Unavailable"}
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class HttpRequest:
+    """One parsed request; ``headers`` has lower-case names (last occurrence wins)."""
+
+    __slots__ = ("method", "target", "headers", "body", "keep_alive")
+
+    def __init__(self, method: str, target: str, headers: dict[str, str], body: bytes,
+                 keep_alive: bool) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+
+    @property
+    def path(self) -> str:
+        """Routing form of the target: query removed, trailing ``/`` trimmed."""
+        return self.target.split("?", 1)[0].rstrip("/")
+
+
+def render_response(status: int, body: bytes, headers: Iterable[tuple[str, str]],
+                    keep_alive: bool, include_body: bool = True) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
+    lines.extend(f"{name}: {value}" for name, value in headers)
+    lines.append(f"Content-Length: {len(body)}")
+    lines.append("Connection: keep-alive" if keep_alive else "Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + body if include_body else head
+
+
+class HttpLimitError(Exception):
+    """A request broke a size limit (answered like a parse error)."""
+
+
+# respond(request) -> (response bytes, keep connection open)
+Responder = Callable[[HttpRequest], bytes]
+# protocol_error() -> response bytes for an unparseable request (sent before closing)
+ProtocolErrorResponder = Callable[[], bytes]
+
+
+class HttpProtocol(asyncio.Protocol):
+    """httptools callbacks assemble requests; each complete one is answered in order."""
+
+    def __init__(self, respond: Responder, protocol_error: ProtocolErrorResponder,
+                 connections: set) -> None:
+        self._respond = respond
+        self._protocol_error = protocol_error
+        self._connections = connections
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._closing = False
+        self._reset_message()
+
+    def _reset_message(self) -> None:
+        self._url = bytearray()
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._header_lines = 0
+        self._body = bytearray()
+
+    # asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        self._transport = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if not self._closing:
+                self._out.append(self._protocol_error())
+                self._closing = True
+        self._flush()
+
+    def _flush(self) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if self._out:
+            transport.write(b"".join(self._out))
+            self._out.clear()
+        if self._closing:
+            transport.close()
+
+    def stop_reading(self) -> None:
+        """Graceful shutdown: answered requests are flushed, nothing more is read."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    @property
+    def write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() if self._transport is not None else 0
+
+    # httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._reset_message()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise HttpLimitError("request line too long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_lines > MAX_HEADER_LINES or self._header_bytes > MAX_HEADER_BYTES:
+            raise HttpLimitError("header block too large")
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > MAX_BODY_BYTES:
+            raise HttpLimitError("body too large")
+        if self._headers.get("expect", "").lower() == "100-continue" and not self._closing:
+            self._out.append(CONTINUE)
+            self._flush()
+
+    def on_body(self, body: bytes) -> None:
+        self._body += body
+        if len(self._body) > MAX_BODY_BYTES:
+            raise HttpLimitError("body too large")
+
+    def on_message_complete(self) -> None:
+        if self._closing:
+            return
+        keep_alive = self._parser.should_keep_alive()
+        request = HttpRequest(self._parser.get_method().decode("latin-1"),
+                              self._url.decode("latin-1"), self._headers, bytes(self._body),
+                              keep_alive)
+        self._out.append(self._respond(request))
+        if not keep_alive:
+            self._closing = True

@@ -1,0 +1,42 @@
+"""Request envelopes decoded with msgspec (spec/wire.md §2.5, §3.3, §10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class TcpPushJson(msgspec.Struct):
+    """OP_PUSH JSON envelope: other top-level keys are ignored."""
+
+    event: str
+    body: msgspec.Raw
+
+
+class TcpPushMsgpack(msgspec.Struct, forbid_unknown_fields=True):
+    """OP_PUSH MessagePack envelope: exactly ``event`` and ``body``."""
+
+    event: str
+    body: Any
+
+
+class HttpPush(msgspec.Struct):
+    event: str
+    data: Any = msgspec.field(default_factory=dict)
+
+
+class PushMany(msgspec.Struct):
+    event: str
+    bodies: list[Any]
+
+
+tcp_push_json = msgspec.json.Decoder(TcpPushJson).decode
+tcp_push_msgpack = msgspec.msgpack.Decoder(TcpPushMsgpack).decode
+http_push = msgspec.json.Decoder(HttpPush).decode
+push_many_json = msgspec.json.Decoder(PushMany).decode
+push_many_msgpack = msgspec.msgpack.Decoder(PushMany).decode
+json_any = msgspec.json.Decoder().decode
+msgpack_any = msgspec.msgpack.Decoder().decode
+encode_json = msgspec.json.Encoder(order="sorted").encode
+encode_msgpack = msgspec.msgpack.Encoder(order="sorted").encode

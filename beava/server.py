@@ -1,0 +1,224 @@
+"""The running process: listeners, start-up sequence, shutdown (spec/server.md §5-§9).
+
+The only module that knows both the transports and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from beava import __version__
+from beava.config import Config, format_addr
+from beava.engine.store import FeatureStore
+from beava.log_lines import LogLines
+from beava.protocol.admin import AdminResponder
+from beava.protocol.http import HttpProtocol
+from beava.protocol.tcp import FramedTcpProtocol
+from beava.server_metrics import ServerMetrics
+from beava.service import Service
+
+SHUTDOWN_DEADLINE_S = 4.0
+BACKLOG = 1024
+
+EXIT_OK = 0
+EXIT_CONFIG = 1
+EXIT_DATA_DIR = 3
+
+
+class StartupError(Exception):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _bound(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return format_addr(host, port)
+
+
+class DataDirLock:
+    """Exclusive advisory lock on ``<wal_dir>/LOCK`` for the life of the process."""
+
+    def __init__(self, wal_dir: str) -> None:
+        import fcntl
+
+        self.path = os.path.join(wal_dir, "LOCK")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise StartupError("data directory locked", EXIT_DATA_DIR) from None
+
+    def release(self) -> None:
+        os.close(self._fd)
+
+
+class BeavaServer:
+    def __init__(self, cfg: Config, log: LogLines) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce)
+        self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
+                               on_alias=self._on_alias)
+        self.metrics = ServerMetrics(self._metrics_sample,
+                                     "memory" if cfg.memory_only else cfg.wal_sync_mode)
+        self.admin = AdminResponder(
+            lambda: (self.store.registry_version, self.store.node_count), self.metrics.render)
+        self.connections: set[Any] = set()
+        self.sockets: dict[str, socket.socket] = {}
+        self.lock: DataDirLock | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopping = False
+        self._stop: asyncio.Event | None = None
+        self._exit_code = EXIT_OK
+
+    # start-up -------------------------------------------------------------------------
+
+    def prepare_data_dirs(self) -> None:
+        if self.cfg.memory_only:
+            return
+        try:
+            os.makedirs(self.cfg.wal_dir, exist_ok=True)
+            os.makedirs(self.cfg.snapshot_dir, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create data directories: {exc}", EXIT_DATA_DIR) from None
+        self.lock = DataDirLock(self.cfg.wal_dir)
+
+    def bind(self) -> None:
+        cfg = self.cfg
+        for name, (host, port) in (("http", cfg.http_addr), ("tcp", cfg.tcp_addr)):
+            try:
+                self.sockets[name] = bind_listener(host, port)
+            except OSError as exc:
+                raise StartupError(f"cannot bind {name} listener on "
+                                   f"{format_addr(host, port)}: {exc}", EXIT_CONFIG) from None
+        try:
+            self.sockets["admin"] = bind_listener(*cfg.admin_addr)
+        except OSError as exc:
+            addr = format_addr(*cfg.admin_addr)
+            if cfg.admin_explicit:
+                raise StartupError(f"cannot bind admin listener on {addr}: {exc}",
+                                   EXIT_CONFIG) from None
+            self.log.warn("server.admin_bind_failed", "admin sidecar disabled: bind failed",
+                          addr=addr, error=str(exc))
+        self.log.info("server.http_bound", "HTTP server bound", addr=_bound(self.sockets["http"]))
+        self.log.info("server.tcp_bound", "TCP server bound", addr=_bound(self.sockets["tcp"]))
+        if "admin" in self.sockets:
+            self.log.info("server.admin_bound", "admin sidecar bound",
+                          addr=_bound(self.sockets["admin"]))
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        if self.cfg.memory_only:
+            self.log.info("recovery.skipped_memory_mode", "memory-only mode: no recovery")
+        service = self.service
+        conns = self.connections
+        max_payload = self.cfg.max_frame_bytes
+        factories = {
+            "http": lambda: HttpProtocol(service.handle_http, service.http_protocol_error,
+                                         conns),
+            "tcp": lambda: FramedTcpProtocol(service.handle_frame, max_payload, conns),
+            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, conns),
+        }
+        for name, sock in self.sockets.items():
+            server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG)
+            self._servers.append(server)
+        self.log.info("server.ready", "server ready")
+        await self._stop.wait()
+        return self._exit_code
+
+    # shutdown -------------------------------------------------------------------------
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping:
+            os._exit(1)
+        self._stopping = True
+        self.log.info("server.shutdown_initiated", "shutdown initiated", signal=sig.name)
+        asyncio.get_running_loop().create_task(self._shutdown())
+
+    async def _shutdown(self) -> None:
+        started = time.monotonic()
+        for server in self._servers:
+            server.close()
+        # Every request whose bytes were fully received has been answered synchronously;
+        # stop reading, then let the transports flush their replies while closing.
+        for conn in list(self.connections):
+            conn.stop_reading()
+        for conn in list(self.connections):
+            conn.close()
+        while self.connections and time.monotonic() - started < SHUTDOWN_DEADLINE_S:
+            await asyncio.sleep(0.005)
+        if self.connections:
+            self.log.error("server.fatal", "shutdown deadline exceeded",
+                           reason="shutdown deadline exceeded", exit_code=1)
+            self._exit_code = 1
+        else:
+            if self.lock is not None:
+                self.lock.release()
+            self.log.info("server.shutdown_complete", "shutdown complete",
+                          duration_ms=int((time.monotonic() - started) * 1000))
+        assert self._stop is not None
+        self._stop.set()
+
+    # state for admin ------------------------------------------------------------------
+
+    def _on_reset(self, version: int) -> None:
+        self.log.info("server.reset_completed", "reset applied", registry_version=version)
+
+    def _on_alias(self, table: str) -> None:
+        self.log.warn("batch_get.entity_id_alias", "batch_get entry used deprecated entity_id",
+                      table=table)
+
+    def _metrics_sample(self) -> dict[str, Any]:
+        store = self.store
+        return {
+            "beava_registry_version": store.registry_version,
+            "beava_node_count": store.node_count,
+            "beava_bytes_per_entity_p99": 7000,
+            "beava_entity_count_resident": store.engine.entity_count,
+            "beava_cold_entity_evictions_total": store.engine.cold_evictions,
+            "beava_bucket_reclaim_total": store.engine.bucket_reclaims,
+            "beava_pushes_total": store.pushes_total,
+            "beava_push_replays_total": store.replays_total,
+        }
+
+
+def run(cfg: Config, log: LogLines) -> int:
+    """Start-up steps 3-9 and the serving loop; returns the exit code."""
+    import uvloop
+
+    log.info("server.starting", f"beava {__version__} starting", version=__version__,
+             config_source=cfg.config_source, pid=os.getpid())
+    for kind, message, fields in cfg.warnings:
+        log.warn(kind, message, **fields)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    server = BeavaServer(cfg, log)
+    server.prepare_data_dirs()
+    server.bind()
+    if cfg.test_mode:
+        log.warn("server.test_mode_enabled", "test mode enabled: reset is allowed")
+    return uvloop.run(server.serve())

@@ -1,0 +1,76 @@
+"""Prometheus exposition of the server's counters and gauges (spec/server.md §8).
+
+prometheus-client is imported on the first scrape, not at start-up (fast start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class ServerMetrics:
+    """Collects values from live state at scrape time; no per-request bookkeeping here."""
+
+    def __init__(self, sample: Callable[[], dict[str, Any]], sync_mode: str) -> None:
+        self._sample = sample
+        self._sync_mode = sync_mode
+        self._registry: Any = None
+
+    def _build(self) -> Any:
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        sample = self._sample
+        mode = self._sync_mode
+
+        class _Collector:
+            def collect(self) -> Iterator[Any]:
+                v = sample()
+                for name, doc in GAUGES:
+                    yield GaugeMetricFamily(name, doc, value=v.get(name, 0))
+                for name, doc in COUNTERS:
+                    yield CounterMetricFamily(name.removesuffix("_total"), doc,
+                                              value=v.get(name, 0))
+                runtime = GaugeMetricFamily("beava_runtime_kind", "event loop runtime",
+                                            labels=["runtime"])
+                runtime.add_metric(["uvloop"], 1)
+                yield runtime
+                sync = GaugeMetricFamily("beava_wal_sync_mode", "active WAL sync mode",
+                                         labels=["mode"])
+                sync.add_metric([mode], 1)
+                yield sync
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector())
+        return registry
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        if self._registry is None:
+            self._registry = self._build()
+        return generate_latest(self._registry)
+
+
+GAUGES = (
+    ("beava_registry_version", "current registry version"),
+    ("beava_node_count", "registered descriptors (event sources + derivations)"),
+    ("beava_entity_count_resident", "resident (table, entity) rows"),
+    ("beava_bytes_per_entity_p99", "per-entity memory estimate in bytes"),
+    ("beava_snapshot_last_duration_seconds", "wall time of the last successful snapshot"),
+    ("beava_snapshot_last_bytes", "size of the last successful snapshot file"),
+    ("beava_snapshot_last_fsync_seconds", "file and directory fsync time of the last snapshot"),
+    ("beava_wal_last_fsync_seconds", "duration of the most recent WAL fsync"),
+)
+COUNTERS = (
+    ("beava_entropy_categories_capped_total", "new categories dropped by the entropy cap"),
+    ("beava_cold_entity_evictions_total", "entity rows reset by the cold TTL"),
+    ("beava_lifetime_op_cap_hit_total", "cap hits of lifetime operators"),
+    ("beava_bucket_reclaim_total", "window bucket evictions caused by the 64-bucket cap"),
+    ("beava_wal_fsyncs_total", "WAL fsync calls"),
+    ("beava_wal_bytes_written_total", "bytes appended to WAL segments"),
+    ("beava_wal_quarantined_records_total", "records quarantined by the last recovery"),
+    ("beava_pushes_total", "accepted pushes, excluding replays"),
+    ("beava_push_replays_total", "dedupe replays"),
+)

@@ -1,0 +1,69 @@
+"""``python -m bench <what>``: beava benchmarks (numbers, never assertions)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="what", required=True)
+    startup = sub.add_parser("startup", help="exec -> bind lines")
+    startup.add_argument("--runs", type=int, default=20)
+    ping = sub.add_parser("ping", help="PING frames/s over one pipelined connection")
+    ping.add_argument("--frames", type=int, default=1_000_000)
+    ping.add_argument("--depth", type=int, default=1024)
+    push = sub.add_parser("push", help="push events/s per workload")
+    push.add_argument("workloads", nargs="*", default=["small", "fraud-team"])
+    push.add_argument("--mode", choices=("memory", "strict", "periodic"), default="memory")
+    push.add_argument("--connections", type=int, default=16)
+    push.add_argument("--depth", type=int, default=1024)
+    push.add_argument("--seconds", type=float, default=10.0)
+    push.add_argument("--content", choices=("msgpack", "json"), default="msgpack")
+    push.add_argument("--null", action="store_true", help="also measure against a null server")
+    push.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
+    latency = sub.add_parser("latency", help="GET p50/p99 idle and under push load")
+    latency.add_argument("--workload", default="fraud-team")
+    latency.add_argument("--samples", type=int, default=5000)
+    memory = sub.add_parser("memory", help="RSS growth per key set")
+    memory.add_argument("--workload", default="fraud-team")
+    memory.add_argument("--keysets", type=int, default=50_000)
+    args = parser.parse_args()
+
+    if args.what == "startup":
+        from bench.startup_time import main as run_startup
+
+        run_startup(args.runs)
+    elif args.what == "ping":
+        from bench.ping_rate import main as run_ping
+
+        run_ping(args.frames, args.depth)
+    elif args.what == "push":
+        from bench import engine_bench
+
+        rows = []
+        for name in args.workloads:
+            if args.null:
+                rows.append(engine_bench.null_ceiling(name, connections=args.connections,
+                                                      depth=args.depth))
+            rows.append(engine_bench.throughput(
+                name, mode=args.mode, connections=args.connections, depth=args.depth,
+                seconds=args.seconds, content=args.content))
+        engine_bench.print_rows(rows)
+        if args.chart:
+            engine_bench.chart(rows, None, args.chart)
+    elif args.what == "latency":
+        from bench import engine_bench
+
+        print(json.dumps(engine_bench.get_latency(args.workload, samples=args.samples),
+                         indent=2))
+    elif args.what == "memory":
+        from bench import engine_bench
+
+        print(json.dumps(engine_bench.memory_per_keyset(args.workload, keysets=args.keysets),
+                         indent=2))
+
+
+if __name__ == "__main__":
+    main()

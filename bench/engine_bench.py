@@ -1,0 +1,193 @@
+"""Engine benchmarks: events/s per workload, GET latency, RSS per entity.
+
+Every figure comes from a real ``beava`` server process started here (memory-only unless
+asked otherwise) and the pipelined load generator of ``bench.loadgen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from bench import loadgen, workloads
+from bench.server_process import BenchServer
+
+
+@dataclass
+class Row:
+    workload: str
+    mode: str
+    events_per_s: float
+    errors: int
+    extra: dict = field(default_factory=dict)
+
+
+def register(http_addr: str, payload: dict) -> None:
+    req = urllib.request.Request(f"http://{http_addr}/register", data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        body = json.loads(resp.read())
+    if "error" in body:
+        raise RuntimeError(f"register failed: {body}")
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def server_args(mode: str) -> tuple[list[str], dict[str, str]]:
+    if mode == "memory":
+        return ["--memory-only"], {}
+    import tempfile
+
+    data = tempfile.mkdtemp(prefix="beava-bench-")
+    return ["--data-dir", data], {"BEAVA_WAL_SYNC_MODE": mode,
+                                  "BEAVA_SNAPSHOT_INTERVAL_MS": "0"}
+
+
+def throughput(name: str, *, mode: str = "memory", connections: int = 16, depth: int = 1024,
+               seconds: float = 10.0, content: str = "msgpack", distinct: int = 100_000
+               ) -> Row:
+    wl = workloads.load(name)
+    frames = loadgen.push_frames(wl.event, workloads.events(wl, distinct), content)
+    args, env = server_args(mode)
+    server = BenchServer(*args, env=env)
+    try:
+        register(server.addrs["http"], wl.register)
+        # warm-up: create the entities so the timed run measures steady state
+        asyncio.run(loadgen.blast(server.tcp(), frames, connections=connections, depth=depth,
+                                  seconds=1.0))
+        result = asyncio.run(loadgen.blast(server.tcp(), frames, connections=connections,
+                                           depth=depth, seconds=seconds))
+    finally:
+        server.stop()
+    if result.errors:
+        print(f"  {result.errors} error replies, first: {result.first_error[:200]!r}")
+    return Row(name, mode, result.rate, result.errors,
+               {"connections": connections, "depth": depth, "content": content})
+
+
+def null_ceiling(name: str, *, connections: int = 16, depth: int = 1024, seconds: float = 5.0
+                 ) -> Row:
+    """The load generator against a server that does nothing."""
+    wl = workloads.load(name)
+    frames = loadgen.push_frames(wl.event, workloads.events(wl, 100_000))
+    proc = subprocess.Popen([sys.executable, "-m", "bench.null_server"], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        addr = json.loads(proc.stdout.readline())["addr"]
+        host, _, port = addr.rpartition(":")
+        result = asyncio.run(loadgen.blast((host, int(port)), frames, connections=connections,
+                                           depth=depth, seconds=seconds))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return Row(name, "null-server", result.rate, result.errors)
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+    return {"p50_ms": statistics.median(ms), "p99_ms": ms[int(len(ms) * 0.99) - 1]}
+
+
+def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: int = 16,
+                depth: int = 1024) -> dict[str, dict[str, float]]:
+    """GET p50/p99 for one key: idle, then while pushes run on other connections."""
+    wl = workloads.load(name)
+    bodies = workloads.events(wl, 100_000)
+    frames = loadgen.push_frames(wl.event, bodies)
+    server = BenchServer("--memory-only")
+    try:
+        register(server.addrs["http"], wl.register)
+        asyncio.run(loadgen.blast(server.tcp(), frames, connections=4, depth=depth,
+                                  seconds=1.0))
+        key = bodies[0][wl.key_fields[0]]
+        table = wl.first_table()
+        idle = loadgen.get_latencies(server.tcp(), table, key, samples)
+        loaded: list[float] = []
+        worker = threading.Thread(target=lambda: loaded.extend(
+            loadgen.get_latencies(server.tcp(), table, key, samples)))
+
+        async def load_while_reading() -> None:
+            worker.start()
+            while worker.is_alive():
+                await loadgen.blast(server.tcp(), frames, connections=connections,
+                                    depth=depth, seconds=0.5)
+
+        asyncio.run(load_while_reading())
+        worker.join()
+    finally:
+        server.stop()
+    return {"idle": _percentiles(idle), "under_push_load": _percentiles(loaded)}
+
+
+def memory_per_keyset(name: str = "fraud-team", *, keysets: int = 50_000,
+                      pushes_per_keyset: int = 2) -> dict[str, float]:
+    """RSS growth per distinct key set (every group-key field new), pushed N times each."""
+    wl = workloads.load(name)
+    bodies = workloads.events(wl, keysets, key_pool=None)
+    frames = loadgen.push_frames(wl.event, bodies) * pushes_per_keyset
+    server = BenchServer("--memory-only")
+    try:
+        register(server.addrs["http"], wl.register)
+        # one small batch first so lazily imported code and first-use buffers are counted
+        # in the baseline, not in the per-entity figure
+        warm = loadgen.push_frames(wl.event, workloads.events(wl, 100, key_pool=None, seed=99))
+        asyncio.run(loadgen.blast(server.tcp(), warm, connections=1, depth=256,
+                                  total=len(warm)))
+        time.sleep(0.5)
+        before = rss_kb(server.pid())
+        result = asyncio.run(loadgen.blast(server.tcp(), frames, connections=1, depth=1024,
+                                           total=len(frames)))
+        time.sleep(0.5)
+        after = rss_kb(server.pid())
+    finally:
+        server.stop()
+    if result.errors:
+        raise RuntimeError(f"{result.errors} pushes failed: {result.first_error!r}")
+    return {"keysets": keysets, "rss_before_kb": before, "rss_after_kb": after,
+            "bytes_per_keyset": (after - before) * 1024 / keysets,
+            "tables_per_keyset": len(wl.tables)}
+
+
+def chart(rows: list[Row], latency: dict | None, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2 if latency else 1, figsize=(11 if latency else 6, 4))
+    ax = axes[0] if latency else axes
+    labels = [f"{r.workload}\n{r.mode}" for r in rows]
+    ax.bar(labels, [r.events_per_s for r in rows], color="#4C72B0")
+    ax.set_ylabel("events/s")
+    ax.set_title("push throughput (16 conn x 1024 deep, msgpack)")
+    ax.tick_params(axis="x", labelsize=8)
+    if latency:
+        ax2 = axes[1]
+        names = list(latency)
+        ax2.bar([f"{n}\np50" for n in names], [latency[n]["p50_ms"] for n in names],
+                color="#55A868")
+        ax2.bar([f"{n}\np99" for n in names], [latency[n]["p99_ms"] for n in names],
+                color="#C44E52")
+        ax2.set_ylabel("ms")
+        ax2.set_title("GET latency, single key")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def print_rows(rows: list[Row]) -> None:
+    print(f"{'workload':<22}{'mode':<14}{'events/s':>14}{'errors':>8}")
+    for r in rows:
+        print(f"{r.workload:<22}{r.mode:<14}{r.events_per_s:>14,.0f}{r.errors:>8}")

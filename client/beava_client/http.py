@@ -1,0 +1,646 @@
+"""HTTP/1.1 JSON clients for the data-plane routes (spec/wire.md §3), stdlib only:
+``HttpClient`` on ``http.client`` (keep-alive), ``AsyncHttpClient`` on asyncio streams
+(keep-alive pool of up to ``pool_size`` connections)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ssl
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from .errors import (
+    BeavaError,
+    ConnectionClosed,
+    ProtocolError,
+    ServerError,
+    Timeout,
+    TransportError,
+    error_from_reply,
+)
+from .messages import (
+    DEFAULT_CHUNK_SIZE,
+    HTTP_MAX_BODY_BYTES,
+    EnvelopeEncoder,
+    batch_get_body,
+    encode_push_many_chunks,
+    get_body,
+    register_body,
+)
+from .results import PushManyTally, PushResult, empty_push_result
+from .urls import parse_url
+
+DEFAULT_HTTP_PORT = 8080
+JSON_CONTENT_TYPE = "application/json"
+HTTP_PUSH_MANY_UNSUPPORTED_CODES = frozenset(("not_found", "method_not_allowed"))
+"""HTTP error codes meaning the server has no POST /push_many (spec/sdk.md §8.4)."""
+
+_json_encode = msgspec.json.encode
+_json_decode = msgspec.json.decode
+_MAX_HEADER_BYTES = 64 * 1024
+
+
+class HttpResponse(msgspec.Struct, frozen=True):
+    """A raw response: status, headers (lower-case names), body bytes."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def decode_response(response: HttpResponse) -> Any:
+    """The decoded JSON body of a 200 response; ServerError (with ``status``) otherwise."""
+    if response.status == 200:
+        try:
+            return _json_decode(response.body)
+        except msgspec.DecodeError as exc:
+            raise ServerError(
+                "unparseable_reply", f"HTTP 200 body is not JSON: {exc}", status=200,
+                raw=response.body,
+            ) from None
+    raise error_from_reply(response.body, status=response.status)
+
+
+def _base_path(base_path: str) -> str:
+    base_path = base_path.rstrip("/")
+    if base_path and not base_path.startswith("/"):
+        base_path = "/" + base_path
+    return base_path
+
+
+def _each_push_result(results: Iterable[tuple[int, Any]]) -> PushResult:
+    """Merge ``(index, ack dict or ServerError)`` pairs into the push_many result shape."""
+    acks = 0
+    ack_lsn = None
+    errors: list[dict[str, Any]] = []
+    registry_version = None
+    for index, outcome in results:
+        if isinstance(outcome, ServerError):
+            errors.append({"index": index, "error": outcome.error})
+            rv = outcome.body.get("registry_version")
+        else:
+            acks += 1
+            ack_lsn = outcome.get("ack_lsn", ack_lsn)
+            rv = outcome.get("registry_version")
+        if rv is not None:
+            registry_version = rv
+    return {"acks": acks, "ack_lsn": ack_lsn, "errors": errors,
+            "registry_version": registry_version}
+
+
+class _HttpCommon:
+    """Configuration and request bodies shared by the sync and async HTTP clients."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        base_path: str,
+        tls: bool | ssl.SSLContext,
+        timeout: float,
+        reconnect: bool,
+    ) -> None:
+        if not timeout or timeout <= 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        self.host = host
+        self.port = port
+        self.base_path = _base_path(base_path)
+        self.tls = tls
+        self.timeout = float(timeout)
+        self.reconnect = reconnect
+        self._closed = False
+        self._push_many_supported: bool | None = None
+        self._push_encoders: dict[str, EnvelopeEncoder] = {}
+        host_text = f"[{host}]" if ":" in host else host
+        default_port = 443 if tls else 80
+        self._host_header = host_text if port == default_port else f"{host_text}:{port}"
+
+    @classmethod
+    def _endpoint_args(cls, url: str) -> tuple[str, int, dict[str, Any]]:
+        endpoint = parse_url(url)
+        if not endpoint.is_http:
+            raise ValueError(f"not an http:// or https:// URL: {url!r}")
+        return endpoint.host, endpoint.port, {"base_path": endpoint.base_path,
+                                               "tls": endpoint.tls}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def push_many_supported(self) -> bool | None:
+        """Whether the server has POST /push_many (None until the first push_many)."""
+        return self._push_many_supported
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("client is closed")
+
+    def _push_body(self, event: str, body: Mapping[str, Any]) -> bytes:
+        enc = self._push_encoders.get(event)
+        if enc is None:
+            if len(self._push_encoders) >= 256:
+                self._push_encoders.clear()
+            enc = EnvelopeEncoder(event, field="data", op=None)
+            self._push_encoders[event] = enc
+        return enc.encode(body)
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls is True:
+            return ssl.create_default_context()
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls
+        return None
+
+
+class HttpClient(_HttpCommon):
+    """Synchronous HTTP client (one keep-alive connection, calls serialised by a lock).
+
+    Same methods and results as ``TcpClient`` where the route exists; ``ping()`` answers
+    ``{"pong": true, "registry_version": N}``. Errors: ServerError with ``status``.
+    ``reconnect=True`` retries a failed safe call (every call but push/push_many) once.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_HTTP_PORT,
+        *,
+        base_path: str = "",
+        tls: bool | ssl.SSLContext = False,
+        timeout: float = 30.0,
+        reconnect: bool = False,
+    ) -> None:
+        super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
+                         reconnect=reconnect)
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> HttpClient:
+        """A client for ``http(s)://host[:port][/base]``."""
+        host, port, extra = cls._endpoint_args(url)
+        return cls(host, port, **{**extra, **kwargs})
+
+    def connect(self) -> None:
+        """Open the connection now (otherwise the first call does)."""
+        with self._lock:
+            self._check_open()
+            self._connection()
+
+    def close(self) -> None:
+        """Close the connection. Idempotent; later calls raise RuntimeError."""
+        self._closed = True
+        with self._lock:
+            self._discard()
+
+    def __enter__(self) -> HttpClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"<HttpClient {scheme}://{self._host_header}{self.base_path}>"
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = self._conn
+        if conn is None or conn.sock is None:
+            context = self._ssl_context()
+            if context is not None:
+                conn = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.timeout, context=context
+                )
+            else:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                conn.connect()
+            except TimeoutError:
+                raise Timeout("timeout", f"connect to {self._host_header} timed out") from None
+            except OSError as exc:
+                raise TransportError(
+                    "connect_failed", f"cannot connect to {self._host_header}: {exc}"
+                ) from exc
+            self._conn = conn
+        return conn
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        headers: Mapping[str, str] | None = None,
+        safe: bool = True,
+    ) -> HttpResponse:
+        """One raw request to ``base_path + path``; any status is returned, not raised."""
+        all_headers = {"Content-Type": JSON_CONTENT_TYPE}
+        if headers:
+            all_headers.update(headers)
+        target = self.base_path + path
+        with self._lock:
+            self._check_open()
+            retried = False
+            while True:
+                written = False
+                try:
+                    conn = self._connection()
+                    written = True
+                    conn.request(method, target, body=body, headers=all_headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    response = HttpResponse(
+                        resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+                    )
+                    if resp.will_close:
+                        self._discard()
+                    return response
+                except BeavaError as exc:
+                    error: BeavaError = exc
+                except TimeoutError:
+                    error = Timeout("timeout", f"{method} {target} timed out after "
+                                   f"{self.timeout}s")
+                except http.client.RemoteDisconnected as exc:
+                    error = ConnectionClosed("connection_closed", f"{method} {target}: {exc}")
+                except OSError as exc:
+                    error = TransportError("connection_failed", f"{method} {target}: {exc}")
+                except http.client.HTTPException as exc:
+                    error = ProtocolError("http_protocol_error", f"{method} {target}: {exc!r}")
+                self._discard()
+                if (retried or not self.reconnect or (written and not safe)
+                        or isinstance(error, Timeout)):
+                    raise error
+                retried = True
+
+    def request(
+        self, method: str, path: str, payload: Any = None, *, safe: bool = True
+    ) -> Any:
+        """Send ``payload`` (JSON-encoded unless bytes) and return the decoded 200 body;
+        other statuses raise ServerError."""
+        if payload is None:
+            body = b""
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            body = bytes(payload)
+        else:
+            body = _json_encode(payload)
+        return decode_response(self.send(method, path, body, safe=safe))
+
+    def ping(self) -> dict[str, Any]:
+        """``{"pong": true, "registry_version": N}``."""
+        return self.request("POST", "/ping", b"{}")
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health`` → ``{"status": "ok"}``."""
+        return self.request("GET", "/health")
+
+    def register(
+        self,
+        payload: Mapping[str, Any] | Sequence[Any],
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /register``; returns the server's answer."""
+        return self.request("POST", "/register", register_body(payload, force, dry_run))
+
+    def reset(self) -> dict[str, Any]:
+        """``POST /reset`` (test mode only): ``{"registry_version": N, "reset": true}``."""
+        return self.request("POST", "/reset", b"{}")
+
+    def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
+        """``POST /get``: the row of ``key`` (sent unchanged; None = ``""``)."""
+        return self.request("POST", "/get", get_body(table, key, features))
+
+    def batch_get(self, requests: Iterable[Any]) -> list[Any]:
+        """``POST /batch_get``: rows in request order, per-entry errors inline."""
+        return self.request("POST", "/batch_get", batch_get_body(requests))["results"]
+
+    def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /push`` ``{"event", "data"}``: the ack (a replay is only marked by the
+        ``X-Beava-Idempotent-Replay`` header, see ``send``)."""
+        return self.request("POST", "/push", self._push_body(event, body), safe=False)
+
+    def push_each(self, event: str, bodies: Iterable[Mapping[str, Any]]) -> PushResult:
+        """One ``POST /push`` per body, in order; result shape of ``push_many``."""
+
+        def outcomes() -> Iterable[tuple[int, Any]]:
+            for index, body in enumerate(bodies):
+                try:
+                    yield index, self.push(event, body)
+                except ServerError as err:
+                    yield index, err
+
+        return _each_push_result(outcomes())
+
+    def push_many(
+        self,
+        event: str,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> PushResult:
+        """``POST /push_many`` in chunks (at most ``chunk_size`` rows, 4 MiB); merged result.
+        A first answer ``not_found``/``method_not_allowed`` (a server without the
+        extension) switches this client to ``push_each`` for good. A chunk rejected as a
+        whole raises ServerError with ``acked_before``."""
+        rows = rows if isinstance(rows, list) else list(rows)
+        chunks = encode_push_many_chunks(
+            event, rows, chunk_size=chunk_size, max_payload=HTTP_MAX_BODY_BYTES, framed=False
+        )
+        if not chunks:
+            return empty_push_result()
+        if self._push_many_supported is False:
+            return self.push_each(event, rows)
+        tally = PushManyTally()
+        for chunk in chunks:
+            try:
+                reply = self.request("POST", "/push_many", chunk.data, safe=False)
+            except ServerError as err:
+                if (self._push_many_supported is None
+                        and err.code in HTTP_PUSH_MANY_UNSUPPORTED_CODES):
+                    self._push_many_supported = False
+                    return self.push_each(event, rows)
+                self._push_many_supported = True  # the route exists; this chunk was refused
+                err.acked_before = tally.acks
+                raise
+            self._push_many_supported = True
+            tally.add(reply, chunk.start)
+        return tally.result()
+
+
+class _StreamConn:
+    """One keep-alive HTTP/1.1 connection on asyncio streams."""
+
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class AsyncHttpClient(_HttpCommon):
+    """asyncio HTTP client with a keep-alive pool of up to ``pool_size`` connections;
+    each request uses one connection exclusively. Same methods as ``HttpClient``, as
+    coroutines."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_HTTP_PORT,
+        *,
+        base_path: str = "",
+        tls: bool | ssl.SSLContext = False,
+        timeout: float = 30.0,
+        reconnect: bool = False,
+        pool_size: int = 1,
+    ) -> None:
+        super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
+                         reconnect=reconnect)
+        if pool_size < 1:
+            raise ValueError("pool_size must be >= 1")
+        self.pool_size = pool_size
+        self._idle: list[_StreamConn] = []
+        self._slots: asyncio.Semaphore | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> AsyncHttpClient:
+        """A client for ``http(s)://host[:port][/base]``."""
+        host, port, extra = cls._endpoint_args(url)
+        return cls(host, port, **{**extra, **kwargs})
+
+    async def connect(self) -> None:
+        """Open one connection now (otherwise the first call does)."""
+        self._check_open()
+        if not self._idle:
+            self._idle.append(await self._open())
+
+    async def close(self) -> None:
+        """Close idle connections; busy ones close when their request ends. Idempotent."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def __aenter__(self) -> AsyncHttpClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"<AsyncHttpClient {scheme}://{self._host_header}{self.base_path}>"
+
+    async def _open(self) -> _StreamConn:
+        try:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self._ssl_context(), limit=_MAX_HEADER_BYTES
+                )
+        except TimeoutError:
+            raise Timeout("timeout", f"connect to {self._host_header} timed out") from None
+        except OSError as exc:
+            raise TransportError(
+                "connect_failed", f"cannot connect to {self._host_header}: {exc}"
+            ) from exc
+        return _StreamConn(reader, writer)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        headers: Mapping[str, str] | None = None,
+        safe: bool = True,
+    ) -> HttpResponse:
+        """One raw request to ``base_path + path``; any status is returned, not raised."""
+        self._check_open()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.pool_size)
+        target = self.base_path + path
+        head = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}",
+                f"Content-Type: {JSON_CONTENT_TYPE}", f"Content-Length: {len(body)}"]
+        for name, value in (headers or {}).items():
+            head.append(f"{name}: {value}")
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        async with self._slots:
+            retried = False
+            while True:
+                written = False
+                conn = None
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        conn = self._idle.pop() if self._idle else await self._open()
+                        written = True
+                        conn.writer.write(request)
+                        await conn.writer.drain()
+                        response, keep = await self._read_response(conn.reader, method)
+                    if keep and not self._closed:
+                        self._idle.append(conn)
+                    else:
+                        conn.close()
+                    return response
+                except BeavaError as exc:
+                    error: BeavaError = exc
+                except TimeoutError:
+                    error = Timeout("timeout", f"{method} {target} timed out after "
+                                   f"{self.timeout}s")
+                except asyncio.IncompleteReadError:
+                    error = ConnectionClosed("connection_closed",
+                                             f"{method} {target}: connection closed mid-response")
+                except (asyncio.LimitOverrunError, ValueError) as exc:
+                    error = ProtocolError("http_protocol_error", f"{method} {target}: {exc}")
+                except OSError as exc:
+                    error = TransportError("connection_failed", f"{method} {target}: {exc}")
+                if conn is not None:
+                    conn.close()
+                if (retried or not self.reconnect or (written and not safe)
+                        or isinstance(error, Timeout)):
+                    raise error
+                retried = True
+
+    @staticmethod
+    async def _read_response(
+        reader: asyncio.StreamReader, method: str
+    ) -> tuple[HttpResponse, bool]:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            status = int(rest.split(" ", 1)[0])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                if line:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+            if status != 100:  # "100 Continue" precedes the real response
+                break
+        if method == "HEAD" or status in (204, 304):
+            body = b""
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            parts = []
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                        pass  # trailers
+                    break
+                parts.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+            body = b"".join(parts)
+        elif "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        else:
+            return HttpResponse(status, headers, await reader.read()), False
+        connection = headers.get("connection", "").lower()
+        keep = connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
+        return HttpResponse(status, headers, body), keep
+
+    async def request(
+        self, method: str, path: str, payload: Any = None, *, safe: bool = True
+    ) -> Any:
+        """Send ``payload`` (JSON-encoded unless bytes); the decoded 200 body, else
+        ServerError."""
+        if payload is None:
+            body = b""
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            body = bytes(payload)
+        else:
+            body = _json_encode(payload)
+        return decode_response(await self.send(method, path, body, safe=safe))
+
+    async def ping(self) -> dict[str, Any]:
+        """``{"pong": true, "registry_version": N}``."""
+        return await self.request("POST", "/ping", b"{}")
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health`` → ``{"status": "ok"}``."""
+        return await self.request("GET", "/health")
+
+    async def register(
+        self,
+        payload: Mapping[str, Any] | Sequence[Any],
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /register``; returns the server's answer."""
+        return await self.request("POST", "/register", register_body(payload, force, dry_run))
+
+    async def reset(self) -> dict[str, Any]:
+        """``POST /reset`` (test mode only)."""
+        return await self.request("POST", "/reset", b"{}")
+
+    async def get(
+        self, table: str, key: Any = None, features: Sequence[str] | None = None
+    ) -> Any:
+        """``POST /get``: the row of ``key``."""
+        return await self.request("POST", "/get", get_body(table, key, features))
+
+    async def batch_get(self, requests: Iterable[Any]) -> list[Any]:
+        """``POST /batch_get``: rows in request order, per-entry errors inline."""
+        return (await self.request("POST", "/batch_get", batch_get_body(requests)))["results"]
+
+    async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /push`` ``{"event", "data"}``: the ack."""
+        return await self.request("POST", "/push", self._push_body(event, body), safe=False)
+
+    async def push_each(self, event: str, bodies: Iterable[Mapping[str, Any]]) -> PushResult:
+        """One ``POST /push`` per body, in order; result shape of ``push_many``."""
+        outcomes: list[tuple[int, Any]] = []
+        for index, body in enumerate(bodies):
+            try:
+                outcomes.append((index, await self.push(event, body)))
+            except ServerError as err:
+                outcomes.append((index, err))
+        return _each_push_result(outcomes)
+
+    async def push_many(
+        self,
+        event: str,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> PushResult:
+        """``POST /push_many`` in chunks; see ``HttpClient.push_many``."""
+        rows = rows if isinstance(rows, list) else list(rows)
+        chunks = encode_push_many_chunks(
+            event, rows, chunk_size=chunk_size, max_payload=HTTP_MAX_BODY_BYTES, framed=False
+        )
+        if not chunks:
+            return empty_push_result()
+        if self._push_many_supported is False:
+            return await self.push_each(event, rows)
+        tally = PushManyTally()
+        for chunk in chunks:
+            try:
+                reply = await self.request("POST", "/push_many", chunk.data, safe=False)
+            except ServerError as err:
+                if (self._push_many_supported is None
+                        and err.code in HTTP_PUSH_MANY_UNSUPPORTED_CODES):
+                    self._push_many_supported = False
+                    return await self.push_each(event, rows)
+                self._push_many_supported = True  # the route exists; this chunk was refused
+                err.acked_before = tally.acks
+                raise
+            self._push_many_supported = True
+            tally.add(reply, chunk.start)
+        return tally.result()

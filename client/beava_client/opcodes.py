@@ -1,0 +1,63 @@
+"""Opcodes and content types of the framed TCP protocol (spec/wire.md §2.3, §2.4)."""
+
+from __future__ import annotations
+
+OP_PING = 0x0000
+OP_REGISTER = 0x0001
+OP_PUSH = 0x0010
+OP_PUSH_SYNC = 0x0011
+OP_PUSH_MANY = 0x0012
+OP_GET = 0x0020
+OP_MGET = 0x0021
+OP_GET_MULTI = 0x0022
+OP_GET_RESPONSE = 0x0023
+OP_BATCH_GET = 0x0024
+OP_RESET = 0x0040
+OP_ERROR = 0xFFFF
+
+CT_JSON = 0x01
+CT_MSGPACK = 0x02
+
+# The success reply opcode is not uniform: writes echo their op, reads and RESET answer 0x0023.
+REPLY_OP: dict[int, int] = {
+    OP_PING: OP_PING,
+    OP_REGISTER: OP_REGISTER,
+    OP_PUSH: OP_PUSH,
+    OP_PUSH_MANY: OP_PUSH_MANY,
+    OP_GET: OP_GET_RESPONSE,
+    OP_MGET: OP_GET_RESPONSE,
+    OP_GET_MULTI: OP_GET_RESPONSE,
+    OP_BATCH_GET: OP_GET_RESPONSE,
+    OP_RESET: OP_GET_RESPONSE,
+}
+
+OP_NAMES: dict[int, str] = {
+    OP_PING: "ping",
+    OP_REGISTER: "register",
+    OP_PUSH: "push",
+    OP_PUSH_SYNC: "push_sync",
+    OP_PUSH_MANY: "push_many",
+    OP_GET: "get",
+    OP_MGET: "mget",
+    OP_GET_MULTI: "get_multi",
+    OP_GET_RESPONSE: "get_response",
+    OP_BATCH_GET: "batch_get",
+    OP_RESET: "reset",
+    OP_ERROR: "error_response",
+}
+
+_CT_BY_NAME = {"json": CT_JSON, "msgpack": CT_MSGPACK}
+
+
+def content_type_code(ct: int | str) -> int:
+    """Return the content-type byte for ``"json"``, ``"msgpack"``, 1 or 2."""
+    if isinstance(ct, str):
+        try:
+            return _CT_BY_NAME[ct.lower()]
+        except KeyError:
+            raise ValueError(
+                f"unknown content type {ct!r} (expected 'json' or 'msgpack')"
+            ) from None
+    if ct in (CT_JSON, CT_MSGPACK):
+        return ct
+    raise ValueError(f"unknown content type {ct!r} (expected 0x01 or 0x02)")

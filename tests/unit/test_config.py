@@ -1,0 +1,87 @@
+"""Configuration precedence and parsing (spec/server.md §2-§4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from beava.config import CommandLine, ConfigError, parse_addr, resolve
+
+
+def test_defaults():
+    cfg = resolve(CommandLine(), {})
+    assert cfg.http_addr == ("127.0.0.1", 8080)
+    assert cfg.tcp_addr == ("127.0.0.1", 8081)
+    assert cfg.admin_addr == ("127.0.0.1", 8090) and not cfg.admin_explicit
+    assert cfg.wal_sync_mode == "strict" and cfg.max_frame_bytes == 4_194_304
+    assert cfg.wal_dir == "./beava-wal" and cfg.snapshot_dir == "./beava-snapshots"
+    assert not cfg.test_mode and cfg.memory_governance_enforce
+
+
+def test_dev_null_config_is_defaults():
+    assert resolve(CommandLine(config="/dev/null"), {}).http_addr == ("127.0.0.1", 8080)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:8080", ("::1", 8080)),
+    ("0.0.0.0:65535", ("0.0.0.0", 65535)),
+])
+def test_parse_addr(text, expected):
+    assert parse_addr(text, "x") == expected
+
+
+@pytest.mark.parametrize("text", ["localhost:80", "127.0.0.1", "127.0.0.1:70000",
+                                  "[::1]8080", "127.0.0.1:-1", ":80"])
+def test_parse_addr_rejects(text):
+    with pytest.raises(ConfigError):
+        parse_addr(text, "x")
+
+
+def test_precedence_cli_over_env_over_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("listen_addr: 127.0.0.1:1000\ntcp:\n  host: 127.0.0.2\n  port: 1001\n"
+                    "durability:\n  wal_dir: /y/wal\n  wal_tick_ms: 5000\n")
+    env = {"BEAVA_LISTEN_ADDR": "127.0.0.1:2000", "BEAVA_TCP_PORT": "2001"}
+    cfg = resolve(CommandLine(config=str(path)), env)
+    assert cfg.http_addr == ("127.0.0.1", 2000)
+    assert cfg.tcp_addr == ("127.0.0.2", 2001)      # env overrides only its own part
+    assert cfg.wal_dir == "/y/wal"
+    assert cfg.wal_tick_ms == 1000                   # clamped
+    assert ("wal.config.clamp", "durability.wal_tick_ms clamped",
+            {"var": "durability.wal_tick_ms", "value": 5000, "clamped_to": 1000}) in cfg.warnings
+    cfg = resolve(CommandLine(config=str(path), http_addr="127.0.0.1:3000",
+                              tcp_addr="127.0.0.3:3001", data_dir="/d"), env)
+    assert cfg.http_addr == ("127.0.0.1", 3000)
+    assert cfg.tcp_addr == ("127.0.0.3", 3001)
+    assert (cfg.wal_dir, cfg.snapshot_dir) == ("/d/wal", "/d/snapshots")
+    assert "CLI [--http-addr, --tcp-addr, --data-dir]" in cfg.config_source
+
+
+def test_env_flags():
+    cfg = resolve(CommandLine(), {"BEAVA_TEST_MODE": "true", "BEAVA_MEMORY_GOV_ENFORCE": "no",
+                                  "BEAVA_WAL_SYNC_MODE": "Per-Event",
+                                  "BEAVA_SNAPSHOT_FORK": "No"})
+    assert not cfg.test_mode                  # exactly "1" turns it on
+    assert cfg.memory_governance_enforce      # exactly "0" turns it off
+    assert cfg.wal_sync_mode == "strict"
+    assert not cfg.snapshot_fork
+    cfg = resolve(CommandLine(), {"BEAVA_TEST_MODE": "1", "BEAVA_MEMORY_GOV_ENFORCE": "0",
+                                  "BEAVA_WAL_SYNC_MODE": "periodic"})
+    assert cfg.test_mode and not cfg.memory_governance_enforce
+    assert cfg.wal_sync_mode == "periodic"
+
+
+def test_lenient_and_strict_integer_env():
+    cfg = resolve(CommandLine(), {"BEAVA_WAL_TICK_MS": "soon", "BEAVA_WAL_BUFFERS": "99"})
+    assert cfg.wal_tick_ms == 20 and cfg.wal_buffers == 32
+    kinds = [w[0] for w in cfg.warnings]
+    assert kinds == ["wal.config.parse_error", "wal.config.clamp"]
+    with pytest.raises(ConfigError):
+        resolve(CommandLine(), {"BEAVA_WAL_SEGMENT_BYTES": "big"})
+    with pytest.raises(ConfigError):
+        resolve(CommandLine(), {"BEAVA_WAL_FSYNC_INTERVAL_MS": "x"})
+    assert resolve(CommandLine(), {"BEAVA_WAL_SEGMENT_BYTES": "10"}).wal_segment_bytes == 1048576
+
+
+def test_memory_only_wins(tmp_path):
+    cfg = resolve(CommandLine(memory_only=True, data_dir=str(tmp_path)), {})
+    assert cfg.memory_only

@@ -1,0 +1,91 @@
+"""Push-side validation (spec/wire.md §6.2-§6.5) against a real registered schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from beava.engine.push_validation import has_control_character, validate_push
+from beava.engine.registry import empty_registry, register
+from beava.protocol.errors import BeavaError
+
+NODES = [{"kind": "event", "name": "Txn",
+          "schema": {"fields": {"user": "str", "amount": "f64", "qty": "i64", "ok": "bool",
+                                "blob": "json", "currency": "str", "note": "str"},
+                     "optional_fields": ["note", "extra"], "defaults": {"currency": "USD"}}}]
+
+
+@pytest.fixture(scope="module")
+def events():
+    outcome = register(empty_registry(), json.dumps({"nodes": NODES}).encode())
+    assert outcome.status == 200, outcome.body
+    return outcome.registry.events
+
+
+def good() -> dict:
+    return {"user": "u1", "amount": 1.5, "qty": 2, "ok": True, "blob": [1]}
+
+
+def code_of(events, name, fields) -> str:
+    with pytest.raises(BeavaError) as info:
+        validate_push(name, fields, events)
+    return info.value.code
+
+
+def test_accepts_and_fills_defaults(events):
+    spec, row = validate_push("Txn", good(), events)
+    assert spec.name == "Txn"
+    assert row["currency"] == "USD"
+    _, row = validate_push("Txn", {**good(), "currency": None}, events)
+    assert row["currency"] == "USD"
+    _, row = validate_push("Txn", {**good(), "currency": "EUR"}, events)
+    assert row["currency"] == "EUR"
+
+
+def test_numeric_fields_take_ints_and_floats_but_not_bools(events):
+    validate_push("Txn", {**good(), "amount": 3, "qty": 1.5}, events)
+    assert code_of(events, "Txn", {**good(), "qty": True}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "amount": "3"}) == "invalid_event"
+
+
+def test_strict_str_and_bool(events):
+    assert code_of(events, "Txn", {**good(), "user": 42}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "user": b"u1"}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "ok": 1}) == "invalid_event"
+
+
+def test_required_missing_or_null(events):
+    body = good()
+    del body["qty"]
+    assert code_of(events, "Txn", body) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "blob": None}) == "invalid_event"
+
+
+def test_optional_fields_are_not_type_checked(events):
+    validate_push("Txn", {**good(), "note": 5, "extra": None}, events)
+
+
+def test_order_of_checks(events):
+    assert code_of(events, "Txn", [1]) == "invalid_event"
+    assert code_of(events, "Nope\n", [1]) == "invalid_event"
+    assert code_of(events, "Nope\n", {}) == "control_character_in_string"
+    assert code_of(events, "Nope", {"a": "x\u0085"}) == "control_character_in_string"
+    assert code_of(events, "Nope", {}) == "event_not_found"
+    assert code_of(events, "Txn", {**good(), "zz": 1}) == "unknown_field_v0"
+    assert code_of(events, "Txn", {**good(), "zz": 1, "event_time": 5}) == \
+        "unknown_field_event_time_v0"
+    assert code_of(events, "Txn", {"zz": 1}) == "unknown_field_v0"
+
+
+def test_control_characters_at_any_depth():
+    assert has_control_character({"a": [{"b": "x\ty"}]})
+    assert has_control_character({"k\x7f": 1})
+    assert has_control_character(["\x9f"])
+    assert not has_control_character({"a": ["é漢字", 1, 2.5, None, b"\x00"]})
+
+
+def test_big_integers_become_floats(events):
+    _, row = validate_push("Txn", {**good(), "qty": 2**70, "blob": {"x": [2**64]}}, events)
+    assert row["qty"] == float(2**70) and isinstance(row["qty"], float)
+    assert isinstance(row["blob"]["x"][0], float)
