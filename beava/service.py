@@ -16,6 +16,7 @@ import msgspec
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
 from beava.engine import reads
+from beava.engine.push_validation import has_control_character
 from beava.engine.store import FeatureStore
 from beava.protocol import messages
 from beava.protocol.errors import BeavaError
@@ -46,6 +47,9 @@ _REPLAY_HEADERS = _HTTP_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
 RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MODE=1 or pass "
                           "--test-mode).")
 PUSH_MANY_LIMIT = 10_000
+# Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
+_ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
+_REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
 
 
 def _error_frame(err: BeavaError) -> bytes:
@@ -139,10 +143,11 @@ class Service:
         except BeavaError as err:
             err.top["registry_version"] = self.store.registry_version
             raise
-        body = {"ack_lsn": ack.lsn, "idempotent_replay": ack.replay,
-                "registry_version": self.store.registry_version if ack.replay
-                else ack.registry_version}
-        return encode_frame(OP_PUSH, CT_JSON, _encode(body))
+        if ack.replay:
+            body = _REPLAY_ACK % (ack.lsn, self.store.registry_version)
+        else:
+            body = _ACK % (ack.lsn, ack.registry_version)
+        return encode_frame(OP_PUSH, CT_JSON, body)
 
     def _tcp_push_many(self, ct: int, payload: bytes) -> bytes:
         body = self._push_many(payload, ct, tcp=True)
@@ -194,8 +199,6 @@ class Service:
             raise BeavaError("batch_too_large", top=top, count=count, limit=PUSH_MANY_LIMIT,
                              message=f"{count} bodies exceed the limit of {PUSH_MANY_LIMIT}")
         event = request.event
-        from beava.engine.push_validation import has_control_character
-
         if has_control_character(event):
             raise BeavaError("control_character_in_string", top=top)
         if event not in store.registry.events:

@@ -12,7 +12,7 @@ from typing import Any
 
 from beava.engine.engine_state import EngineState
 from beava.engine.keys import dedupe_keystr
-from beava.engine.push_validation import validate_push
+from beava.engine.push_validation import build_checkers, validate_push
 from beava.engine.registry import Registry, empty_registry, register
 
 
@@ -37,6 +37,7 @@ class FeatureStore:
         self.clock = clock
         self.registry: Registry = empty_registry()
         self.engine = EngineState(self.registry)
+        self._checkers = build_checkers(self.registry.events)
         self.last_lsn = 0
         self.watermark_ms = 0
         self.pushes_total = 0
@@ -67,12 +68,13 @@ class FeatureStore:
         """Swap in a new registry version and carry state across (spec/registry.md §9)."""
         self.engine.transition(self.registry, registry)
         self.registry = registry
+        self._checkers = build_checkers(registry.events)
 
     # pushes ---------------------------------------------------------------------------
 
     def push(self, event: str, fields: Any) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
-        spec, row = validate_push(event, fields, self.registry.events)
+        spec, row = validate_push(event, fields, self._checkers)
         now = self.clock()
         version = self.registry.version
         dedupe_field = spec.dedupe_key
@@ -126,6 +128,7 @@ class FeatureStore:
         """Drop every descriptor and all state; returns the new registry version."""
         self.registry = empty_registry(self.registry.version + 1)
         self.engine = EngineState(self.registry)
+        self._checkers = build_checkers(self.registry.events)
         self._dedupe.clear()
         self.watermark_ms = 0
         self.last_lsn += 1

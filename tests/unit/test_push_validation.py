@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from beava.engine.push_validation import has_control_character, validate_push
+from beava.engine.push_validation import build_checkers, has_control_character, validate_push
 from beava.engine.registry import empty_registry, register
 from beava.protocol.errors import BeavaError
 
@@ -20,7 +20,7 @@ NODES = [{"kind": "event", "name": "Txn",
 def events():
     outcome = register(empty_registry(), json.dumps({"nodes": NODES}).encode())
     assert outcome.status == 200, outcome.body
-    return outcome.registry.events
+    return build_checkers(outcome.registry.events)
 
 
 def good() -> dict:

@@ -1,0 +1,193 @@
+# cython: language_level=3
+"""Push-side checks of one event body in C (spec/wire.md §6.2 steps 3, 5, 6).
+
+``EventChecker`` is compiled once per event schema at register time. ``check(fields)``
+walks the pushed map once: control characters in keys and strings at any depth, undeclared
+fields, defaults, required fields and their types, and integers beyond 64 bits (widened to
+float). It returns None when the body is accepted, else the error code.
+"""
+
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+
+cdef extern from "Python.h":
+    int PyUnicode_KIND(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index)
+    int PyUnicode_IS_ASCII(object o)
+
+# type codes of declared fields
+cdef enum:
+    T_ANY = 0       # bytes, datetime, json: any non-null value
+    T_STR = 1
+    T_NUM = 2       # i64, f64: int or float, never bool
+    T_BOOL = 3
+
+_CODES = {"str": T_STR, "i64": T_NUM, "f64": T_NUM, "bool": T_BOOL}
+
+
+cdef inline bint _cc(Py_UCS4 ch) noexcept:
+    return ch < 0x20 or (0x7F <= ch <= 0x9F)
+
+
+cdef bint str_has_control(str s):
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef int kind = PyUnicode_KIND(s)
+    cdef void* data = PyUnicode_DATA(s)
+    cdef const unsigned char* ascii
+    if PyUnicode_IS_ASCII(s):
+        ascii = <const unsigned char*>data
+        for i in range(n):
+            if ascii[i] < 0x20 or ascii[i] == 0x7F:
+                return True
+        return False
+    for i in range(n):
+        if _cc(PyUnicode_READ(kind, data, i)):
+            return True
+    return False
+
+
+cdef bint value_has_control(object value) except -1:
+    cdef type t = type(value)
+    if t is str:
+        return str_has_control(<str>value)
+    if t is dict:
+        return dict_has_control(<dict>value)
+    if t is list:
+        for item in <list>value:
+            if value_has_control(item):
+                return True
+    return False
+
+
+cdef bint dict_has_control(dict d) except -1:
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* val
+    while PyDict_Next(d, &pos, &key, &val):
+        if type(<object>key) is str and str_has_control(<str>key):
+            return True
+        if value_has_control(<object>val):
+            return True
+    return False
+
+
+def has_control_character(object value):
+    """Whether a string, or any key or string at any depth of a container, holds a Cc."""
+    return value_has_control(value)
+
+
+cdef object _widen(object value):
+    """An int outside signed 64-bit as float; containers widened in place."""
+    cdef int overflow = 0
+    cdef type t = type(value)
+    if t is int:
+        PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow:
+            return float(value)
+    elif t is dict:
+        _widen_dict(<dict>value)
+    elif t is list:
+        _widen_list(<list>value)
+    return value
+
+
+cdef void _widen_dict(dict d) except *:
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* val
+    cdef list changes = None
+    while PyDict_Next(d, &pos, &key, &val):
+        widened = _widen(<object>val)
+        if widened is not <object>val:
+            if changes is None:
+                changes = []
+            changes.append((<object>key, widened))
+    if changes is not None:
+        for k, v in changes:
+            d[k] = v
+
+
+cdef void _widen_list(list items) except *:
+    cdef Py_ssize_t i
+    for i in range(len(items)):
+        items[i] = _widen(items[i])
+
+
+cdef class EventChecker:
+    """Compiled push checks for one event schema."""
+
+    cdef dict declared      # every pushable name -> True
+    cdef tuple required     # ((name, type code), ...)
+    cdef tuple defaults     # ((name, value), ...)
+
+    def __init__(self, fields, optional, required, defaults):
+        self.declared = {name: True for name in fields}
+        for name in optional:
+            self.declared[name] = True
+        self.required = tuple((name, _CODES.get(fields[name], T_ANY)) for name in
+                              sorted(required))
+        self.defaults = tuple(defaults.items())
+
+    def check(self, dict fields):
+        """Steps 3 (keys and values), 5 and 6 of spec/wire.md §6.2; None when accepted."""
+        cdef Py_ssize_t pos = 0
+        cdef PyObject* key
+        cdef PyObject* val
+        cdef PyObject* found
+        cdef bint undeclared = False
+        cdef bint event_time = False
+        cdef bint widen = False
+        cdef int overflow = 0
+        cdef int code
+        cdef type t
+        while PyDict_Next(fields, &pos, &key, &val):
+            t = type(<object>val)
+            if t is str:
+                if str_has_control(<str><object>val):
+                    return "control_character_in_string"
+            elif t is dict or t is list:
+                if value_has_control(<object>val):
+                    return "control_character_in_string"
+                widen = True
+            elif t is int:
+                PyLong_AsLongLongAndOverflow(<object>val, &overflow)
+                if overflow:
+                    widen = True
+            if type(<object>key) is str:
+                if str_has_control(<str><object>key):
+                    return "control_character_in_string"
+                if PyDict_GetItem(self.declared, <object>key) is NULL:
+                    undeclared = True
+                    if <object>key == "event_time" or <object>key == "event_time_ms":
+                        event_time = True
+            else:
+                undeclared = True
+        if undeclared:
+            return "unknown_field_event_time_v0" if event_time else "unknown_field_v0"
+        for name, default in self.defaults:
+            found = PyDict_GetItem(fields, name)
+            if found is NULL or <object>found is None:
+                PyDict_SetItem(fields, name, default)
+        for name, code in self.required:
+            found = PyDict_GetItem(fields, name)
+            if found is NULL:
+                return "invalid_event"
+            t = type(<object>found)
+            if code == T_STR:
+                if t is not str:
+                    return "invalid_event"
+            elif code == T_NUM:
+                if t is not int and t is not float:
+                    return "invalid_event"
+            elif code == T_BOOL:
+                if t is not bool:
+                    return "invalid_event"
+            elif <object>found is None:
+                return "invalid_event"
+        if widen:
+            _widen_dict(fields)
+        return None
