@@ -14,8 +14,11 @@ from typing import Any
 
 from beava import __version__
 from beava.config import Config, format_addr
+from beava.engine.crash_points import CrashPoints
+from beava.engine.recovery import RecoveryFatal
 from beava.engine.store import FeatureStore
 from beava.log_lines import LogLines
+from beava.persistence import Persistence
 from beava.protocol.admin import AdminResponder
 from beava.protocol.http import HttpProtocol
 from beava.protocol.tcp import FramedTcpProtocol
@@ -77,11 +80,16 @@ class BeavaServer:
     def __init__(self, cfg: Config, log: LogLines) -> None:
         self.cfg = cfg
         self.log = log
-        self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce)
+        try:
+            self.crash = CrashPoints(cfg.crash_at if cfg.test_mode else None)
+        except ValueError as exc:
+            raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
+        self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
+                                  crash=self.crash)
+        self.persistence = Persistence(cfg, self.store, log, self.crash)
         self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
                                on_alias=self._on_alias)
-        self.metrics = ServerMetrics(self._metrics_sample,
-                                     "memory" if cfg.memory_only else cfg.wal_sync_mode)
+        self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(
             lambda: (self.store.registry_version, self.store.node_count), self.metrics.render)
         self.connections: set[Any] = set()
@@ -132,8 +140,10 @@ class BeavaServer:
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        if self.cfg.memory_only:
-            self.log.info("recovery.skipped_memory_mode", "memory-only mode: no recovery")
+        try:
+            self.persistence.start()
+        except RecoveryFatal as exc:
+            raise StartupError(str(exc), EXIT_DATA_DIR) from None
         service = self.service
         conns = self.connections
         max_payload = self.cfg.max_frame_bytes
@@ -167,6 +177,7 @@ class BeavaServer:
         # stop reading, then let the transports flush their replies while closing.
         for conn in list(self.connections):
             conn.stop_reading()
+        self.persistence.shutdown()
         for conn in list(self.connections):
             conn.close()
         while self.connections and time.monotonic() - started < SHUTDOWN_DEADLINE_S:
@@ -195,6 +206,7 @@ class BeavaServer:
     def _metrics_sample(self) -> dict[str, Any]:
         store = self.store
         return {
+            **self.persistence.metrics(),
             "beava_registry_version": store.registry_version,
             "beava_node_count": store.node_count,
             "beava_bytes_per_entity_p99": 7000,
@@ -221,4 +233,6 @@ def run(cfg: Config, log: LogLines) -> int:
     server.bind()
     if cfg.test_mode:
         log.warn("server.test_mode_enabled", "test mode enabled: reset is allowed")
+    elif cfg.crash_at is not None:
+        log.warn("server.crash_hook_ignored", "BEAVA_CRASH_AT is honoured only in test mode")
     return uvloop.run(server.serve())

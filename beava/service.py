@@ -39,17 +39,25 @@ from beava.protocol.opcodes import (
     OP_REGISTER,
     OP_RESET,
 )
+from beava.protocol.reply_slots import PendingReply
 
 _encode = messages.encode_json
 _UNSUPPORTED = encode_frame(OP_ERROR, CT_JSON, b'{"code":"unsupported"}')
 _HTTP_HEADERS = (("Content-Type", "application/json"), ("X-Runtime", "hand-rolled"))
 _REPLAY_HEADERS = _HTTP_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
+_STATE_READ_ROUTES = frozenset(("get", "batch_get", "legacy_get"))
 RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MODE=1 or pass "
                           "--test-mode).")
 PUSH_MANY_LIMIT = 10_000
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
+
+
+def _deferred(slot: PendingReply | None, reply: bytes) -> PendingReply:
+    assert slot is not None
+    slot.payload = reply
+    return slot
 
 
 def _error_frame(err: BeavaError) -> bytes:
@@ -128,7 +136,7 @@ class Service:
         status, body = self.store.register(payload)
         return encode_frame(OP_REGISTER if status == 200 else OP_ERROR, CT_JSON, _encode(body))
 
-    def _tcp_push(self, ct: int, payload: bytes) -> bytes:
+    def _tcp_push(self, ct: int, payload: bytes) -> bytes | PendingReply:
         try:
             if ct == CT_JSON:
                 envelope = messages.tcp_push_json(payload)
@@ -138,20 +146,29 @@ class Service:
                 fields = envelope.body
         except msgspec.DecodeError:
             return _UNSUPPORTED
+        store = self.store
+        slot = None if store.log.durable_immediately else PendingReply()
         try:
-            ack = self.store.push(envelope.event, fields)
+            ack = store.push(envelope.event, fields, slot.fire if slot is not None else None)
         except BeavaError as err:
-            err.top["registry_version"] = self.store.registry_version
+            err.top["registry_version"] = store.registry_version
             raise
         if ack.replay:
-            body = _REPLAY_ACK % (ack.lsn, self.store.registry_version)
+            body = _REPLAY_ACK % (ack.lsn, store.registry_version)
         else:
             body = _ACK % (ack.lsn, ack.registry_version)
-        return encode_frame(OP_PUSH, CT_JSON, body)
+        reply = encode_frame(OP_PUSH, CT_JSON, body)
+        return _deferred(slot, reply) if ack.pending else reply
 
-    def _tcp_push_many(self, ct: int, payload: bytes) -> bytes:
+    def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
         body = self._push_many(payload, ct, tcp=True)
-        return encode_frame(OP_PUSH_MANY, CT_JSON, _encode(body))
+        return self._after_durable(encode_frame(OP_PUSH_MANY, CT_JSON, _encode(body)))
+
+    def _after_durable(self, reply: bytes) -> bytes | PendingReply:
+        """``reply`` now if every accepted record is applied, else once it is."""
+        slot = PendingReply()
+        slot.payload = reply
+        return reply if self.store.log.after_pending(slot.fire) else slot
 
     def _tcp_read(self, op: int, ct: int, payload: bytes) -> bytes:
         try:
@@ -220,11 +237,15 @@ class Service:
 
     # HTTP data plane ------------------------------------------------------------------
 
-    def handle_http(self, request: HttpRequest) -> bytes:
+    def handle_http(self, request: HttpRequest) -> bytes | PendingReply:
         headers = _HTTP_HEADERS
+        pending = False
         try:
             route, param = resolve(request.method, request.target)
-            status, body, replay = self._http_route(route, param, request)
+            if route in _STATE_READ_ROUTES and request.after_pending:
+                # a read behind this connection's unapplied push waits until it is applied
+                self.store.log.barrier()
+            status, body, replay, pending = self._http_route(route, param, request)
             if replay:
                 headers = _REPLAY_HEADERS
             payload = body if isinstance(body, bytes) else _encode(body)
@@ -233,16 +254,25 @@ class Service:
         except Exception as exc:  # a bug must cost one request, never the connection
             err = _internal_error(exc)
             status, payload = err.status, _encode(err.body())
-        return render_response(status, payload, headers, request.keep_alive)
+        response = render_response(status, payload, headers, request.keep_alive)
+        return self._after_durable(response) if pending else response
 
     def http_protocol_error(self) -> bytes:
         return render_response(400, b'{"error":{"code":"http_protocol_error"}}', _HTTP_HEADERS,
                                keep_alive=False)
 
     def _http_route(self, route: str, param: Any, request: HttpRequest
-                    ) -> tuple[int, dict | bytes, bool]:
-        if route == "ping":
-            return 200, {"pong": True, "registry_version": self.store.registry_version}, False
+                    ) -> tuple[int, dict | bytes, bool, bool]:
+        """``(status, body, is a replay, wait for durability)``."""
+        if route in ("push", "push_event", "push_many"):
+            return self._http_write_route(route, param, request)
+        status, body = self._http_read_route(route, param, request)
+        return status, body, False, False
+
+    def _http_write_route(self, route: str, param: Any, request: HttpRequest
+                          ) -> tuple[int, dict | bytes, bool, bool]:
+        if route == "push_many":
+            return 200, self._push_many(request.body, CT_JSON, tcp=False), False, True
         if route == "push":
             try:
                 envelope = messages.json_any(request.body)
@@ -250,47 +280,48 @@ class Service:
                 raise BeavaError("invalid_json_body") from None
             if not isinstance(envelope, dict) or not isinstance(envelope.get("event"), str):
                 raise BeavaError("missing_event_name_in_body")
-            return self._http_push(envelope["event"], envelope.get("data", {}))
-        if route == "push_event":
+            event, fields = envelope["event"], envelope.get("data", {})
+        else:
             try:
                 fields = messages.json_any(request.body)
             except msgspec.DecodeError:
                 raise BeavaError("invalid_event") from None
             if not isinstance(fields, dict):
                 raise BeavaError("invalid_event")
-            return self._http_push(param, fields)
+            event = param
+        ack = self.store.push(event, fields)
+        body = {"ack_lsn": ack.lsn, "idempotent_replay": False,
+                "registry_version": ack.registry_version}
+        return 200, body, ack.replay, ack.pending
+
+    def _http_read_route(self, route: str, param: Any, request: HttpRequest
+                         ) -> tuple[int, dict | bytes]:
+        store = self.store
+        if route == "ping":
+            return 200, {"pong": True, "registry_version": store.registry_version}
         if route == "register":
             media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":
                 raise BeavaError("unsupported_media_type", path="/register",
                                  reason="expected application/json",
-                                 top={"registry_version": self.store.registry_version})
-            status, body = self.store.register(request.body)
-            return status, body, False
-        if route == "push_many":
-            return 200, self._push_many(request.body, CT_JSON, tcp=False), False
+                                 top={"registry_version": store.registry_version})
+            return store.register(request.body)
         if route == "reset":
-            return 200, self.reset(), False
+            return 200, self.reset()
         if route == "health":
-            return 200, {"status": "ok"}, False
+            return 200, {"status": "ok"}
         if route == "ready":
-            return 200, {"status": "ready"}, False
-        store = self.store
+            return 200, {"status": "ready"}
         if route == "legacy_get":
             feature, key = param
             return 200, reads.legacy_get(store.table, store.registry, feature, key,
-                                         store.query_time()), False
+                                         store.query_time())
         try:
             body = messages.json_any(request.body)
         except msgspec.DecodeError as exc:
             raise BeavaError("internal_error", reason=str(exc)) from None
         if route == "get":
-            return 200, reads.get(store.table, body, store.query_time()), False
+            return 200, reads.get(store.table, body, store.query_time())
         results, aliases = reads.batch_get(store.table, body, store.query_time())
         self._log_aliases(aliases)
-        return 200, {"results": results}, False
-
-    def _http_push(self, event: str, fields: Any) -> tuple[int, dict, bool]:
-        ack = self.store.push(event, fields)
-        return 200, {"ack_lsn": ack.lsn, "idempotent_replay": False,
-                     "registry_version": ack.registry_version}, ack.replay
+        return 200, {"results": results}

@@ -1,13 +1,14 @@
 # cython: language_level=3
 """Family A of spec/operators.md §10: count, sum, mean, min, max, var, std, ratio.
 
-Every op keeps a small fixed-size *cell* per slot (lifetime) or per bucket (windowed):
+Every op keeps a small fixed-size *cell* per slot (lifetime) or per bucket (windowed);
+all-zero bytes are the empty state of every cell:
 
-    count  n                     8 bytes
-    sum    total, n              16 bytes   (mean: the same cell)
-    min    tag, value            16 bytes   (max: the same cell)
-    var    n, mean, m2           24 bytes   (std: the same cell)
-    ratio  matched, total        16 bytes
+    count        n                   8 bytes
+    sum, mean    total, n            16 bytes
+    min, max     tag, value          16 bytes   (str/bool/other values: an ObjectTable handle)
+    var, std     n, mean, m2         24 bytes
+    ratio        matched, total      16 bytes
 
 Lifetime columns hold one cell per slot in one flat buffer. Windowed columns are *views*
 into a ``BucketArena``: per slot only the live buckets (epoch + one cell per member column),
@@ -19,7 +20,7 @@ entity that saw two events holds one or two buckets for all of them together.
 cimport cython
 from cpython.ref cimport PyObject
 from libc.math cimport sqrt
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove, memset
 
@@ -66,8 +67,7 @@ ctypedef struct ExtremeCell:
     int64_t tag
     Scalar v
 
-# ExtremeCell.tag: all-zero bytes are the empty state of every cell.
-cdef enum:
+cdef enum:              # ExtremeCell.tag
     TAG_EMPTY = 0
     TAG_I64 = 1
     TAG_F64 = 2
@@ -247,6 +247,16 @@ cdef inline void chan_merge(WelfordCell* acc, WelfordCell* b) noexcept:
 
 # --- the bucket arena ---------------------------------------------------------------------
 
+# Process-wide counter the server exports (spec/server.md, beava_bucket_reclaim_total):
+# one per feature bucket evicted by the 64-bucket cap.
+cdef uint64_t _bucket_reclaims = 0
+
+
+def counters() -> dict:
+    """This module's metric counters, by Prometheus metric name."""
+    return {"beava_bucket_reclaim_total": _bucket_reclaims}
+
+
 ctypedef struct SlotBlock:
     uint32_t off        # first record of the block, in records
     uint8_t n           # live buckets, ascending epoch
@@ -257,6 +267,12 @@ cdef enum:
     EPOCH_SIZE = sizeof(int64_t)    # every record starts with its bucket epoch
 
 cdef uint32_t NO_BLOCK = 0xFFFFFFFFu
+
+ctypedef struct CellMap:        # one member's cell between a record and its dumped form
+    Py_ssize_t src
+    Py_ssize_t dst
+    Py_ssize_t size
+    bint extreme
 
 
 cdef inline int64_t rec_epoch(char* rec) noexcept:
@@ -324,6 +340,7 @@ cdef class BucketArena(Column):
         self.extreme_offs = <Py_ssize_t*>realloc(NULL, (self.nextreme + 1) * sizeof(Py_ssize_t))
         if self.scratch == NULL or self.extreme_offs == NULL:
             raise MemoryError()
+        memset(self.scratch, 0, self.rsize)
         for k in range(self.nextreme):
             self.extreme_offs[k] = offs[k]
 
@@ -344,7 +361,7 @@ cdef class BucketArena(Column):
             self.free_head[cls - 1] = (<uint32_t*>(self.pool + <size_t>off * self.rsize))[0]
             return off
         if <size_t>self.pool_used + size > self.pool_cap:
-            want = max(<size_t>self.pool_used + size, <size_t>self.pool_cap * 3 // 2, <size_t>64)
+            want = max(<size_t>self.pool_used + size, <size_t>self.pool_cap * 5 // 4, <size_t>64)
             if want >= NO_BLOCK:
                 raise MemoryError("bucket arena full")
             grown = <char*>realloc(self.pool, want * self.rsize)
@@ -394,10 +411,14 @@ cdef class BucketArena(Column):
         cdef SlotBlock* b = &self.blocks[slot]
         cdef char* base
         cdef char* rec
+        global _bucket_reclaims
         if b.n == MAX_BUCKETS:
             self.bucket_reclaims += len(self.members)
+            _bucket_reclaims += len(self.members)
             if pos == 0:
+                # the new bucket itself is the smallest: the event lands in a scratch record
                 rec = self.scratch
+                self.release_objects(rec)
             else:
                 base = self.block_base(b)
                 self.release_objects(base)
@@ -447,15 +468,18 @@ cdef class BucketArena(Column):
         """The record of the bucket of ``now`` for ``slot``, created if missing (§5)."""
         if slot == self.c_slot and now == self.c_now:
             return self.c_rec
-        cdef int64_t epoch = bucket_epoch(now, self.width)
         cdef SlotBlock* b = &self.blocks[slot]
-        cdef char* rec
-        if b.n and rec_epoch(self.block_base(b) + (b.n - 1) * self.rsize) == epoch:
+        cdef char* rec = NULL
+        cdef int64_t last
+        if b.n:
+            # usual case: ``now`` falls in the newest bucket (no division needed)
             rec = self.block_base(b) + (b.n - 1) * self.rsize
-        else:
-            if b.n:
+            last = rec_epoch(rec)
+            if not (last <= now and now - last < self.width):
                 self.drop_stale(slot, now)
-            rec = self.find_or_insert(slot, epoch)
+                rec = NULL
+        if rec == NULL:
+            rec = self.find_or_insert(slot, bucket_epoch(now, self.width))
         self.c_slot = slot
         self.c_now = now
         self.c_rec = rec
@@ -525,9 +549,17 @@ cdef class BucketArena(Column):
         bucket count, then records ``[epoch | cells of members]``; object handles inside
         min/max cells index the ``objs`` list."""
         cdef CoreColumn m
+        cdef Py_ssize_t nmaps = len(members), j = 0
+        cdef CellMap* maps = <CellMap*>realloc(NULL, (nmaps + 1) * sizeof(CellMap))
+        if maps == NULL:
+            raise MemoryError()
         cdef Py_ssize_t dsize = EPOCH_SIZE
         for m in members:
+            maps[j].src = m.off
+            maps[j].dst = dsize
+            maps[j].size = m.csize
             dsize += m.csize
+            j += 1
         cdef Py_ssize_t slot, total = 0
         nslots = min(nslots, self.capacity)
         for slot in range(nslots):
@@ -539,18 +571,18 @@ cdef class BucketArena(Column):
         cdef char* base
         cdef char* rec
         cdef int n, k
-        cdef Py_ssize_t pos
-        for slot in range(nslots):
-            n = self.records(slot, &base)
-            cp[slot] = n
-            for k in range(n):
-                rec = base + k * self.rsize
-                memcpy(out, rec, EPOCH_SIZE)
-                pos = EPOCH_SIZE
-                for m in members:
-                    memcpy(out + pos, rec + m.off, m.csize)
-                    pos += m.csize
-                out += dsize
+        try:
+            for slot in range(nslots):
+                n = self.records(slot, &base)
+                cp[slot] = n
+                for k in range(n):
+                    rec = base + k * self.rsize
+                    memcpy(out, rec, EPOCH_SIZE)
+                    for j in range(nmaps):
+                        memcpy(out + maps[j].dst, rec + maps[j].src, maps[j].size)
+                    out += dsize
+        finally:
+            free(maps)
         return {
             "window_ms": self.window,
             "members": [(m.name, KIND_NAMES[m.kind]) for m in members],
@@ -567,43 +599,49 @@ cdef class BucketArena(Column):
             raise ValueError(f"window {state['window_ms']} ms does not match {self.window} ms")
         cdef CoreColumn m
         by_name = {m.name: m for m in self.members}
-        plan = []
-        cdef Py_ssize_t dsize = EPOCH_SIZE
-        for i, (name, kind) in enumerate(state["members"]):
-            size = cell_size(KIND_NAMES.index(kind))
-            target = by_name.get(name) if targets is None else targets[i]
-            if target is not None and KIND_NAMES[(<CoreColumn>target).kind] == kind:
-                plan.append((dsize, target))
-            dsize += size
+        dumped = state["members"]
+        cdef CellMap* maps = <CellMap*>realloc(NULL, (len(dumped) + 1) * sizeof(CellMap))
+        if maps == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t nmaps = 0, dsize = EPOCH_SIZE, j, slot
         cdef bytes counts = state["counts"]
         cdef bytes records = state["records"]
         cdef list objs = state["objs"]
         cdef const unsigned char* cp = counts
         cdef const char* src = records
-        cdef Py_ssize_t slot, src_off
         cdef int k
         cdef char* rec
         cdef ExtremeCell* c
-        nslots = min(nslots, len(counts))
-        self.ensure(nslots)
-        if len(records) < dsize * sum(counts[:nslots]):
-            raise ValueError("truncated bucket state")
-        for slot in range(nslots):
-            for k in range(cp[slot]):
-                rec = self.find_or_insert(slot, (<const int64_t*>src)[0])
-                for src_off, target in plan:
+        try:
+            for i, (name, kind) in enumerate(dumped):
+                kind_index = KIND_NAMES.index(kind)
+                target = by_name.get(name) if targets is None else targets[i]
+                if target is not None and (<CoreColumn>target).kind == kind_index:
                     m = target
-                    if m.kind == K_MIN or m.kind == K_MAX:
-                        c = <ExtremeCell*>(rec + m.off)
-                        if c.tag == TAG_OBJ:
+                    maps[nmaps].src = dsize
+                    maps[nmaps].dst = m.off
+                    maps[nmaps].size = m.csize
+                    maps[nmaps].extreme = m.kind == K_MIN or m.kind == K_MAX
+                    nmaps += 1
+                dsize += cell_size(kind_index)
+            nslots = min(nslots, len(counts))
+            if len(records) < dsize * sum(counts[:nslots]):
+                raise ValueError("truncated bucket state")
+            self.ensure(nslots)
+            for slot in range(nslots):
+                for k in range(cp[slot]):
+                    rec = self.find_or_insert(slot, (<const int64_t*>src)[0])
+                    for j in range(nmaps):
+                        c = <ExtremeCell*>(rec + maps[j].dst)
+                        if maps[j].extreme and c.tag == TAG_OBJ:
                             self.objs.release(c.v.handle)
-                    memcpy(rec + m.off, src + src_off, m.csize)
-                    if m.kind == K_MIN or m.kind == K_MAX:
-                        c = <ExtremeCell*>(rec + m.off)
-                        if c.tag == TAG_OBJ:
+                        memcpy(rec + maps[j].dst, src + maps[j].src, maps[j].size)
+                        if maps[j].extreme and c.tag == TAG_OBJ:
                             c.v.handle = self.objs.put(objs[c.v.handle])
-                src += dsize
-        self.c_slot = -1
+                    src += dsize
+        finally:
+            free(maps)
+            self.c_slot = -1
         return 0
 
     def bucket_count(self, Py_ssize_t slot) -> int:

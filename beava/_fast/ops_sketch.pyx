@@ -76,7 +76,6 @@ cdef enum:
     # how a float becomes a typed key
     FLOAT_BY_BITS = 0   # n_unique: IEEE bits, all NaNs one value, 0.0 != -0.0
     FLOAT_BY_VALUE = 1  # top_k: also -0.0 == 0.0
-    COUNT_BYTES = 8     # u64 count prefix of a counted entry
     SNAPSHOT_FORMAT = 1
 
 # Snapshot kind codes, one per op.
@@ -424,11 +423,20 @@ cdef inline const uint8_t* key_parse(const uint8_t* e, KeyView* k) noexcept nogi
 
 cdef inline int key_cmp(const KeyView* a, const KeyView* b) noexcept nogil:
     cdef Py_ssize_t n
+    cdef uint64_t x, y
     cdef int c
     if a.tag != b.tag:
         return -1 if a.tag < b.tag else 1
     n = a.len if a.len < b.len else b.len
-    c = memcmp(a.data, b.data, n) if n else 0
+    if n >= 8:
+        # most keys differ in their first 8 bytes: one integer compare, no memcmp call
+        x = get_be64(a.data)
+        y = get_be64(b.data)
+        if x != y:
+            return -1 if x < y else 1
+        c = memcmp(a.data + 8, b.data + 8, n - 8) if n > 8 else 0
+    else:
+        c = memcmp(a.data, b.data, n) if n else 0
     if c:
         return c
     return (a.len > b.len) - (a.len < b.len)
@@ -503,11 +511,11 @@ cdef struct Head:
 cdef struct KeyMap:
     Node node
     uint8_t mode
-    uint8_t _pad0
-    uint16_t _pad1
-    uint32_t n           # entries
+    uint8_t n_high       # entries = n_high << 16 | n_low (merged temporaries exceed 65535)
+    uint16_t n_low
     uint32_t used        # entry bytes, at the end of the block
     uint32_t cap         # block bytes
+    # u32 entry offsets (KM_HEADER onwards) ... free space ... entries (the last ``used`` bytes)
 
 
 cdef struct ObjBlock:
@@ -532,8 +540,22 @@ cdef struct QSketch:
     UddSketch sk
 
 
+cdef enum:
+    KM_HEADER = 28       # bytes of KeyMap up to ``cap`` (offsets start there, not at sizeof)
+    KM_TIGHT = 256       # below this many bytes a KeyMap grows to exactly what it needs
+
+
+cdef inline uint32_t km_n(const KeyMap* m) noexcept nogil:
+    return (<uint32_t>m.n_high << 16) | m.n_low
+
+
+cdef inline void km_set_n(KeyMap* m, uint32_t n) noexcept nogil:
+    m.n_high = <uint8_t>(n >> 16)
+    m.n_low = <uint16_t>(n & 0xFFFF)
+
+
 cdef inline uint32_t* km_offs(KeyMap* m) noexcept nogil:
-    return <uint32_t*>(<uint8_t*>m + sizeof(KeyMap))
+    return <uint32_t*>(<uint8_t*>m + KM_HEADER)
 
 
 cdef inline uint8_t* km_entry(KeyMap* m, uint32_t off) noexcept nogil:
@@ -546,31 +568,49 @@ cdef inline double* ql_values(QList* q) noexcept nogil:
 
 
 cdef KeyMap* km_new(size_t room) except NULL:
-    cdef size_t cap = fit(sizeof(KeyMap) + room)
+    cdef size_t cap = fit(KM_HEADER + room)
     cdef KeyMap* m = <KeyMap*>malloc(cap)
     if m == NULL:
         raise MemoryError()
-    memset(m, 0, sizeof(KeyMap))
+    memset(m, 0, KM_HEADER)
     m.mode = MODE_KEYS
     m.cap = <uint32_t>cap
     return m
 
 
-cdef inline size_t km_room(object value, int cw):
+cdef inline size_t km_room(object value, bint counted):
     # bytes for one entry holding ``value`` (text length estimated from characters)
     if value is None:
         return 0
-    return 4 + cw + 3 + (len(<str>value) if type(value) is str else 8)
+    return 4 + counted + 3 + (len(<str>value) if type(value) is str else 8)
 
 
-cdef uint32_t km_search(KeyMap* m, const KeyView* k, int cw, bint* found) noexcept nogil:
-    cdef uint32_t lo = 0, hi = m.n, mid
-    cdef uint32_t* offs = km_offs(m)
+cdef inline const uint8_t* km_key_at(KeyMap* m, uint32_t off, bint counted,
+                                     KeyView* k) noexcept nogil:
+    # parse the entry at ``off`` into ``k``; returns the entry start
+    cdef const uint8_t* e = km_entry(m, off)
+    cdef uint64_t count
+    key_parse(e + varint_get(e, &count) if counted else e, k)
+    return e
+
+
+cdef inline void km_key(KeyMap* m, uint32_t idx, bint counted, KeyView* k) noexcept nogil:
+    km_key_at(m, km_offs(m)[idx], counted, k)
+
+
+cdef inline uint64_t km_count(KeyMap* m, uint32_t idx) noexcept nogil:
+    cdef uint64_t c
+    varint_get(km_entry(m, km_offs(m)[idx]), &c)
+    return c
+
+
+cdef uint32_t km_search(KeyMap* m, const KeyView* k, bint counted, bint* found) noexcept nogil:
+    cdef uint32_t lo = 0, hi = km_n(m), mid
     cdef KeyView e
     cdef int c
     while lo < hi:
         mid = (lo + hi) >> 1
-        key_parse(km_entry(m, offs[mid]) + cw, &e)
+        km_key(m, mid, counted, &e)
         c = key_cmp(k, &e)
         if c == 0:
             found[0] = True
@@ -584,17 +624,20 @@ cdef uint32_t km_search(KeyMap* m, const KeyView* k, int cw, bint* found) noexce
 
 
 cdef int km_reserve(KeyMap** mp, size_t extra) except -1:
-    # Make room for one more entry of ``extra`` bytes (plus its offset).
+    # Make room for one more offset and ``extra`` more entry bytes.
     cdef KeyMap* m = mp[0]
-    cdef size_t need = sizeof(KeyMap) + 4 * (<size_t>m.n + 1) + m.used + extra
+    cdef size_t need = KM_HEADER + 4 * (<size_t>km_n(m) + 1) + m.used + extra
     cdef size_t cap
     cdef KeyMap* grown
     if need <= m.cap:
         return 0
     if need > 0xFFFFFFFF:
         raise MemoryError("sketch state over 4 GiB")
-    cap = m.cap + m.cap // 2
-    cap = fit(need if need > cap else cap)
+    if need < KM_TIGHT:
+        cap = fit(need)
+    else:
+        cap = m.cap + m.cap // 2
+        cap = fit(need if need > cap else cap)
     if cap > 0xFFFFFFFF:
         cap = 0xFFFFFFFF
     grown = <KeyMap*>realloc(m, cap)
@@ -608,90 +651,108 @@ cdef int km_reserve(KeyMap** mp, size_t extra) except -1:
     return 0
 
 
-cdef int km_insert(KeyMap** mp, uint32_t idx, const KeyView* k, int cw,
+cdef int km_insert(KeyMap** mp, uint32_t idx, const KeyView* k, bint counted,
                    uint64_t count) except -1:
-    cdef Py_ssize_t size = cw + key_size(k)
+    cdef Py_ssize_t size = (varint_size(count) if counted else 0) + key_size(k)
     cdef KeyMap* m
     cdef uint8_t* p
     cdef uint32_t* offs
+    cdef uint32_t n
     km_reserve(mp, size)
     m = mp[0]
+    n = km_n(m)
     m.used += <uint32_t>size
     p = km_entry(m, m.used)
-    if cw:
-        memcpy(p, &count, COUNT_BYTES)
-    key_write(p + cw, k)
+    if counted:
+        p += varint_put(p, count)
+    key_write(p, k)
     offs = km_offs(m)
-    memmove(&offs[idx + 1], &offs[idx], (m.n - idx) * 4)
+    memmove(&offs[idx + 1], &offs[idx], (n - idx) * 4)
     offs[idx] = m.used
-    m.n += 1
+    km_set_n(m, n + 1)
     return 0
 
 
-cdef inline uint64_t km_count(KeyMap* m, uint32_t idx) noexcept nogil:
-    cdef uint64_t c
-    memcpy(&c, km_entry(m, km_offs(m)[idx]), COUNT_BYTES)
-    return c
+cdef int km_add(KeyMap** mp, uint32_t idx, uint64_t delta) except -1:
+    """Add ``delta`` to the count of entry ``idx`` (its varint may grow by a byte)."""
+    cdef KeyMap* m = mp[0]
+    cdef uint32_t off = km_offs(m)[idx], i, n
+    cdef uint8_t* p = km_entry(m, off)
+    cdef uint8_t* low
+    cdef uint64_t count
+    cdef int old = varint_get(p, &count), grow
+    count += delta
+    grow = varint_size(count) - old
+    if grow == 0:
+        varint_put(p, count)
+        return 0
+    # shift the entries written after this one (lower addresses) and this count down
+    km_reserve(mp, grow)
+    m = mp[0]
+    p = km_entry(m, off)
+    low = km_entry(m, m.used)
+    memmove(low - grow, low, p + old - low)
+    m.used += grow
+    varint_put(p - grow, count)
+    n = km_n(m)
+    for i in range(n):
+        if km_offs(m)[i] >= off:
+            km_offs(m)[i] += grow
+    return 0
 
 
-cdef inline void km_add(KeyMap* m, uint32_t idx, uint64_t delta) noexcept nogil:
-    cdef uint8_t* p = km_entry(m, km_offs(m)[idx])
-    cdef uint64_t c
-    memcpy(&c, p, COUNT_BYTES)
-    c += delta
-    memcpy(p, &c, COUNT_BYTES)
-
-
-cdef inline void km_key(KeyMap* m, uint32_t idx, int cw, KeyView* k) noexcept nogil:
-    key_parse(km_entry(m, km_offs(m)[idx]) + cw, k)
-
-
-cdef KeyMap* km_union(KeyMap* a, KeyMap* b, int cw, uint32_t limit) except? NULL:
+cdef KeyMap* km_union(KeyMap* a, KeyMap* b, bint counted, uint32_t limit) except? NULL:
     """Keys of both maps, counts added; NULL when the union has more than ``limit`` keys
     (``limit`` 0 = no limit)."""
-    cdef KeyMap* out = km_new(4 * (<size_t>a.n + b.n) + a.used + b.used)
-    cdef uint32_t i = 0, j = 0
+    cdef uint32_t na = km_n(a), nb = km_n(b), i = 0, j = 0, n = 0
+    cdef KeyMap* out = km_new(4 * (<size_t>na + nb) + a.used + b.used)
     cdef uint32_t* offs = km_offs(out)
     cdef KeyView ka, kb
     cdef const uint8_t* src
+    cdef const uint8_t* key_start
     cdef Py_ssize_t size
-    cdef uint64_t ca, cb
+    cdef uint8_t* dst
     cdef int c
     memset(&ka, 0, sizeof(KeyView))
     memset(&kb, 0, sizeof(KeyView))
-    while i < a.n or j < b.n:
-        if i < a.n:
-            km_key(a, i, cw, &ka)
-        if j < b.n:
-            km_key(b, j, cw, &kb)
-        if j == b.n:
+    while i < na or j < nb:
+        if i < na:
+            km_key(a, i, counted, &ka)
+        if j < nb:
+            km_key(b, j, counted, &kb)
+        if j == nb:
             c = -1
-        elif i == a.n:
+        elif i == na:
             c = 1
         else:
             c = key_cmp(&ka, &kb)
-        if c <= 0:
-            src = km_entry(a, km_offs(a)[i])
-            size = ka.data + ka.len - src
+        if c == 0 and counted:
+            # a merged entry: the summed count, then the key bytes
+            key_start = ka.data - (key_size(&ka) - ka.len)
+            size = varint_size(km_count(a, i) + km_count(b, j)) + key_size(&ka)
+            out.used += <uint32_t>size
+            dst = km_entry(out, out.used)
+            dst += varint_put(dst, km_count(a, i) + km_count(b, j))
+            memcpy(dst, key_start, key_size(&ka))
         else:
-            src = km_entry(b, km_offs(b)[j])
-            size = kb.data + kb.len - src
-        out.used += <uint32_t>size
-        memcpy(km_entry(out, out.used), src, size)
-        if c == 0 and cw:
-            ca = km_count(a, i)
-            cb = km_count(b, j)
-            ca += cb
-            memcpy(km_entry(out, out.used), &ca, COUNT_BYTES)
-        offs[out.n] = out.used
-        out.n += 1
+            if c <= 0:
+                src = km_entry(a, km_offs(a)[i])
+                size = ka.data + ka.len - src
+            else:
+                src = km_entry(b, km_offs(b)[j])
+                size = kb.data + kb.len - src
+            out.used += <uint32_t>size
+            memcpy(km_entry(out, out.used), src, size)
+        offs[n] = out.used
+        n += 1
         if c <= 0:
             i += 1
         if c >= 0:
             j += 1
-        if limit and out.n > limit:
+        if limit and n > limit:
             free(out)
             return NULL
+    km_set_n(out, n)
     return out
 
 
@@ -700,24 +761,25 @@ cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef list km_keys_in_insertion_order(KeyMap* m, int cw):
-    """Feed strings (HLL style) of every key, in the order they were inserted."""
+cdef int km_feed_hll(KeyMap* m, object target) except -1:
+    """``target.update`` with the HLL item of every key of an n_unique map, in the order
+    the keys were inserted."""
     # an entry's offset is the heap size right after it was written: insertion order
-    cdef uint32_t* order = <uint32_t*>malloc(4 * (<size_t>m.n + 1))
-    cdef uint32_t i
+    cdef uint32_t n = km_n(m), i
+    cdef uint32_t* order = <uint32_t*>malloc(4 * (<size_t>n + 1))
     cdef KeyView k
-    cdef list out = []
     if order == NULL:
         raise MemoryError()
-    memcpy(order, km_offs(m), 4 * <size_t>m.n)
-    qsort(order, m.n, 4, _cmp_u32)
+    memcpy(order, km_offs(m), 4 * <size_t>n)
+    qsort(order, n, 4, _cmp_u32)
     try:
-        for i in range(m.n):
-            key_parse(km_entry(m, order[i]) + cw, &k)
-            out.append(feed_string(&k, False))
+        update = target.update
+        for i in range(n):
+            km_key_at(m, order[i], False, &k)
+            update(feed_string(&k, False))
     finally:
         free(order)
-    return out
+    return 0
 
 
 cdef Node* obj_block(object obj, Node* like) except NULL:
@@ -821,9 +883,9 @@ cdef void dump_block(_Writer w, Node* b):
     w.u8(mode)
     if mode == MODE_KEYS:
         m = <KeyMap*>b
-        w.u32(m.n)
+        w.u32(km_n(m))
         w.u32(m.used)
-        w.raw(km_offs(m), 4 * <Py_ssize_t>m.n)
+        w.raw(km_offs(m), 4 * <Py_ssize_t>km_n(m))
         w.raw(km_entry(m, m.used), m.used)
     elif mode == MODE_VALUES:
         q = <QList*>b
@@ -850,14 +912,19 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
     cdef QSketch* s
     cdef Node* b
     cdef const uint8_t* p
+    cdef const uint8_t* offsets
     if mode == MODE_KEYS:
         n = r.u32()
         used = r.u32()
+        offsets = r.take(4 * <Py_ssize_t>n)
+        p = r.take(used)
+        if n >= 1 << 24:
+            raise ValueError("corrupt sketch column snapshot")
         m = km_new(4 * <size_t>n + used)
-        memcpy(km_offs(m), r.take(4 * <Py_ssize_t>n), 4 * <size_t>n)
-        m.n = n
+        memcpy(km_offs(m), offsets, 4 * <size_t>n)
+        km_set_n(m, n)
         m.used = used
-        memcpy(km_entry(m, used), r.take(used), used)
+        memcpy(km_entry(m, used), p, used)
         for i in range(n):
             if km_offs(m)[i] == 0 or km_offs(m)[i] > used:
                 free(m)
@@ -867,8 +934,9 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
         n = r.u32()
         if n > QUANTILE_EXACT_MAX:
             raise ValueError("corrupt sketch column snapshot")
+        p = r.take(8 * <Py_ssize_t>n)
         q = ql_new(n)
-        memcpy(ql_values(q), r.take(8 * <Py_ssize_t>n), 8 * <size_t>n)
+        memcpy(ql_values(q), p, 8 * <size_t>n)
         q.n = <uint16_t>n
         b = <Node*>q
     elif mode == MODE_UDD:
@@ -1115,7 +1183,7 @@ cdef class NUniqueColumn(SketchColumn):
         self.kind = KIND_N_UNIQUE
 
     cdef Node* new_block(self, object value) except NULL:
-        return <Node*>km_new(km_room(value, 0))
+        return <Node*>km_new(km_room(value, False))
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView k
@@ -1130,14 +1198,13 @@ cdef class NUniqueColumn(SketchColumn):
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&k, False))
             return 0
         m = <KeyMap*>link[0]
-        idx = km_search(m, &k, 0, &found)
+        idx = km_search(m, &k, False, &found)
         if found:
             return 0
-        if m.n < NUNIQUE_EXACT_MAX:
-            return km_insert(<KeyMap**>link, idx, &k, 0, 0)
+        if km_n(m) < NUNIQUE_EXACT_MAX:
+            return km_insert(<KeyMap**>link, idx, &k, False, 0)
         hll = _ds.hll_sketch(HLL_LG_K, _ds.tgt_hll_type.HLL_8)
-        for item in km_keys_in_insertion_order(m, 0):
-            hll.update(item)
+        km_feed_hll(m, hll)
         hll.update(feed_string(&k, False))
         link[0] = obj_block(hll, link[0])
         free(m)
@@ -1162,14 +1229,14 @@ cdef class NUniqueColumn(SketchColumn):
         if exact:
             acc = <KeyMap*>act[0]
             for i in range(1, n):
-                merged = km_union(acc, <KeyMap*>act[i], 0, NUNIQUE_EXACT_MAX)
+                merged = km_union(acc, <KeyMap*>act[i], False, NUNIQUE_EXACT_MAX)
                 if acc != <KeyMap*>act[0]:
                     free(acc)
                 acc = merged
                 if acc == NULL:
                     break
             if acc != NULL:
-                n = acc.n
+                n = km_n(acc)
                 free(acc)
                 return n
         union = _ds.hll_union(HLL_LG_K)
@@ -1177,8 +1244,7 @@ cdef class NUniqueColumn(SketchColumn):
             if (<Head*>act[i]).mode == MODE_OBJ:
                 union.update(<object>(<ObjBlock*>act[i]).obj)
             else:
-                for item in km_keys_in_insertion_order(<KeyMap*>act[i], 0):
-                    union.update(item)
+                km_feed_hll(<KeyMap*>act[i], union)
         return <int64_t>round(union.get_result().get_estimate())
 
 
@@ -1186,7 +1252,7 @@ cdef object nunique_of(Node* b):
     if b == NULL:
         return 0
     if (<Head*>b).mode == MODE_KEYS:
-        return (<KeyMap*>b).n
+        return km_n(<KeyMap*>b)
     return <int64_t>round((<object>(<ObjBlock*>b).obj).get_estimate())
 
 
@@ -1404,26 +1470,26 @@ cdef object frequent_items(KeyMap* m):
     cdef uint32_t i
     cdef KeyView k
     sketch = _ds.frequent_strings_sketch(FREQ_LG_MAX)
-    for i in range(m.n):
-        km_key(m, i, COUNT_BYTES, &k)
+    for i in range(km_n(m)):
+        km_key(m, i, True, &k)
         sketch.update(feed_string(&k, True), km_count(m, i))
     return sketch
 
 
 cdef list top_of_map(KeyMap* m, Py_ssize_t k):
-    cdef Ranked* ranked = <Ranked*>malloc(sizeof(Ranked) * (<size_t>m.n + 1))
+    cdef Ranked* ranked = <Ranked*>malloc(sizeof(Ranked) * (<size_t>km_n(m) + 1))
     cdef uint32_t i
     cdef KeyView key
     cdef list out = []
     if ranked == NULL:
         raise MemoryError()
-    for i in range(m.n):
+    for i in range(km_n(m)):
         ranked[i].count = km_count(m, i)
         ranked[i].index = i
-    qsort(ranked, m.n, sizeof(Ranked), _cmp_ranked)
+    qsort(ranked, km_n(m), sizeof(Ranked), _cmp_ranked)
     try:
-        for i in range(m.n if m.n < k else k):
-            km_key(m, ranked[i].index, COUNT_BYTES, &key)
+        for i in range(km_n(m) if km_n(m) < k else k):
+            km_key(m, ranked[i].index, True, &key)
             out.append({"count": ranked[i].count, "value": key_value(&key)})
     finally:
         free(ranked)
@@ -1434,7 +1500,7 @@ cdef list top_of_sketch(object sketch, Py_ssize_t k):
     items = sketch.get_frequent_items(_ds.frequent_items_error_type.NO_FALSE_NEGATIVES, 0)
     if len(items) > k:
         # only items tied with or above the k-th largest estimate can make the cut
-        cutoff = heapq.nlargest(k, [row[1] for row in items])[-1]
+        cutoff = heapq.nlargest(k, [row[1] for row in items])[k - 1]
         items = [row for row in items if row[1] >= cutoff]
     rows = []
     for item, estimate, _lower, _upper in items:
@@ -1460,7 +1526,7 @@ cdef class TopKColumn(SketchColumn):
         self.k = 10 if k is None else k
 
     cdef Node* new_block(self, object value) except NULL:
-        return <Node*>km_new(km_room(value, COUNT_BYTES))
+        return <Node*>km_new(km_room(value, True))
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
@@ -1470,18 +1536,18 @@ cdef class TopKColumn(SketchColumn):
         if not typed_key(value, &key, FLOAT_BY_VALUE, self.hold):
             return 0
         if link[0] == NULL:
-            link[0] = <Node*>km_new(4 + COUNT_BYTES + key_size(&key))
+            link[0] = <Node*>km_new(4 + 1 + key_size(&key))
         if (<Head*>link[0]).mode == MODE_OBJ:
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&key, True))
             return 0
         m = <KeyMap*>link[0]
-        idx = km_search(m, &key, COUNT_BYTES, &found)
+        idx = km_search(m, &key, True, &found)
         if found:
-            km_add(m, idx, 1)
+            km_add(<KeyMap**>link, idx, 1)
             return 0
-        km_insert(<KeyMap**>link, idx, &key, COUNT_BYTES, 1)
+        km_insert(<KeyMap**>link, idx, &key, True, 1)
         m = <KeyMap*>link[0]
-        if m.n > TOPK_EXACT_MAX:
+        if km_n(m) > TOPK_EXACT_MAX:
             link[0] = obj_block(frequent_items(m), link[0])
             free(m)
         return 0
@@ -1518,11 +1584,11 @@ cdef class TopKColumn(SketchColumn):
                 elif acc == NULL:
                     acc = <KeyMap*>act[i]
                 else:
-                    merged = km_union(acc, <KeyMap*>act[i], COUNT_BYTES, 0)
+                    merged = km_union(acc, <KeyMap*>act[i], True, 0)
                     if acc != <KeyMap*>act[0]:
                         free(acc)
                     acc = merged
-                    if acc.n > TOPK_EXACT_MAX:
+                    if km_n(acc) > TOPK_EXACT_MAX:
                         sketch = frequent_items(acc)
             if sketch is not None:
                 return top_of_sketch(sketch, self.k)
@@ -1540,11 +1606,11 @@ cdef double entropy_of(KeyMap* m) noexcept nogil:
     cdef uint64_t total = 0
     cdef uint32_t i
     cdef double h = 0.0, p
-    for i in range(m.n):
+    for i in range(km_n(m)):
         total += km_count(m, i)
     if total == 0:
         return 0.0
-    for i in range(m.n):
+    for i in range(km_n(m)):
         p = <double>km_count(m, i) / <double>total
         h -= p * log2(p)
     return h
@@ -1558,7 +1624,7 @@ cdef class EntropyColumn(SketchColumn):
         self.kind = KIND_ENTROPY
 
     cdef Node* new_block(self, object value) except NULL:
-        return <Node*>km_new(km_room(value, COUNT_BYTES))
+        return <Node*>km_new(km_room(value, True))
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
@@ -1569,13 +1635,13 @@ cdef class EntropyColumn(SketchColumn):
         if not keystr_key(value, &key, self.hold):
             return 0
         if link[0] == NULL:
-            link[0] = <Node*>km_new(4 + COUNT_BYTES + key_size(&key))
+            link[0] = <Node*>km_new(4 + 1 + key_size(&key))
         m = <KeyMap*>link[0]
-        idx = km_search(m, &key, COUNT_BYTES, &found)
+        idx = km_search(m, &key, True, &found)
         if found:
-            km_add(m, idx, 1)
-        elif m.n < ENTROPY_MAX_CATEGORIES:
-            km_insert(<KeyMap**>link, idx, &key, COUNT_BYTES, 1)
+            km_add(<KeyMap**>link, idx, 1)
+        elif km_n(m) < ENTROPY_MAX_CATEGORIES:
+            km_insert(<KeyMap**>link, idx, &key, True, 1)
         else:
             _entropy_capped += 1
         return 0
@@ -1595,7 +1661,7 @@ cdef class EntropyColumn(SketchColumn):
             return 0.0
         acc = <KeyMap*>act[0]
         for i in range(1, n):
-            merged = km_union(acc, <KeyMap*>act[i], COUNT_BYTES, 0)
+            merged = km_union(acc, <KeyMap*>act[i], True, 0)
             if acc != <KeyMap*>act[0]:
                 free(acc)
             acc = merged

@@ -7,6 +7,7 @@ table costs per event: canonical group key, slot lookup or creation, cold TTL, e
 distinct ``where`` evaluated once, then every column updated through cdef calls.
 """
 
+cimport cython
 from cpython.ref cimport PyObject
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t
@@ -91,6 +92,7 @@ cpdef object group_key(dict row, tuple key_fields):
     return "|".join(parts)
 
 
+@cython.final
 cdef class TableKernel:
     """State of one table: ``keys`` (canonical key -> slot) and one column per feature.
 
@@ -167,7 +169,7 @@ cdef class TableKernel:
     # -- slots -----------------------------------------------------------------------------
 
     cdef int grow(self, Py_ssize_t need) except -1:
-        cdef Py_ssize_t cap = max(need, self.capacity + self.capacity // 2, 16)
+        cdef Py_ssize_t cap = max(need, self.capacity + self.capacity // 4, 16)
         cdef int64_t* grown
         for col in self.state_cols:
             (<Column>col).ensure(cap)

@@ -19,7 +19,11 @@ from beava._fast import (
 from beava._fast.column import Column
 from beava.engine.registry import FeatureSpec
 
-__all__ = ["COLUMNS", "column_class", "make_column"]
+__all__ = ["COLUMNS", "column_class", "family_counters", "make_column"]
+
+_FAMILIES = (
+    ops_core, ops_sketch, ops_point, ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
+)
 
 
 def _merge(*modules: Any) -> Mapping[str, type]:
@@ -32,9 +36,7 @@ def _merge(*modules: Any) -> Mapping[str, type]:
     return MappingProxyType(merged)
 
 
-COLUMNS: Mapping[str, type] = _merge(
-    ops_core, ops_sketch, ops_point, ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
-)
+COLUMNS: Mapping[str, type] = _merge(*_FAMILIES)
 
 
 def column_class(op: str) -> type:
@@ -50,3 +52,15 @@ def make_column(
     return COLUMNS[feature.op](
         feature.name, params.get("field"), where, params, feature.window_ms
     )
+
+
+def family_counters() -> dict[str, int]:
+    """Process-wide metric counters of the op families (modules exposing ``counters()``),
+    summed by Prometheus metric name."""
+    totals: dict[str, int] = {}
+    for module in _FAMILIES:
+        counters = getattr(module, "counters", None)
+        if counters is not None:
+            for name, value in counters().items():
+                totals[name] = totals.get(name, 0) + value
+    return totals

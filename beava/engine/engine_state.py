@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from beava.engine.columns import family_counters
 from beava.engine.register_diff import compute_diff, plan_transition
 from beava.engine.registry import Registry, TableSpec
 from beava.engine.tables import TableState
@@ -27,9 +28,8 @@ class EngineState:
             name: TableState(spec) for name, spec in registry.tables.items()
         }
         self._routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]] = {}
-        # counters of table states that no longer exist, so the totals never go down
+        # cold resets of table states that no longer exist, so the total never goes down
         self._cold_base = 0
-        self._reclaim_base = 0
         self._route()
 
     def _route(self) -> None:
@@ -53,10 +53,9 @@ class EngineState:
         return dict(self._tables)
 
     def _replace_tables(self, tables: dict[str, TableState]) -> None:
-        cold, reclaims = self.cold_evictions, self.bucket_reclaims
+        cold = self.cold_evictions
         self._tables = tables
         self._cold_base = cold - sum(t.cold_evictions for t in tables.values())
-        self._reclaim_base = reclaims - sum(t.bucket_reclaims for t in tables.values())
 
     def transition(self, old_registry: Registry, new_registry: Registry) -> None:
         """Carry state from ``old_registry`` to ``new_registry`` (registry.md §9).
@@ -111,8 +110,9 @@ class EngineState:
 
     @property
     def bucket_reclaims(self) -> int:
-        """Windowed buckets evicted by the 64-bucket cap (monotonic over this object's life)."""
-        return self._reclaim_base + sum(t.bucket_reclaims for t in self._tables.values())
+        """Feature buckets evicted by the 64-bucket cap: the op families' process-wide
+        counter (monotonic for the process, like the Prometheus counter it feeds)."""
+        return family_counters().get("beava_bucket_reclaim_total", 0)
 
     def dump(self) -> dict[str, Any]:
         """Picklable state of every table (for snapshots)."""

@@ -1,19 +1,44 @@
-"""The feature store: one registry version, acknowledged pushes, dedupe, reset.
+"""The feature store: one registry version, accepted pushes, dedupe, reset, recovery.
 
 The single writer of all state; the server calls it from the event loop only. It knows
 nothing of sockets: requests arrive decoded and answers leave as Python values or
-:class:`BeavaError`.
+:class:`BeavaError`. When a push becomes visible is the business of the durability log
+(``beava.engine.durability``): at once, or after the fsync that covers it.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+from beava.engine.crash_points import CrashPoints
+from beava.engine.durability import MemoryLog
 from beava.engine.engine_state import EngineState
 from beava.engine.keys import dedupe_keystr
 from beava.engine.push_validation import build_checkers, validate_push
-from beava.engine.registry import Registry, empty_registry, register
+from beava.engine.recovery import Unapplicable
+from beava.engine.registry import Registry, empty_registry, register, registry_from_record
+from beava.engine.snapshots import LoadedSnapshot, encode_snapshot_body
+from beava.engine.wal import WalFatal, WalUnavailable
+from beava.engine.wal_format import (
+    BODY_JSON,
+    BODY_MSGPACK,
+    RECORD_EVENT,
+    RECORD_REGISTRY,
+    Record,
+    encode_record,
+    encode_reset_record,
+)
+from beava.protocol.errors import BeavaError
+
+_encode_msgpack = msgspec.msgpack.Encoder().encode
+_encode_json = msgspec.json.Encoder(order="sorted").encode
+_decode_json = msgspec.json.Decoder().decode
+_decode_msgpack = msgspec.msgpack.Decoder().decode
 
 
 def wall_clock_ms() -> int:
@@ -21,24 +46,36 @@ def wall_clock_ms() -> int:
 
 
 class PushAck:
-    """Outcome of an accepted push: a new record or a dedupe replay."""
+    """Outcome of an accepted push: a new record or a dedupe replay.
 
-    __slots__ = ("lsn", "registry_version", "replay")
+    ``pending`` is True when the push is not applied yet (strict mode): the ``on_durable``
+    callback given to :meth:`FeatureStore.push` runs once it is.
+    """
 
-    def __init__(self, lsn: int, registry_version: int, replay: bool) -> None:
+    __slots__ = ("lsn", "registry_version", "replay", "pending")
+
+    def __init__(self, lsn: int, registry_version: int, replay: bool, pending: bool) -> None:
         self.lsn = lsn
         self.registry_version = registry_version
         self.replay = replay
+        self.pending = pending
 
 
 class FeatureStore:
-    def __init__(self, *, memory_governance_enforce: bool = True, clock=wall_clock_ms) -> None:
+    def __init__(self, *, memory_governance_enforce: bool = True, clock=wall_clock_ms,
+                 log: Any = None, wal: Any = None, crash: CrashPoints | None = None) -> None:
         self.memory_governance_enforce = memory_governance_enforce
         self.clock = clock
+        self.log = log if log is not None else MemoryLog()
+        self.wal = wal
+        self.crash = crash if crash is not None else CrashPoints(None)
+        self.before_reset: Callable[[], None] | None = None
+        self.on_fatal: Callable[[BaseException], None] = _raise
         self.registry: Registry = empty_registry()
         self.engine = EngineState(self.registry)
         self._checkers = build_checkers(self.registry.events)
-        self.last_lsn = 0
+        self.last_lsn = 0        # last LSN handed out
+        self.applied_lsn = 0     # last LSN reflected in state
         self.watermark_ms = 0
         self.pushes_total = 0
         self.replays_total = 0
@@ -59,20 +96,40 @@ class FeatureStore:
         """POST /register semantics; returns ``(status, response body)``."""
         outcome = register(self.registry, body,
                            memory_governance_enforce=self.memory_governance_enforce)
-        if outcome.registry is not None:
-            self.last_lsn += 1
-            self.apply_registry(outcome.registry)
+        if outcome.registry is None:
+            return outcome.status, outcome.body
+        self.log.barrier()
+        lsn = self.last_lsn + 1
+        if self.wal is not None:
+            record = encode_record(lsn, RECORD_REGISTRY, BODY_JSON, self.clock(),
+                                   outcome.registry.version, b"", _encode_json(outcome.record))
+            try:
+                self.wal.write_registry_record(record)
+            except WalUnavailable as exc:
+                raise BeavaError("wal_unavailable", path="<wal>",
+                                 reason=f"registry record could not be written: {exc}",
+                                 top={"registry_version": self.registry.version}) from None
+            except WalFatal as exc:
+                self.on_fatal(exc)
+                raise
+            self.crash.hit("registry_after_fsync")
+        self.last_lsn = self.applied_lsn = lsn
+        self.install_registry(outcome.registry, outcome.record)
         return outcome.status, outcome.body
 
-    def apply_registry(self, registry: Registry) -> None:
-        """Swap in a new registry version and carry state across (spec/registry.md §9)."""
+    def install_registry(self, registry: Registry, record: dict[str, Any] | None) -> None:
+        """Swap in a registry version and carry state across (spec/registry.md §9)."""
         self.engine.transition(self.registry, registry)
         self.registry = registry
         self._checkers = build_checkers(registry.events)
+        cleared = set(record["plan"]["clear_dedupe"]) if record else set()
+        if cleared:
+            self._dedupe = {k: v for k, v in self._dedupe.items() if k[0] not in cleared}
 
     # pushes ---------------------------------------------------------------------------
 
-    def push(self, event: str, fields: Any) -> PushAck:
+    def push(self, event: str, fields: Any,
+             on_durable: Callable[[], None] | None = None) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
         spec, row = validate_push(event, fields, self._checkers)
         now = self.clock()
@@ -85,16 +142,30 @@ class FeatureStore:
                 hit = self._dedupe.get(key)
                 if hit is not None and now - hit[1] < spec.dedupe_window_ms:
                     self.replays_total += 1
-                    return PushAck(hit[0], hit[2], True)
+                    pending = hit[0] > self.applied_lsn and not self.log.after_pending(
+                        on_durable or _nothing)
+                    return PushAck(hit[0], hit[2], True, pending)
                 self._dedupe[key] = (self.last_lsn + 1, now, version)
-        self.last_lsn += 1
+        self.last_lsn = lsn = self.last_lsn + 1
         self.pushes_total += 1
-        self.apply(event, row, now)
-        return PushAck(self.last_lsn, version, False)
+        log = self.log
+        if log.mode == "memory":
+            self._apply(lsn, event, row, now)
+            return PushAck(lsn, version, False, False)
+        record = encode_record(lsn, RECORD_EVENT, BODY_MSGPACK, now, version,
+                               event.encode(), _encode_msgpack(row))
 
-    def apply(self, event: str, row: dict, now: int) -> None:
-        """Apply one accepted push to every table it reaches."""
+        def apply() -> None:
+            self._apply(lsn, event, row, now)
+            if on_durable is not None:
+                on_durable()
+
+        applied = log.submit(record, apply)
+        return PushAck(lsn, version, False, not applied)
+
+    def _apply(self, lsn: int, event: str, row: dict, now: int) -> None:
         self.engine.apply(event, row, now)
+        self.applied_lsn = lsn
         if now > self.watermark_ms:
             self.watermark_ms = now
 
@@ -126,10 +197,96 @@ class FeatureStore:
 
     def reset(self) -> int:
         """Drop every descriptor and all state; returns the new registry version."""
-        self.registry = empty_registry(self.registry.version + 1)
+        self.log.barrier()
+        if self.before_reset is not None:
+            self.before_reset()
+        lsn = self.last_lsn + 1
+        version = self.registry.version + 1
+        if self.wal is not None:
+            try:
+                self.wal.reset(lsn, encode_reset_record(lsn, self.clock(), version))
+            except WalFatal as exc:
+                self.on_fatal(exc)
+                raise
+        self.last_lsn = self.applied_lsn = lsn
+        self._clear(version)
+        return version
+
+    def _clear(self, version: int) -> None:
+        self.registry = empty_registry(version)
         self.engine = EngineState(self.registry)
         self._checkers = build_checkers(self.registry.events)
         self._dedupe.clear()
         self.watermark_ms = 0
-        self.last_lsn += 1
-        return self.registry.version
+
+    # recovery and snapshots -----------------------------------------------------------
+
+    def replay(self, record: Record) -> None:
+        """Apply one WAL record during recovery (spec/durability.md §9.2)."""
+        if record.lsn <= self.applied_lsn:
+            raise Unapplicable(f"non-increasing LSN {record.lsn}")
+        if record.type == RECORD_EVENT:
+            self._replay_event(record)
+        elif record.type == RECORD_REGISTRY:
+            try:
+                body = _decode_json(record.body)
+                registry = registry_from_record(body, body["new_version"])
+            except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+                raise Unapplicable(f"undecodable registry record: {exc}") from None
+            self.install_registry(registry, body)
+        else:
+            try:
+                version = _decode_json(record.body)["new_version"]
+            except (msgspec.DecodeError, KeyError, TypeError) as exc:
+                raise Unapplicable(f"undecodable reset record: {exc}") from None
+            self._clear(version)
+        self.last_lsn = self.applied_lsn = record.lsn
+
+    def _replay_event(self, record: Record) -> None:
+        if record.registry_version != self.registry.version:
+            raise Unapplicable(f"registry version {record.registry_version} != "
+                               f"{self.registry.version}")
+        spec = self.registry.events.get(record.name)
+        if spec is None:
+            raise Unapplicable(f"unknown event {record.name!r}")
+        try:
+            row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
+                   else _decode_json(record.body))
+        except msgspec.DecodeError as exc:
+            raise Unapplicable(f"undecodable body: {exc}") from None
+        if type(row) is not dict:
+            raise Unapplicable("body is not a map")
+        if spec.dedupe_key is not None and row.get(spec.dedupe_key) is not None:
+            key = (record.name, dedupe_keystr(row[spec.dedupe_key]))
+            self._dedupe[key] = (record.lsn, record.timestamp_ms, record.registry_version)
+        self.engine.apply(record.name, row, record.timestamp_ms)
+        self.watermark_ms = record.timestamp_ms
+
+    def snapshot_body(self) -> bytes:
+        """The §8.3 snapshot body of the applied state (runs in the snapshot child)."""
+        dedupe = [[event, key, lsn, at, version]
+                  for (event, key), (lsn, at, version) in self._dedupe.items()]
+        state = pickle.dumps(self.engine.dump(), protocol=pickle.HIGHEST_PROTOCOL)
+        return encode_snapshot_body(self.applied_lsn, self.registry.version,
+                                    list(self.registry.nodes), state, dedupe)
+
+    def load_snapshot(self, snapshot: LoadedSnapshot) -> None:
+        """Install a snapshot read by recovery (its state_format was checked there)."""
+        body = snapshot.body
+        registry = registry_from_record(body["registry"], body["registry"]["version"])
+        self.registry = registry
+        self.engine = EngineState(registry)
+        self.engine.load(pickle.loads(body["state"]))
+        self._checkers = build_checkers(registry.events)
+        self._dedupe = {(e, k): (lsn, at, v) for e, k, lsn, at, v in body["dedupe"]}
+        self.last_lsn = self.applied_lsn = body["next_lsn"] - 1
+        self.watermark_ms = snapshot.header.watermark_ms
+
+
+def _nothing() -> None:
+    pass
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+

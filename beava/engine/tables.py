@@ -43,6 +43,11 @@ class TableState:
     """
 
     __slots__ = ("spec", "push", "_kernel", "_names", "_name_set")
+    spec: TableSpec
+    push: Callable[[Row, int], Any]
+    _kernel: TableKernel
+    _names: tuple[str, ...]
+    _name_set: frozenset[str]
 
     def __init__(
         self,
@@ -66,11 +71,13 @@ class TableState:
                     predicates.append(compile_where(expr))
                     index = where_index[canonical] = len(predicates)
             where = predicates[index - 1] if index else None
-            column = None
-            if previous is not None and name not in reset:
-                if previous.spec.features.get(name) == feature:
-                    column = previous._kernel.column(name)
-            if column is None:
+            if (
+                previous is not None
+                and name not in reset
+                and previous.spec.features.get(name) == feature
+            ):
+                column = previous._kernel.column(name)
+            else:
                 column = make_column(feature, where)
             features.append((name, column, index))
         self._kernel = TableKernel(tuple(spec.keys), features, predicates, spec.cold_after_ms)

@@ -96,7 +96,7 @@ class SegmentFile:
                      FILE_MODE)
         return cls(path, fd)
 
-    def write_at(self, data: bytes | memoryview, offset: int) -> None:
+    def write_at(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         """Write all of ``data`` at ``offset``, looping on short writes."""
         view = memoryview(data)
         done = 0

@@ -9,9 +9,12 @@ full response (status line, headers, body).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import httptools
+
+from beava.protocol.reply_slots import PendingReply
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
@@ -28,15 +31,17 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 class HttpRequest:
     """One parsed request; ``headers`` has lower-case names (last occurrence wins)."""
 
-    __slots__ = ("method", "target", "headers", "body", "keep_alive")
+    __slots__ = ("method", "target", "headers", "body", "keep_alive", "after_pending")
 
     def __init__(self, method: str, target: str, headers: dict[str, str], body: bytes,
-                 keep_alive: bool) -> None:
+                 keep_alive: bool, after_pending: bool = False) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.body = body
         self.keep_alive = keep_alive
+        # an earlier request on this connection still waits for durability
+        self.after_pending = after_pending
 
     @property
     def path(self) -> str:
@@ -58,8 +63,8 @@ class HttpLimitError(Exception):
     """A request broke a size limit (answered like a parse error)."""
 
 
-# respond(request) -> (response bytes, keep connection open)
-Responder = Callable[[HttpRequest], bytes]
+# respond(request) -> response bytes, or a PendingReply resolved once durable
+Responder = Callable[[HttpRequest], "bytes | PendingReply"]
 # protocol_error() -> response bytes for an unparseable request (sent before closing)
 ProtocolErrorResponder = Callable[[], bytes]
 
@@ -74,8 +79,10 @@ class HttpProtocol(asyncio.Protocol):
         self._connections = connections
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
+        self._out: deque[bytes | PendingReply] = deque()
+        self._last_pending: PendingReply | None = None
         self._closing = False
+        self.dirty = False
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -104,16 +111,27 @@ class HttpProtocol(asyncio.Protocol):
             if not self._closing:
                 self._out.append(self._protocol_error())
                 self._closing = True
-        self._flush()
+        self.flush_ready()
 
-    def _flush(self) -> None:
+    def flush_ready(self) -> None:
+        """Write the responses that are ready, in request order."""
+        out = self._out
+        ready = []
+        while out:
+            head = out[0]
+            if type(head) is PendingReply:
+                if head.data is None:
+                    break
+                ready.append(head.data)
+            else:
+                ready.append(head)
+            out.popleft()
         transport = self._transport
         if transport is None:
             return
-        if self._out:
-            transport.write(b"".join(self._out))
-            self._out.clear()
-        if self._closing:
+        if ready:
+            transport.write(b"".join(ready))
+        if self._closing and not out:
             transport.close()
 
     def stop_reading(self) -> None:
@@ -123,8 +141,14 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.pause_reading()
 
     def close(self) -> None:
-        if self._transport is not None:
+        """Close once every queued response has been written."""
+        self._closing = True
+        if self._transport is not None and not self._out:
             self._transport.close()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._out)
 
     @property
     def write_buffer_size(self) -> int:
@@ -154,7 +178,7 @@ class HttpProtocol(asyncio.Protocol):
             raise HttpLimitError("body too large")
         if self._headers.get("expect", "").lower() == "100-continue" and not self._closing:
             self._out.append(CONTINUE)
-            self._flush()
+            self.flush_ready()
 
     def on_body(self, body: bytes) -> None:
         self._body += body
@@ -165,9 +189,14 @@ class HttpProtocol(asyncio.Protocol):
         if self._closing:
             return
         keep_alive = self._parser.should_keep_alive()
+        last = self._last_pending
         request = HttpRequest(self._parser.get_method().decode("latin-1"),
                               self._url.decode("latin-1"), self._headers, bytes(self._body),
-                              keep_alive)
-        self._out.append(self._respond(request))
+                              keep_alive, last is not None and last.data is None)
+        response = self._respond(request)
+        if type(response) is PendingReply and response.data is None:
+            response.conn = self
+            self._last_pending = response
+        self._out.append(response)
         if not keep_alive:
             self._closing = True

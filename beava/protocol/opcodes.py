@@ -30,3 +30,7 @@ SUCCESS_REPLY_OP = {
     OP_BATCH_GET: OP_GET_RESPONSE,
     OP_RESET: OP_GET_RESPONSE,
 }
+
+# Requests whose answer depends on applied state: on a connection with an unapplied push
+# they wait until it is applied (spec/wire.md §2.6).
+STATE_READ_OPS = frozenset((OP_GET, OP_MGET, OP_GET_MULTI, OP_BATCH_GET))

@@ -2,8 +2,10 @@
 
 One :class:`FramedTcpProtocol` per connection. Everything one ``data_received`` brings is
 split into frames (Cython), each frame is handed to the request handler in arrival order,
-and all replies of that read go out in one ``transport.write``: strict FIFO with no
-per-frame syscalls.
+and the replies of that read go out in one ``transport.write``: strict FIFO with no
+per-frame syscalls. A handler may return a :class:`PendingReply` (a push waiting for its
+fsync); replies behind it wait, and a read behind it is parked until it resolves, so a
+read always observes the earlier pushes of its connection (spec/wire.md §2.6).
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections import deque
 from collections.abc import Callable
 
 import msgspec
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter, encode_frame
-from beava.protocol.opcodes import CT_JSON, OP_ERROR
+from beava.protocol.opcodes import CT_JSON, OP_ERROR, STATE_READ_OPS
+from beava.protocol.reply_slots import PendingReply
 
-# handler(op, ct, payload) -> reply frame bytes (already framed)
-FrameHandler = Callable[[int, int, bytes], bytes]
+# handler(op, ct, payload) -> reply frame bytes, or a PendingReply resolved later
+FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
 
 HIGH_WATER = 4 * 1024 * 1024  # stop reading while this much reply data is unsent
 LOW_WATER = 1024 * 1024
@@ -47,20 +51,22 @@ def _frame_too_short(declared: int) -> bytes:
 class FramedTcpProtocol(asyncio.Protocol):
     """Reads frames, answers them in order, closes on fatal framing errors."""
 
-    __slots__ = ("_handle", "_splitter", "_transport", "_connections", "_closing",
-                 "_paused_by_writes")
-
     def __init__(self, handle: FrameHandler, max_payload: int, connections: set) -> None:
         self._handle = handle
         self._splitter = FrameSplitter(max_payload)
         self._transport: asyncio.Transport | None = None
         self._connections = connections
-        self._closing = False
+        self._out: deque[bytes | PendingReply] = deque()
+        self._parked: deque[tuple[int, int, bytes]] = deque()
+        self._last_pending: PendingReply | None = None
+        self._closing = False      # a fatal framing error or shutdown: read nothing more
+        self._close_after = False  # close once every queued reply is written
         self._paused_by_writes = False
+        self.dirty = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -75,25 +81,73 @@ class FramedTcpProtocol(asyncio.Protocol):
         if self._closing:
             return
         frames = self._splitter.feed(data)
-        if not frames:
-            return
+        if frames:
+            self._process(frames)
+
+    def _process(self, frames) -> None:
+        out = self._out
         handle = self._handle
-        replies = []
-        for op, ct, payload in frames:
+        # Durable batches complete in order, so the newest pending reply resolves last.
+        last = self._last_pending
+        pending = last is not None and last.data is None
+        for index, (op, ct, payload) in enumerate(frames):
             if op == FRAME_TOO_LARGE:
-                replies.append(_frame_too_large(ct, self._splitter.max_payload + 3))
-                self._closing = True
-            elif op == FRAME_TOO_SHORT:
-                replies.append(_frame_too_short(ct))
-                self._closing = True
+                out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
+                self._fatal()
+                break
+            if op == FRAME_TOO_SHORT:
+                out.append(_frame_too_short(ct))
+                self._fatal()
+                break
+            if pending and op in STATE_READ_OPS:
+                self._park(frames[index:])
+                break
+            reply = handle(op, ct, payload)
+            if type(reply) is PendingReply and reply.data is None:
+                reply.conn = self
+                self._last_pending = reply
+                pending = True
+            out.append(reply)
+        self.flush_ready()
+
+    def _park(self, frames) -> None:
+        self._parked.extend(frames)
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def _fatal(self) -> None:
+        self._closing = True
+        self._close_after = True
+        self._parked.clear()
+
+    def flush_ready(self) -> None:
+        """Write the replies that are ready, in order; resume parked work when possible."""
+        out = self._out
+        ready = []
+        while out:
+            head = out[0]
+            if type(head) is PendingReply:
+                if head.data is None:
+                    break
+                ready.append(head.data)
             else:
-                replies.append(handle(op, ct, payload))
+                ready.append(head)
+            out.popleft()
         transport = self._transport
         if transport is None:
             return
-        transport.write(b"".join(replies) if len(replies) > 1 else replies[0])
-        if self._closing:
-            transport.close()  # flushes the error frame first
+        if ready:
+            transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        if out:
+            return
+        if self._parked:
+            frames = list(self._parked)
+            self._parked.clear()
+            if not self._closing and not self._paused_by_writes:
+                transport.resume_reading()
+            self._process(frames)
+        elif self._close_after:
+            transport.close()  # flushes the queued replies first
 
     def pause_writing(self) -> None:
         if self._transport is not None and not self._paused_by_writes:
@@ -103,7 +157,7 @@ class FramedTcpProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
-            if not self._closing:
+            if not self._closing and not self._parked:
                 self._transport.resume_reading()
 
     def stop_reading(self) -> None:
@@ -113,9 +167,12 @@ class FramedTcpProtocol(asyncio.Protocol):
             self._transport.pause_reading()
 
     def close(self) -> None:
-        if self._transport is not None:
+        """Close once every queued reply has been written."""
+        self._close_after = True
+        if self._transport is not None and not self._out and not self._parked:
             self._transport.close()
 
     @property
-    def write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() if self._transport is not None else 0
+    def busy(self) -> bool:
+        """Replies or parked requests still to be answered."""
+        return bool(self._out or self._parked)

@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+
 from beava_client import (
     AsyncTcpClient,
     AsyncTcpPool,
@@ -16,7 +17,6 @@ from beava_client import (
     Timeout,
     TransportError,
 )
-
 from tests.integration.test_client_tcp import REGISTRY
 from tests.support import BeavaProcess
 

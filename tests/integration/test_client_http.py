@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+
 from beava_client import AsyncHttpClient, HttpClient, ServerError, TransportError
 from beava_client.http import decode_response
-
 from tests.integration.test_client_tcp import REGISTRY
 from tests.support import BeavaProcess
 

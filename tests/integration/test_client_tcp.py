@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from beava_client import (
     ClientPool,
     ConnectionClosed,
@@ -23,7 +24,6 @@ from beava_client import (
 )
 from beava_client.frames import encode_frame
 from beava_client.opcodes import OP_GET, OP_PING, OP_PUSH, OP_PUSH_SYNC, OP_RESET
-
 from tests.support import BeavaProcess
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+")

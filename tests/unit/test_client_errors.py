@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+
 from beava_client.errors import (
     BeavaError,
     ConnectionClosed,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import struct
 
 import pytest
-from beava_client.errors import ProtocolError, TransportError
-from beava_client.frames import FrameDecoder, check_payload_size, encode_frame
 from hypothesis import given
 from hypothesis import strategies as st
+
+from beava_client.errors import ProtocolError, TransportError
+from beava_client.frames import FrameDecoder, check_payload_size, encode_frame
 
 
 def test_empty_ping_frame_is_the_seven_bytes_of_the_spec() -> None:

@@ -6,6 +6,7 @@ import json
 
 import msgspec
 import pytest
+
 from beava_client.frames import FrameDecoder
 from beava_client.messages import (
     EnvelopeEncoder,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from beava_client import (
     AsyncHttpClient,
     AsyncTcpClient,

@@ -9,7 +9,8 @@ from beava.engine.keys import dedupe_keystr, fmt_f64_debug, keystr
 
 @pytest.mark.parametrize("value,text", [
     (42.0, "42.0"), (1e16, "1e16"), (1.5e-7, "1.5e-7"), (0.1, "0.1"), (-0.0, "-0.0"),
-    (float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf"), (1e15, "1000000000000000.0"),
+    (float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf"),
+    (1e15, "1000000000000000.0"),
 ])
 def test_fmt_f64_debug(value, text):
     assert fmt_f64_debug(value) == text

@@ -11,7 +11,6 @@ import math
 import pickle
 
 import pytest
-
 from beava._fast.ops_core import COLUMNS, share_windows
 
 W = 64_000
@@ -330,6 +329,16 @@ def test_65th_bucket_with_smallest_epoch_is_itself_evicted():
     arena = col.bucket_arena
     assert arena.bucket_count(0) == 64 and arena.bucket_reclaims == 1
     assert col.py_read(0, 100_000) == 1  # only epoch 100 000; the 99 000 event was dropped
+
+
+def test_events_evicted_at_once_never_reach_reads():
+    lo = make("min", window=W)
+    for k in range(64):
+        lo.py_update(0, {"x": f"s{63 - k:02d}"}, True, 100_000 + 1_000 * (63 - k))
+    lo.py_update(0, {"x": "a"}, True, 99_500)
+    lo.py_update(0, {"x": "b"}, True, 98_500)
+    assert lo.bucket_arena.bucket_reclaims == 2
+    assert lo.py_read(0, 163_000) == "s00"
 
 
 def test_negative_now_uses_floor_epochs():

@@ -1,0 +1,742 @@
+"""``bv.App`` and ``bv.AsyncApp`` (spec/sdk.md §8-§9): the DSL-aware face over the wire
+clients of ``beava_client``, plus embed mode (spawning a private local server).
+
+The App adds what the wire clients deliberately leave out: compiling descriptors, checking
+push bodies (finite floats), the canonical key encoding, and mapping server errors to
+``RegistrationError``. Transport failures propagate as ``bv.TransportError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol
+
+from beava.dsl.compiler import compile_register_payload
+from beava.errors import BinaryNotFoundError, RegistrationError
+from beava_client import (
+    AsyncHttpClient,
+    AsyncTcpClient,
+    AsyncTcpPool,
+    ClientPool,
+    HttpClient,
+    ServerError,
+    TcpClient,
+    encode_key,
+    parse_url,
+)
+from beava_client.urls import Endpoint
+
+__all__ = ["App", "AsyncApp"]
+
+PUSH_MANY_MAX_CHUNK = 10_000
+STARTUP_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+_EMBED_REQUIRES_WITH = (
+    "Embed mode requires use as a context manager: `with bv.App() as app:` (or pass a "
+    "url such as 'tcp://127.0.0.1:8081' to use a running server)"
+)
+_ASYNC_EMBED_REQUIRES_WITH = (
+    "Embed mode requires use as a context manager: `async with bv.AsyncApp() as app:` (or "
+    "pass a url such as 'tcp://127.0.0.1:8081' to use a running server)"
+)
+
+
+# -- argument checks and error mapping -------------------------------------------------------
+
+
+def _check_options(timeout: float, pool_size: int) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int):
+        raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+    return float(timeout)
+
+
+def _endpoint(url: str | None, test_mode: bool) -> Endpoint | None:
+    if url is None:
+        return None
+    endpoint = parse_url(url)  # ValueError("unsupported URL scheme: 'ws'")
+    if test_mode:
+        warnings.warn(
+            "test_mode only applies to embed mode (no url); it has no effect on a running "
+            "server",
+            UserWarning,
+            stacklevel=3,
+        )
+    return endpoint
+
+
+def _check_event_name(event_name: object) -> None:
+    if not isinstance(event_name, str):
+        raise TypeError(f"event name must be a str, got {type(event_name).__name__}")
+
+
+def _check_row(fields: object) -> dict[str, Any]:
+    """A push body as a dict: str keys, JSON values, finite floats (the JSON encoder would
+    turn NaN and infinities into ``null``)."""
+    if not isinstance(fields, Mapping):
+        raise TypeError(f"event fields must be a mapping, got {type(fields).__name__}")
+    for key, value in fields.items():
+        if not isinstance(key, str):
+            raise TypeError(f"event field names must be str, got {key!r}")
+        kind = type(value)
+        if kind is str or kind is int or kind is bool or value is None:
+            continue
+        if kind is float:
+            if value - value != 0.0:  # NaN or +-inf
+                raise ValueError(f"field {key!r}: {value!r} is not a finite number")
+            continue
+        _check_nested(key, value)
+    return fields if type(fields) is dict else dict(fields)
+
+
+def _check_nested(key: str, value: Any) -> None:
+    if isinstance(value, float):
+        if value - value != 0.0:
+            raise ValueError(f"field {key!r}: {value!r} is not a finite number")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_nested(key, item)
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise TypeError(f"field {key!r}: nested keys must be str, got {name!r}")
+            _check_nested(key, item)
+    elif not isinstance(value, (str, int)) and value is not None:
+        raise TypeError(
+            f"field {key!r}: {type(value).__name__} values are not JSON-encodable"
+        )
+
+
+def _check_chunk_size(chunk_size: object) -> int:
+    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+            or not 1 <= chunk_size <= PUSH_MANY_MAX_CHUNK):
+        raise ValueError(f"chunk_size must be an int in [1, {PUSH_MANY_MAX_CHUNK}], got "
+                         f"{chunk_size!r}")
+    return chunk_size
+
+
+def _features(features: Iterable[str] | None) -> list[str] | None:
+    if features is None:
+        return None
+    if isinstance(features, str):
+        raise TypeError("features must be a list of feature names, not a str")
+    names = list(features)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"feature names must be str, got {name!r}")
+    return names
+
+
+def _get_args(table: object, key: Any, features: Iterable[str] | None) -> tuple[Any, ...]:
+    if not isinstance(table, str):
+        raise TypeError(f"table name must be a str, got {type(table).__name__}")
+    return table, encode_key(key), _features(features)
+
+
+def _batch_entries(requests: Iterable[Any]) -> list[tuple[Any, ...]]:
+    entries: list[tuple[Any, ...]] = []
+    for entry in requests:
+        if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+            raise TypeError(
+                f"batch_get entries must be (table, key) or (table, key, features) tuples, "
+                f"got {entry!r}"
+            )
+        table, key, features = entry if len(entry) == 3 else (*entry, None)
+        entries.append(_get_args(table, key, features))
+    return entries
+
+
+def _raise_server_error(err: ServerError) -> NoReturn:
+    """Re-raise a server-reported error as ``RegistrationError`` (sdk.md §8.6)."""
+    details = dict(err.body)
+    if err.acked_before is not None:
+        details["acked_before"] = err.acked_before
+    raise RegistrationError(
+        code=err.code, path=err.path, message=err.reason or err.message, details=details
+    ) from err
+
+
+# -- embed mode ------------------------------------------------------------------------------
+
+
+def _server_command() -> list[str]:
+    """``$BEAVA_BINARY`` when set (no fallback), else this distribution's own server."""
+    binary = os.environ.get("BEAVA_BINARY")
+    if binary is None:
+        return [sys.executable, "-m", "beava"]
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise BinaryNotFoundError(
+            f"BEAVA_BINARY={binary!r} is not an executable file. Point it at the beava "
+            "server executable, or unset it to run this installation's server "
+            f"({sys.executable} -m beava); install with `pip install beava`."
+        )
+    return [binary]
+
+
+def _startup_timeout() -> float:
+    text = os.environ.get("BEAVA_EMBED_STARTUP_TIMEOUT")
+    if not text:
+        return STARTUP_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT={text!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT must be positive, got {text!r}")
+    return value
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class EmbeddedServer:
+    """A private beava server process on OS-assigned ports (spec/sdk.md §8.3).
+
+    ``start()`` spawns it and waits for its ``server.http_bound`` / ``server.tcp_bound``
+    stdout lines; ``stop()`` sends SIGTERM (SIGKILL after 5 s) and removes its directory.
+    stdout is drained by a thread for the whole life of the process.
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        test_mode: bool = False,
+        extra_args: Sequence[str] = (),
+        data_env: bool = True,
+    ) -> None:
+        self.command = command
+        self.test_mode = test_mode
+        self.extra_args = list(extra_args)
+        self.data_env = data_env
+        self.directory = ""
+        self.http_addr: tuple[str, int] | None = None
+        self.tcp_addr: tuple[str, int] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._bound = threading.Event()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def start(self) -> None:
+        """Spawn the server and wait until both listeners are bound."""
+        stamp = int(time.time() * 1000)
+        self.directory = os.path.join(
+            tempfile.gettempdir(), f"beava-embed-{os.getpid()}-{stamp}-{secrets.token_hex(4)}"
+        )
+        os.makedirs(os.path.join(self.directory, "wal"))
+        os.makedirs(os.path.join(self.directory, "snapshots"))
+        atexit.register(self.stop)
+        env = dict(os.environ)
+        env.update({
+            "BEAVA_LISTEN_ADDR": "127.0.0.1:0",
+            "BEAVA_TCP_PORT": "0",
+            "BEAVA_ADMIN_ADDR": "127.0.0.1:0",
+            "BEAVA_DEV_ENDPOINTS": "1",
+        })
+        if self.data_env:
+            env["BEAVA_WAL_DIR"] = os.path.join(self.directory, "wal")
+            env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
+        if self.test_mode:
+            env["BEAVA_TEST_MODE"] = "1"
+        argv = [*self.command, "--config", "/dev/null", *self.extra_args]
+        timeout = _startup_timeout()
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=env,
+            )
+        except OSError as exc:
+            self.stop()
+            raise BinaryNotFoundError(f"cannot start the beava server {argv[0]!r}: {exc}") from exc
+        self._reader = threading.Thread(
+            target=self._read_stdout, name="beava-embed-stdout", daemon=True
+        )
+        self._reader.start()
+        if not self._bound.wait(timeout) or self.tcp_addr is None or self.http_addr is None:
+            code = self._proc.poll()
+            self.stop()
+            if code is not None:
+                raise TimeoutError(
+                    f"the beava server exited with code {code} before reporting its "
+                    "listening addresses"
+                )
+            raise TimeoutError(
+                f"the beava server did not report its listening addresses within {timeout}s"
+            )
+
+    def _read_stdout(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        for raw in proc.stdout:
+            if self._bound.is_set():
+                continue  # keep draining so the server never blocks on a full pipe
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(line, dict):
+                continue
+            kind = line.get("kind")
+            addr = line.get("addr")
+            if not isinstance(addr, str):
+                continue
+            if kind == "server.http_bound":
+                self.http_addr = _split_addr(addr)
+            elif kind == "server.tcp_bound":
+                self.tcp_addr = _split_addr(addr)
+            if self.http_addr is not None and self.tcp_addr is not None:
+                self._bound.set()
+        self._bound.set()  # EOF: wake a waiting start()
+
+    @property
+    def tcp_url(self) -> str:
+        assert self.tcp_addr is not None
+        return f"tcp://{self.tcp_addr[0]}:{self.tcp_addr[1]}"
+
+    @property
+    def http_url(self) -> str:
+        assert self.http_addr is not None
+        return f"http://{self.http_addr[0]}:{self.http_addr[1]}"
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s) and remove its directory.
+        Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if self._reader is not None:
+                self._reader.join(1.0)
+            if proc.stdout is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdout.close()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+
+# -- the synchronous App ----------------------------------------------------------------------
+
+
+class _Backend(Protocol):
+    def ping(self) -> dict[str, Any]: ...
+
+    def register(
+        self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
+        dry_run: bool = ...,
+    ) -> dict[str, Any]: ...
+
+    def reset(self) -> dict[str, Any]: ...
+
+    def get(self, table: str, key: Any = ..., features: Sequence[str] | None = ...) -> Any: ...
+
+    def batch_get(self, requests: Iterable[Any]) -> list[Any]: ...
+
+    def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def push_many(
+        self, event: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = ...
+    ) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class App:
+    """A client of one beava server.
+
+    ``url``: ``tcp://host[:port]`` (framed TCP), ``http(s)://host[:port]`` (HTTP/JSON), or
+    ``None`` for embed mode (a private local server started on ``with`` and stopped on
+    close). The constructor does no I/O. Thread-safe; ``pool_size`` connections at most.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout: float = 30.0,
+        test_mode: bool = False,
+        reconnect: bool = False,
+        pool_size: int = 1,
+    ) -> None:
+        self._closed = True  # until fully constructed (__del__ may run on a failed init)
+        self._timeout = _check_options(timeout, pool_size)
+        self._endpoint = _endpoint(url, test_mode)
+        self._test_mode = test_mode
+        self._reconnect = reconnect
+        self._pool_size = pool_size
+        self._backend: _Backend | None = None
+        self._server: EmbeddedServer | None = None
+        self._entered = False
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> App:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("App is closed")
+            self._entered = True
+        try:
+            backend = self._client()
+            if isinstance(backend, (TcpClient, HttpClient)):
+                backend.connect()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        where = "embed" if self._endpoint is None else str(self._endpoint)
+        return f"<bv.App {where}{' closed' if self._closed else ''}>"
+
+    def close(self) -> None:
+        """Close the connections (embed mode: also stop the server). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            backend, self._backend = self._backend, None
+            server, self._server = self._server, None
+        try:
+            if backend is not None:
+                backend.close()
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _client(self) -> _Backend:
+        backend = self._backend
+        if backend is not None:
+            return backend
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("App is closed")
+            if self._backend is None:
+                self._backend = self._open()
+            return self._backend
+
+    def _open(self) -> _Backend:
+        endpoint = self._endpoint
+        if endpoint is None:
+            if not self._entered:
+                raise RuntimeError(_EMBED_REQUIRES_WITH)
+            server = EmbeddedServer(_server_command(), test_mode=self._test_mode)
+            server.start()
+            self._server = server
+            endpoint = parse_url(server.tcp_url)
+        kwargs: dict[str, Any] = {"timeout": self._timeout, "reconnect": self._reconnect}
+        if endpoint.is_tcp:
+            host, port = endpoint.host, endpoint.port
+            if self._pool_size == 1:
+                return TcpClient(host, port, **kwargs)
+            return ClientPool(lambda: TcpClient(host, port, **kwargs), self._pool_size)
+        http_kwargs = {"base_path": endpoint.base_path, "tls": endpoint.tls, **kwargs}
+        if self._pool_size == 1:
+            return HttpClient(endpoint.host, endpoint.port, **http_kwargs)
+        return ClientPool(
+            lambda: HttpClient(endpoint.host, endpoint.port, **http_kwargs), self._pool_size
+        )
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def register(
+        self, *descriptors: Any, force: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Register the pipeline (the whole desired registry); returns the server's answer."""
+        payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
+        try:
+            return self._client().register(payload)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
+        _check_event_name(event_name)
+        body = _check_row(fields)
+        try:
+            return self._client().push(event_name, body)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def push_many(
+        self, event_name: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = 1000
+    ) -> dict[str, Any]:
+        """Push rows in batches: ``{"acks", "ack_lsn", "errors": [{"index", "error"}],
+        "registry_version"}``; per-row errors are returned, not raised."""
+        _check_event_name(event_name)
+        size = _check_chunk_size(chunk_size)
+        bodies = [_check_row(row) for row in rows]
+        try:
+            return self._client().push_many(event_name, bodies, chunk_size=size)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def get(
+        self, table: str, key: Any = None, features: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """The feature row of ``key`` (``None``: the global row); ``{}`` when unknown."""
+        args = _get_args(table, key, features)
+        try:
+            row: dict[str, Any] = self._client().get(*args)
+        except ServerError as err:
+            _raise_server_error(err)
+        return row
+
+    def batch_get(self, requests: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        """Rows for ``(table, key)`` / ``(table, key, features)`` tuples, in order;
+        per-entry errors come back inline as ``{"error": {...}}``."""
+        entries = _batch_entries(requests)
+        try:
+            return self._client().batch_get(entries)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def ping(self) -> dict[str, Any]:
+        """Liveness and ``registry_version``."""
+        try:
+            return self._client().ping()
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def reset(self) -> None:
+        """Drop every registered descriptor and all state (servers in test mode only)."""
+        try:
+            self._client().reset()
+        except ServerError as err:
+            _raise_server_error(err)
+
+
+# -- the asyncio App ----------------------------------------------------------------------------
+
+
+class _AsyncBackend(Protocol):
+    async def ping(self) -> dict[str, Any]: ...
+
+    async def register(
+        self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
+        dry_run: bool = ...,
+    ) -> dict[str, Any]: ...
+
+    async def reset(self) -> dict[str, Any]: ...
+
+    async def get(
+        self, table: str, key: Any = ..., features: Sequence[str] | None = ...
+    ) -> Any: ...
+
+    async def batch_get(self, requests: Iterable[Any]) -> list[Any]: ...
+
+    async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def push_many(
+        self, event: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = ...
+    ) -> dict[str, Any]: ...
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncApp:
+    """The asyncio counterpart of ``App``: same arguments, results and errors, every
+    method a coroutine. Concurrent calls share pipelined TCP connections (at most
+    ``max_in_flight`` outstanding each; ``pool_size`` connections round-robin). Embed mode
+    requires ``async with``. Belongs to the event loop it is first used on."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout: float = 30.0,
+        test_mode: bool = False,
+        reconnect: bool = False,
+        pool_size: int = 1,
+        max_in_flight: int = 256,
+    ) -> None:
+        self._closed = True  # until fully constructed (__del__ may run on a failed init)
+        self._timeout = _check_options(timeout, pool_size)
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError("max_in_flight must be an int")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self._endpoint = _endpoint(url, test_mode)
+        self._test_mode = test_mode
+        self._reconnect = reconnect
+        self._pool_size = pool_size
+        self._max_in_flight = max_in_flight
+        self._backend: _AsyncBackend | None = None
+        self._server: EmbeddedServer | None = None
+        self._entered = False
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncApp:
+        if self._closed:
+            raise RuntimeError("App is closed")
+        self._entered = True
+        try:
+            if self._endpoint is None and self._server is None:
+                server = EmbeddedServer(_server_command(), test_mode=self._test_mode)
+                self._server = server
+                await asyncio.to_thread(server.start)
+            await self._client().connect()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        server = getattr(self, "_server", None)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.stop()
+
+    def __repr__(self) -> str:
+        where = "embed" if self._endpoint is None else str(self._endpoint)
+        return f"<bv.AsyncApp {where}{' closed' if self._closed else ''}>"
+
+    async def close(self) -> None:
+        """Close the connections (embed mode: also stop the server). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        backend, self._backend = self._backend, None
+        server, self._server = self._server, None
+        try:
+            if backend is not None:
+                await backend.close()
+        finally:
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+
+    def _client(self) -> _AsyncBackend:
+        backend = self._backend
+        if backend is not None:
+            return backend
+        if self._closed:
+            raise RuntimeError("App is closed")
+        endpoint = self._endpoint
+        if endpoint is None:
+            if not self._entered or self._server is None:
+                raise RuntimeError(_ASYNC_EMBED_REQUIRES_WITH)
+            endpoint = parse_url(self._server.tcp_url)
+        kwargs: dict[str, Any] = {"timeout": self._timeout, "reconnect": self._reconnect}
+        fresh: _AsyncBackend
+        if endpoint.is_tcp:
+            kwargs["max_in_flight"] = self._max_in_flight
+            if self._pool_size == 1:
+                fresh = AsyncTcpClient(endpoint.host, endpoint.port, **kwargs)
+            else:
+                fresh = AsyncTcpPool(endpoint.host, endpoint.port, size=self._pool_size, **kwargs)
+        else:
+            fresh = AsyncHttpClient(
+                endpoint.host, endpoint.port, base_path=endpoint.base_path, tls=endpoint.tls,
+                pool_size=self._pool_size, **kwargs,
+            )
+        self._backend = fresh
+        return fresh
+
+    async def register(
+        self, *descriptors: Any, force: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Register the pipeline; see ``App.register``."""
+        payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
+        try:
+            return await self._client().register(payload)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """Push one event; see ``App.push``."""
+        _check_event_name(event_name)
+        body = _check_row(fields)
+        try:
+            return await self._client().push(event_name, body)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def push_many(
+        self, event_name: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = 1000
+    ) -> dict[str, Any]:
+        """Push rows in pipelined batches; see ``App.push_many``."""
+        _check_event_name(event_name)
+        size = _check_chunk_size(chunk_size)
+        bodies = [_check_row(row) for row in rows]
+        try:
+            return await self._client().push_many(event_name, bodies, chunk_size=size)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def get(
+        self, table: str, key: Any = None, features: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """The feature row of ``key``; see ``App.get``."""
+        args = _get_args(table, key, features)
+        try:
+            row: dict[str, Any] = await self._client().get(*args)
+        except ServerError as err:
+            _raise_server_error(err)
+        return row
+
+    async def batch_get(self, requests: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        """Rows for several reads, in order; see ``App.batch_get``."""
+        entries = _batch_entries(requests)
+        try:
+            return await self._client().batch_get(entries)
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def ping(self) -> dict[str, Any]:
+        """Liveness and ``registry_version``."""
+        try:
+            return await self._client().ping()
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def reset(self) -> None:
+        """Drop every registered descriptor and all state (test mode only)."""
+        try:
+            await self._client().reset()
+        except ServerError as err:
+            _raise_server_error(err)

@@ -1,0 +1,655 @@
+"""Operator functions: ``bv.count``, ``bv.sum``, … (spec/sdk.md §6).
+
+Each returns an ``AggDescriptor``. Parameter kinds (integer / number / list), the range
+bounds the server enforces, canonical names (``ema`` → ``ewma``) and output types all come
+from the operator catalogue (``beava.engine.operator_catalogue``); only the client-side
+bounds the server does not check are stated here (``_CLIENT_BOUNDS``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any, NoReturn
+
+from beava.dsl.durations import check_duration
+from beava.dsl.expressions import Expr
+from beava.engine.operator_catalogue import (
+    Bounds,
+    OperatorSpec,
+    ParamKind,
+    ParamSpec,
+    canonical_op,
+    lookup,
+)
+from beava.errors import RegistrationError
+
+__all__ = [
+    "AggDescriptor",
+    "age",
+    "avg",
+    "bloom_member",
+    "burst_count",
+    "count",
+    "count_distinct",
+    "decayed_count",
+    "decayed_sum",
+    "delta_from_prev",
+    "distance_from_home",
+    "dow_hour_histogram",
+    "ema",
+    "entropy",
+    "event_type_mix",
+    "ew_zscore",
+    "ewma",
+    "ewvar",
+    "first",
+    "first_n",
+    "first_seen",
+    "first_seen_in_window",
+    "geo_distance",
+    "geo_spread",
+    "geo_velocity",
+    "has_seen",
+    "histogram",
+    "hour_of_day_histogram",
+    "inter_arrival_stats",
+    "lag",
+    "last",
+    "last_n",
+    "last_seen",
+    "max",
+    "max_streak",
+    "mean",
+    "min",
+    "most_recent_n",
+    "n_unique",
+    "negative_streak",
+    "outlier_count",
+    "percentile",
+    "quantile",
+    "rate_of_change",
+    "ratio",
+    "reservoir_sample",
+    "seasonal_deviation",
+    "std",
+    "stddev",
+    "streak",
+    "sum",
+    "time_since",
+    "time_since_last_n",
+    "top_k",
+    "trend",
+    "trend_residual",
+    "twa",
+    "value_change_count",
+    "var",
+    "variance",
+    "z_score",
+]
+
+
+@dataclass(frozen=True)
+class AggDescriptor:
+    """One feature definition; ``to_dict()`` is its wire form before the ``params`` split."""
+
+    op: str
+    field: str | None = None
+    window: str | None = None
+    half_life: str | None = None
+    extras: dict[str, Any] = dataclass_field(default_factory=dict)
+    where: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"op", "field"?, "window"?, "half_life"?, "where"?, **extras}``."""
+        out: dict[str, Any] = {"op": self.op}
+        if self.field is not None:
+            out["field"] = self.field
+        if self.window is not None:
+            out["window"] = self.window
+        if self.half_life is not None:
+            out["half_life"] = self.half_life
+        if self.where is not None:
+            out["where"] = self.where
+        out.update(self.extras)
+        return out
+
+
+# Client-side checks of sdk.md §6.2 on params the catalogue leaves unbounded (the engine
+# would fall back to a default). They raise ValueError, so they carry no wire code.
+_AT_LEAST_1 = Bounds(1, None, False, False, "")
+_POSITIVE = Bounds(0, None, True, False, "")
+_CLIENT_BOUNDS: Mapping[tuple[str, str], Bounds] = {
+    ("bloom_member", "expected_n"): _AT_LEAST_1,
+    ("outlier_count", "sigma"): _POSITIVE,
+    ("event_type_mix", "max_categories"): _AT_LEAST_1,
+    ("most_recent_n", "n"): _AT_LEAST_1,
+    ("reservoir_sample", "samples"): _AT_LEAST_1,
+    ("distance_from_home", "samples"): _AT_LEAST_1,
+}
+
+_MISSING = object()
+
+
+def _spec(op: str) -> OperatorSpec:
+    spec = lookup(op)
+    if spec is None:  # a programming error: every function below names a catalogue op
+        raise LookupError(f"{op!r} is not in the operator catalogue")
+    return spec
+
+
+def _schema_mismatch(op: str, what: str, value: object) -> NoReturn:
+    raise RegistrationError(
+        code="schema_mismatch",
+        path=op,
+        message=(
+            f"bv.{op}() {what} must be a column name str, got {value!r}; to aggregate a "
+            "computed value, derive a column first with .with_columns(name=<expr>) and "
+            "pass that column's name"
+        ),
+    )
+
+
+def _field(op: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        _schema_mismatch(op, "field", value)
+    return value
+
+
+def _bounds(op: str, param: ParamSpec) -> Bounds | None:
+    return param.bounds or _CLIENT_BOUNDS.get((op, param.name))
+
+
+def _check_range(op: str, name: str, value: float, bounds: Bounds | None) -> None:
+    if bounds is not None and not bounds.contains(value):
+        raise ValueError(f"bv.{op}(): {name}={value!r} is out of range {bounds.describe()}")
+
+
+def _param(op: str, spec: OperatorSpec, name: str, value: Any) -> Any:
+    """Validate one op-specific parameter by its catalogue kind; returns the wire value."""
+    param = spec.param(name)
+    if param is None:
+        raise LookupError(f"{name!r} is not a parameter of {op!r} in the operator catalogue")
+    kind = param.kind
+    if kind is ParamKind.UINT:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"bv.{op}(): {name} must be an int, got {type(value).__name__}")
+        _check_range(op, name, value, _bounds(op, param))
+        return int(value)
+    if kind is ParamKind.NUMBER:
+        if value is None:
+            raise ValueError(f"bv.{op}(): {name} is required")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"bv.{op}(): {name} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"bv.{op}(): {name} must be finite, got {value!r}")
+        _check_range(op, name, value, _bounds(op, param))
+        return value
+    if kind is ParamKind.NUMBERS:
+        return _buckets(op, name, value)
+    if kind is ParamKind.STRINGS:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"bv.{op}(): {name} must be None or a list of str, got {value!r}")
+        return list(value)
+    if kind is ParamKind.DURATION:
+        return check_duration(value, name, allow_forever=False, required=param.required)
+    # ParamKind.STRING: lat_field / lon_field name columns
+    if not isinstance(value, str) or not value:
+        _schema_mismatch(op, name.removesuffix("_field"), value)
+    return value
+
+
+def _buckets(op: str, name: str, value: object) -> list[int | float]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"bv.{op}(): {name} must be a non-empty list of numbers")
+    out: list[int | float] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise ValueError(f"bv.{op}(): {name} entries must be numbers (not NaN), got {v!r}")
+        if out and not v > out[-1]:
+            raise ValueError(f"bv.{op}(): {name} must be strictly increasing, got {value!r}")
+        out.append(v)
+    return out
+
+
+def _where(op: str, where: object) -> str | None:
+    if where is None:
+        return None
+    if not isinstance(where, Expr):
+        raise TypeError(
+            f"bv.{op}(): where must be an expression (bv.col(...) ...), got {type(where).__name__}"
+        )
+    return where.to_expr_string()
+
+
+def _agg(
+    op: str,
+    *,
+    field: object = _MISSING,
+    extras: tuple[tuple[str, Any], ...] = (),
+    window: object = None,
+    window_required: bool = False,
+    window_forever: bool = True,
+    half_life: object = _MISSING,
+    baseline_window: object = _MISSING,
+    where: object = None,
+) -> AggDescriptor:
+    """Validate in the order of sdk.md §6.1 and build the descriptor. ``op`` is the name
+    the user called (messages); the wire op is its canonical catalogue name. ``_MISSING``
+    marks parameters the function does not have."""
+    spec = _spec(op)
+    checked_field = None if field is _MISSING else _field(op, field)
+    checked = {name: _param(op, spec, name, value) for name, value in extras}
+    checked_window = check_duration(
+        window, "window", allow_forever=window_forever, required=window_required
+    )
+    checked_half_life = None
+    if half_life is not _MISSING:
+        checked_half_life = check_duration(
+            half_life, "half_life", allow_forever=False, required=True
+        )
+    if baseline_window is not _MISSING:
+        # z_score's baseline: not a catalogue param (the server ignores it), window grammar
+        checked["baseline_window"] = check_duration(
+            baseline_window, "baseline_window", allow_forever=True, required=True
+        )
+    return AggDescriptor(
+        op=canonical_op(op),
+        field=checked_field,
+        window=checked_window,
+        half_life=checked_half_life,
+        extras=checked,
+        where=_where(op, where),
+    )
+
+
+# -- A: core scalar ------------------------------------------------------------------------
+
+
+def count(*, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Number of events (matching ``where``)."""
+    return _agg("count", window=window, where=where)
+
+
+def sum(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Sum of ``field``."""
+    return _agg("sum", field=field, window=window, where=where)
+
+
+def mean(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Arithmetic mean of ``field``."""
+    return _agg("mean", field=field, window=window, where=where)
+
+
+def min(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Smallest value of ``field``."""
+    return _agg("min", field=field, window=window, where=where)
+
+
+def max(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Largest value of ``field``."""
+    return _agg("max", field=field, window=window, where=where)
+
+
+def var(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Variance of ``field``."""
+    return _agg("var", field=field, window=window, where=where)
+
+
+def std(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Standard deviation of ``field``."""
+    return _agg("std", field=field, window=window, where=where)
+
+
+def ratio(*, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
+    """Fraction of events matching ``where``."""
+    return _agg("ratio", window=window, where=where)
+
+
+# -- B: sketches -----------------------------------------------------------------------------
+
+
+def n_unique(
+    field: str, *, window: str | None = None, where: Expr | None = None
+) -> AggDescriptor:
+    """Number of distinct values of ``field``."""
+    return _agg("n_unique", field=field, window=window, where=where)
+
+
+def quantile(
+    field: str, *, q: float, window: str | None = None, where: Expr | None = None
+) -> AggDescriptor:
+    """The ``q``-quantile of ``field`` (``0 < q < 1``)."""
+    return _agg("quantile", field=field, extras=(("q", q),), window=window, where=where)
+
+
+def top_k(
+    field: str, *, k: int, window: str | None = None, where: Expr | None = None
+) -> AggDescriptor:
+    """The ``k`` most frequent values of ``field`` (``1 <= k <= 1024``)."""
+    return _agg("top_k", field=field, extras=(("k", k),), window=window, where=where)
+
+
+def bloom_member(
+    field: str,
+    *,
+    expected_n: int | None = None,
+    target_fpr: float | None = None,
+    where: Expr | None = None,
+) -> AggDescriptor:
+    """Whether the current value of ``field`` was seen before (Bloom filter)."""
+    extras: list[tuple[str, Any]] = []
+    if expected_n is not None:
+        extras.append(("expected_n", expected_n))
+    if target_fpr is not None:
+        extras.append(("target_fpr", target_fpr))
+    return _agg("bloom_member", field=field, extras=tuple(extras), where=where)
+
+
+def entropy(
+    field: str, *, window: str | None = None, where: Expr | None = None
+) -> AggDescriptor:
+    """Shannon entropy of the values of ``field``."""
+    return _agg("entropy", field=field, window=window, where=where)
+
+
+# -- C: point / ordinal ----------------------------------------------------------------------
+
+
+def first(field: str, *, where: Expr | None = None) -> AggDescriptor:
+    """The first value of ``field``."""
+    return _agg("first", field=field, where=where)
+
+
+def last(field: str, *, where: Expr | None = None) -> AggDescriptor:
+    """The latest value of ``field``."""
+    return _agg("last", field=field, where=where)
+
+
+def first_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
+    """The first ``n`` values of ``field`` (``1 <= n <= 1024``)."""
+    return _agg("first_n", field=field, extras=(("n", n),), where=where)
+
+
+def last_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
+    """The latest ``n`` values of ``field`` (``1 <= n <= 1024``)."""
+    return _agg("last_n", field=field, extras=(("n", n),), where=where)
+
+
+def lag(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
+    """The value of ``field`` ``n`` events ago (``n`` required, ``1 <= n <= 1024``)."""
+    return _agg("lag", field=field, extras=(("n", n),), where=where)
+
+
+# -- D: recency and streaks ------------------------------------------------------------------
+
+
+def first_seen(*, where: Expr | None = None) -> AggDescriptor:
+    """Time (epoch ms) of the first event."""
+    return _agg("first_seen", where=where)
+
+
+def last_seen(*, where: Expr | None = None) -> AggDescriptor:
+    """Time (epoch ms) of the latest event."""
+    return _agg("last_seen", where=where)
+
+
+def age(*, where: Expr | None = None) -> AggDescriptor:
+    """Milliseconds since the first event."""
+    return _agg("age", where=where)
+
+
+def has_seen(*, where: Expr | None = None) -> AggDescriptor:
+    """Whether any (matching) event was seen."""
+    return _agg("has_seen", where=where)
+
+
+def time_since(*, where: Expr | None = None) -> AggDescriptor:
+    """Milliseconds since the latest (matching) event."""
+    return _agg("time_since", where=where)
+
+
+def time_since_last_n(*, n: int, where: Expr | None = None) -> AggDescriptor:
+    """Milliseconds since the ``n``-th latest event (``1 <= n <= 1024``)."""
+    return _agg("time_since_last_n", extras=(("n", n),), where=where)
+
+
+def streak(*, where: Expr | None = None) -> AggDescriptor:
+    """Current run of consecutive matching events."""
+    return _agg("streak", where=where)
+
+
+def max_streak(*, where: Expr | None = None) -> AggDescriptor:
+    """Longest run of consecutive matching events."""
+    return _agg("max_streak", where=where)
+
+
+def negative_streak(*, where: Expr | None = None) -> AggDescriptor:
+    """Current run of consecutive non-matching events."""
+    return _agg("negative_streak", where=where)
+
+
+def first_seen_in_window(*, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Whether the entity's first event falls within the last ``window`` (finite)."""
+    return _agg(
+        "first_seen_in_window", window=window, window_required=True, window_forever=False,
+        where=where,
+    )
+
+
+# -- E: decay --------------------------------------------------------------------------------
+
+
+def ewma(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """Exponentially weighted moving average of ``field``."""
+    return _agg("ewma", field=field, half_life=half_life, where=where)
+
+
+def ema(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """Alias of ``ewma`` (the wire carries ``ewma``)."""
+    return _agg("ema", field=field, half_life=half_life, where=where)
+
+
+def ewvar(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """Exponentially weighted variance of ``field``."""
+    return _agg("ewvar", field=field, half_life=half_life, where=where)
+
+
+def ew_zscore(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """z-score of the current value against the exponentially weighted mean/variance."""
+    return _agg("ew_zscore", field=field, half_life=half_life, where=where)
+
+
+def decayed_sum(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """Exponentially decayed sum of ``field``."""
+    return _agg(
+        "decayed_sum", field=field, half_life=half_life, where=where
+    )
+
+
+def decayed_count(*, half_life: str, where: Expr | None = None) -> AggDescriptor:
+    """Exponentially decayed event count."""
+    return _agg("decayed_count", half_life=half_life, where=where)
+
+
+def twa(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Time-weighted average of ``field`` (``window`` required; sent, ignored by the server)."""
+    return _agg("twa", field=field, window=window, window_required=True, where=where)
+
+
+# -- F: velocity and anomaly -------------------------------------------------------------------
+
+
+def rate_of_change(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Rate of change of ``field`` per second."""
+    return _agg("rate_of_change", field=field, window=window, window_required=True, where=where)
+
+
+def inter_arrival_stats(*, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Mean gap between consecutive events."""
+    return _agg("inter_arrival_stats", window=window, window_required=True, where=where)
+
+
+def burst_count(
+    *, window: str, sub_window: str, where: Expr | None = None
+) -> AggDescriptor:
+    """Number of bursts (sub-windows with events)."""
+    return _agg(
+        "burst_count", extras=(("sub_window", sub_window),), window=window,
+        window_required=True, where=where,
+    )
+
+
+def delta_from_prev(field: str, *, where: Expr | None = None) -> AggDescriptor:
+    """Difference between the current and the previous value of ``field``."""
+    return _agg("delta_from_prev", field=field, where=where)
+
+
+def trend(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Least-squares slope of ``field`` over time."""
+    return _agg("trend", field=field, window=window, window_required=True, where=where)
+
+
+def trend_residual(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Residual of the current value against the trend line."""
+    return _agg("trend_residual", field=field, window=window, window_required=True, where=where)
+
+
+def outlier_count(
+    field: str, *, window: str, sigma: float = 3.0, where: Expr | None = None
+) -> AggDescriptor:
+    """Number of values more than ``sigma`` standard deviations from the mean."""
+    return _agg(
+        "outlier_count", field=field, extras=(("sigma", sigma),), window=window,
+        window_required=True, where=where,
+    )
+
+
+def value_change_count(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
+    """Number of times the value of ``field`` changed."""
+    return _agg(
+        "value_change_count", field=field, window=window, window_required=True, where=where
+    )
+
+
+def z_score(field: str, *, baseline_window: str, where: Expr | None = None) -> AggDescriptor:
+    """z-score of the current value against the baseline."""
+    return _agg("z_score", field=field, baseline_window=baseline_window, where=where)
+
+
+# -- G: buffers and distributions --------------------------------------------------------------
+
+
+def histogram(
+    field: str, *, buckets: list[float] | tuple[float, ...], where: Expr | None = None
+) -> AggDescriptor:
+    """Counts per bucket of ``field`` (bucket bounds strictly increasing)."""
+    return _agg("histogram", field=field, extras=(("buckets", buckets),), where=where)
+
+
+def hour_of_day_histogram(*, where: Expr | None = None) -> AggDescriptor:
+    """Event counts per hour of the day (UTC)."""
+    return _agg("hour_of_day_histogram", where=where)
+
+
+def dow_hour_histogram(*, where: Expr | None = None) -> AggDescriptor:
+    """Event counts per day-of-week and hour (UTC)."""
+    return _agg("dow_hour_histogram", where=where)
+
+
+def seasonal_deviation(field: str, *, where: Expr | None = None) -> AggDescriptor:
+    """Deviation of the current value from its hour-of-day baseline."""
+    return _agg("seasonal_deviation", field=field, where=where)
+
+
+def event_type_mix(
+    field: str,
+    *,
+    categories: list[str] | None = None,
+    max_categories: int = 256,
+    where: Expr | None = None,
+) -> AggDescriptor:
+    """Share of each value of ``field``."""
+    extras: list[tuple[str, Any]] = [("max_categories", max_categories)]
+    if categories is not None:
+        extras.append(("categories", categories))
+    return _agg("event_type_mix", field=field, extras=tuple(extras), where=where)
+
+
+def most_recent_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
+    """The ``n`` latest values of ``field``, newest first."""
+    return _agg("most_recent_n", field=field, extras=(("n", n),), where=where)
+
+
+def reservoir_sample(field: str, *, samples: int, where: Expr | None = None) -> AggDescriptor:
+    """A uniform sample of ``samples`` values of ``field``."""
+    return _agg("reservoir_sample", field=field, extras=(("samples", samples),), where=where)
+
+
+# -- H: geo ------------------------------------------------------------------------------------
+
+
+def geo_velocity(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
+    """Speed (km/h) between the last two positions."""
+    return _agg("geo_velocity", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
+
+
+def geo_distance(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
+    """Distance (km) between the last two positions."""
+    return _agg("geo_distance", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
+
+
+def geo_spread(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
+    """Spread (km) of the positions seen."""
+    return _agg("geo_spread", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
+
+
+def distance_from_home(
+    *, lat: str, lon: str, samples: int = 100, where: Expr | None = None
+) -> AggDescriptor:
+    """Distance (km) of the current position from the entity's usual position."""
+    return _agg(
+        "distance_from_home",
+        extras=(("lat_field", lat), ("lon_field", lon), ("samples", samples)),
+        where=where,
+    )
+
+
+# -- deprecated aliases (sdk.md §6.3) ----------------------------------------------------------
+
+
+def avg(field: str, **kw: Any) -> AggDescriptor:
+    """Deprecated: ``bv.mean``."""
+    warnings.warn("bv.avg is deprecated; use bv.mean", DeprecationWarning, stacklevel=2)
+    return mean(field, **kw)
+
+
+def variance(field: str, **kw: Any) -> AggDescriptor:
+    """Deprecated: ``bv.var``."""
+    warnings.warn("bv.variance is deprecated; use bv.var", DeprecationWarning, stacklevel=2)
+    return var(field, **kw)
+
+
+def stddev(field: str, **kw: Any) -> AggDescriptor:
+    """Deprecated: ``bv.std``."""
+    warnings.warn("bv.stddev is deprecated; use bv.std", DeprecationWarning, stacklevel=2)
+    return std(field, **kw)
+
+
+def count_distinct(field: str, **kw: Any) -> AggDescriptor:
+    """Deprecated: ``bv.n_unique``."""
+    warnings.warn(
+        "bv.count_distinct is deprecated; use bv.n_unique", DeprecationWarning, stacklevel=2
+    )
+    return n_unique(field, **kw)
+
+
+def percentile(field: str, *, p: float, **kw: Any) -> AggDescriptor:
+    """Deprecated: ``bv.quantile(q=p)`` (``p`` in (0, 1), not 0-100)."""
+    warnings.warn(
+        "bv.percentile is deprecated; use bv.quantile(q=...)", DeprecationWarning, stacklevel=2
+    )
+    return quantile(field, q=p, **kw)

@@ -1,0 +1,215 @@
+"""Acknowledgement timing of pushes: memory-only, periodic fsync, strict group commit
+(spec/durability.md §2, §6).
+
+The store hands every accepted push record to one of these logs together with the
+function that applies it. ``MemoryLog`` applies at once; ``PeriodicLog`` buffers the
+record, applies at once and fsyncs on a tick; ``GroupCommit`` applies only after the fsync
+that covers the record (one worker thread, one fsync per loop turn). ``barrier()`` makes
+every accepted record durable and applied before a register, reset, snapshot or shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+from collections.abc import Callable
+from typing import Any
+
+from beava.engine.crash_points import CrashPoints
+from beava.engine.wal import WalFatal, WalWriter
+
+Callback = Callable[[], None]
+
+
+class MemoryLog:
+    """--memory-only: nothing is written; every push applies and acks at once."""
+
+    mode = "memory"
+    durable_immediately = True
+
+    def submit(self, record: bytes, apply: Callback) -> bool:
+        apply()
+        return True
+
+    def after_pending(self, callback: Callback) -> bool:
+        return True
+
+    def barrier(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _WorkerLog:
+    """Shared machinery: one worker thread writes and fsyncs batches, in order."""
+
+    durable_immediately = False
+
+    def __init__(self, wal: WalWriter, *, fsync_bytes: int, crash: CrashPoints,
+                 on_fatal: Callable[[BaseException], None],
+                 after_batch: Callback | None = None,
+                 next_lsn: Callable[[], int] | None = None) -> None:
+        self.wal = wal
+        self.fsync_bytes = fsync_bytes
+        self.crash = crash
+        self.on_fatal = on_fatal
+        self.after_batch = after_batch
+        self.next_lsn = next_lsn
+        self._records: list[bytes] = []
+        self._callbacks: list[Callback] = []
+        self._bytes = 0
+        self._in_flight: concurrent.futures.Future | None = None
+        self._in_flight_callbacks: list[Callback] = []
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
+        self._loop = asyncio.get_event_loop()
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._bytes
+
+    def _take(self) -> tuple[bytes, list[Callback]]:
+        data = b"".join(self._records)
+        callbacks = self._callbacks
+        self._records, self._callbacks, self._bytes = [], [], 0
+        return data, callbacks
+
+    def _start(self) -> None:
+        """Hand the pending batch to the worker (at most one batch in flight)."""
+        if self._in_flight is not None or not (self._records or self._callbacks):
+            return
+        data, callbacks = self._take()
+        future = self._executor.submit(self.wal.write_and_sync, data) if data else None
+        if future is None:
+            self._complete(callbacks)
+            return
+        self._in_flight = future
+        self._in_flight_callbacks = callbacks
+        future.add_done_callback(
+            lambda f: self._loop.call_soon_threadsafe(self._finish, f))
+
+    def _finish(self, future: concurrent.futures.Future) -> None:
+        if future is not self._in_flight:
+            return  # already completed synchronously by a barrier
+        self._in_flight = None
+        callbacks, self._in_flight_callbacks = self._in_flight_callbacks, []
+        exc = future.exception()
+        if exc is not None:
+            self.on_fatal(exc)
+            return
+        self._complete(callbacks)
+        self._start()
+
+    def _complete(self, callbacks: list[Callback]) -> None:
+        self.crash.hit("wal_after_fsync")
+        for callback in callbacks:
+            callback()
+        self.crash.hit("wal_after_apply")
+        if self.after_batch is not None:
+            self.after_batch()
+        if self.next_lsn is not None:
+            try:
+                self.wal.maybe_rotate(self.next_lsn())
+            except WalFatal as exc:
+                self.on_fatal(exc)
+
+    def barrier(self) -> None:
+        """Synchronously: wait for the batch in flight, then write and fsync the rest."""
+        while True:
+            future = self._in_flight
+            if future is not None:
+                concurrent.futures.wait([future])
+                self._finish(future)  # may hand the next batch to the worker
+                continue
+            if not (self._records or self._callbacks):
+                return
+            data, callbacks = self._take()
+            if data:
+                try:
+                    self.wal.write_and_sync(data)
+                except WalFatal as exc:
+                    self.on_fatal(exc)
+                    return
+            self._complete(callbacks)
+
+    def close(self) -> None:
+        self.barrier()
+        self._executor.shutdown(wait=True)
+
+
+class GroupCommit(_WorkerLog):
+    """Strict mode: a push is applied and acknowledged after the fsync covering it."""
+
+    mode = "strict"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._scheduled = False
+
+    def submit(self, record: bytes, apply: Callback) -> bool:
+        self._records.append(record)
+        self._callbacks.append(apply)
+        self._bytes += len(record)
+        if self._bytes >= self.fsync_bytes:
+            self._start()
+        elif not self._scheduled:
+            # Run once the loop has processed all ready input: one fsync per loop turn.
+            self._scheduled = True
+            self._loop.call_soon(self._flush_turn)
+        return False
+
+    def after_pending(self, callback: Callback) -> bool:
+        """Run ``callback`` once everything accepted so far is durable (dedupe replays of a
+        pending original). Returns True when that is already the case (nothing pending)."""
+        if not (self._records or self._callbacks or self._in_flight is not None):
+            return True
+        self._callbacks.append(callback)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush_turn)
+        return False
+
+    def _flush_turn(self) -> None:
+        self._scheduled = False
+        self._start()
+
+
+class PeriodicLog(_WorkerLog):
+    """Periodic mode: apply and acknowledge at once, fsync every tick."""
+
+    mode = "periodic"
+
+    def __init__(self, *args: Any, tick_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tick_s = tick_ms / 1000.0
+        self._timer = self._loop.call_later(self.tick_s, self._tick)
+
+    def submit(self, record: bytes, apply: Callback) -> bool:
+        self._records.append(record)
+        self._bytes += len(record)
+        apply()
+        if self._bytes >= self.fsync_bytes:
+            self._start()
+        return True
+
+    def after_pending(self, callback: Callback) -> bool:
+        return True
+
+    def _tick(self) -> None:
+        self._start()
+        self._timer = self._loop.call_later(self.tick_s, self._tick)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        super().close()
+
+
+def fatal_exit(log: Any, exc: BaseException) -> None:
+    """A WAL write/fsync failure: log it and stop at once with exit 4 (§6.6)."""
+    op = getattr(exc, "op", "write")
+    path = getattr(exc, "path", "")
+    log.error("wal.io_error", "WAL I/O failure", op=op, path=path, error=str(exc), fatal=True)
+    log.error("server.fatal", "fatal WAL I/O error", reason=f"wal {op} failed: {exc}",
+              exit_code=4)
+    os._exit(4)

@@ -1,0 +1,180 @@
+"""Disk persistence of a running server: recovery at boot, the WAL log behind the store,
+periodic fork snapshots, WAL reclamation, dedupe sweeps (spec/durability.md).
+
+``Persistence`` is built by the server once the event loop runs; it owns the WAL writer,
+the snapshot runner and their timers, and hands the store its durability log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from beava.config import Config
+from beava.engine.crash_points import CrashPoints
+from beava.engine.durability import GroupCommit, MemoryLog, PeriodicLog, fatal_exit
+from beava.engine.recovery import recover
+from beava.engine.snapshots import SnapshotRunner
+from beava.engine.store import FeatureStore
+from beava.engine.wal import WalFatal, WalWriter
+from beava.log_lines import LogLines
+from beava.protocol.reply_slots import flush_dirty
+
+SNAPSHOT_POLL_S = 0.1
+
+
+class Persistence:
+    def __init__(self, cfg: Config, store: FeatureStore, log: LogLines,
+                 crash: CrashPoints) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.log = log
+        self.crash = crash
+        self.wal: WalWriter | None = None
+        self.snapshots: SnapshotRunner | None = None
+        self.quarantined = 0
+        self.snapshot_last = {"duration": 0.0, "bytes": 0, "fsync": 0.0}
+        self._records_at_snapshot = 0
+        self._timers: list[asyncio.TimerHandle] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def mode(self) -> str:
+        return "memory" if self.cfg.memory_only else self.cfg.wal_sync_mode
+
+    def on_fatal(self, exc: BaseException) -> None:
+        fatal_exit(self.log, exc)
+
+    # start-up -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Recovery (or its skip), then the durability log; call on the running loop."""
+        self._loop = asyncio.get_running_loop()
+        store = self.store
+        store.on_fatal = self.on_fatal
+        if self.cfg.memory_only:
+            self.log.info("recovery.skipped_memory_mode", "memory-only mode: no recovery")
+            store.log = MemoryLog()
+            self._schedule(self.cfg.dedupe_sweep_secs, self._sweep_dedupe)
+            return
+        cfg = self.cfg
+        result = recover(cfg.wal_dir, cfg.snapshot_dir, load_snapshot=store.load_snapshot,
+                         apply=store.replay, log=self.log, crash_points=self.crash)
+        store.last_lsn = store.applied_lsn = result.next_lsn - 1
+        store.watermark_ms = result.watermark_ms
+        store.sweep_dedupe()
+        self.quarantined = result.quarantined
+        self._records_at_snapshot = store.applied_lsn
+        wal = WalWriter(cfg.wal_dir, cfg.snapshot_dir, segment_bytes=cfg.wal_segment_bytes,
+                        crash_points=self.crash, log=self.log)
+        try:
+            wal.start(result.next_lsn)
+        except WalFatal as exc:
+            self.on_fatal(exc)
+        self.wal = wal
+        store.wal = wal
+        common = {"fsync_bytes": cfg.wal_fsync_bytes, "crash": self.crash,
+                  "on_fatal": self.on_fatal, "after_batch": flush_dirty,
+                  "next_lsn": lambda: store.last_lsn + 1}
+        if cfg.wal_sync_mode == "periodic":
+            store.log = PeriodicLog(wal, tick_ms=cfg.wal_tick_ms, **common)
+        else:
+            store.log = GroupCommit(wal, **common)
+        self.snapshots = SnapshotRunner(cfg.snapshot_dir, retain_count=cfg.snapshot_retain_count,
+                                        fork=cfg.snapshot_fork, crash_points=self.crash)
+        store.before_reset = self.snapshots.kill
+        self.log.info("recovery.complete", "recovery complete",
+                      snapshot_lsn=result.snapshot_lsn, records_replayed=result.records_replayed,
+                      last_lsn=result.last_lsn, registry_version=store.registry_version,
+                      duration_ms=result.duration_ms)
+        if cfg.snapshot_interval_ms > 0:
+            self._schedule(cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
+        self._schedule(cfg.dedupe_sweep_secs, self._sweep_dedupe)
+
+    def _schedule(self, delay_s: float, callback: Any) -> None:
+        assert self._loop is not None
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(self._loop.call_later(delay_s, callback))
+
+    def _sweep_dedupe(self) -> None:
+        self.store.sweep_dedupe()
+        self._schedule(self.cfg.dedupe_sweep_secs, self._sweep_dedupe)
+
+    # snapshots ------------------------------------------------------------------------
+
+    def _snapshot_tick(self) -> None:
+        runner = self.snapshots
+        store = self.store
+        assert runner is not None
+        since = store.applied_lsn - self._records_at_snapshot
+        if runner.running:
+            pass
+        elif since < max(1, self.cfg.snapshot_min_events):
+            self.log.debug("snapshot.skipped_below_threshold", "snapshot skipped",
+                           records_since_last=since, min_events=self.cfg.snapshot_min_events)
+            self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
+            return
+        else:
+            if store.log.mode == "periodic":
+                store.log.barrier()
+            lsn = store.applied_lsn
+            self.log.info("snapshot.started", "snapshot started", snapshot_lsn=lsn,
+                          fork=runner.fork)
+            runner.start(store.snapshot_body, lsn, store.watermark_ms, store.registry_version)
+            self._records_at_snapshot = lsn
+        self._schedule(SNAPSHOT_POLL_S, self._snapshot_poll)
+
+    def _snapshot_poll(self) -> None:
+        runner = self.snapshots
+        assert runner is not None and self.wal is not None
+        outcome = runner.poll()
+        if outcome is None:
+            if runner.running:
+                self._schedule(SNAPSHOT_POLL_S, self._snapshot_poll)
+            return
+        if outcome.ok:
+            self.snapshot_last = {"duration": outcome.duration_seconds, "bytes": outcome.bytes,
+                                  "fsync": outcome.fsync_seconds}
+            self.log.info("snapshot.written", "snapshot written", path=outcome.path,
+                          snapshot_lsn=outcome.snapshot_lsn, bytes=outcome.bytes,
+                          duration_ms=int(outcome.duration_seconds * 1000))
+            oldest = outcome.oldest_retained_lsn
+            if oldest is not None:
+                try:
+                    count = self.wal.reclaim(oldest)
+                except WalFatal as exc:
+                    self.on_fatal(exc)
+                if count:
+                    self.log.info("wal.segments_reclaimed", "WAL segments reclaimed",
+                                  count=count, up_to_lsn=oldest)
+        else:
+            self.log.error("snapshot.failed", "snapshot failed", reason=outcome.reason)
+        self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
+
+    # shutdown -------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Make every accepted record durable, stop the snapshot child, close the WAL."""
+        for timer in self._timers:
+            timer.cancel()
+        self.store.log.close()
+        flush_dirty()
+        if self.snapshots is not None:
+            self.snapshots.kill()
+        if self.wal is not None:
+            self.wal.close()
+
+    def metrics(self) -> dict[str, float]:
+        wal = self.wal
+        return {
+            "beava_wal_fsyncs_total": wal.fsyncs_total if wal else 0,
+            "beava_wal_last_fsync_seconds": wal.last_fsync_seconds if wal else 0.0,
+            "beava_wal_bytes_written_total": wal.bytes_written_total if wal else 0,
+            "beava_wal_quarantined_records_total": self.quarantined,
+            "beava_snapshot_last_duration_seconds": self.snapshot_last["duration"],
+            "beava_snapshot_last_bytes": self.snapshot_last["bytes"],
+            "beava_snapshot_last_fsync_seconds": self.snapshot_last["fsync"],
+        }
+
+
+
