@@ -215,21 +215,17 @@ class EmbeddedServer:
 
     ``start()`` spawns it and waits for its ``server.http_bound`` / ``server.tcp_bound``
     stdout lines; ``stop()`` sends SIGTERM (SIGKILL after 5 s) and removes its directory.
-    stdout is drained by a thread for the whole life of the process.
+    stdout is drained by a thread for the whole life of the process. The data directories
+    are passed as ``BEAVA_WAL_DIR`` / ``BEAVA_SNAPSHOT_DIR`` (the embed contract), or with
+    ``data_dir_flag`` as ``--data-dir`` (how ``beava quickstart`` runs its server).
     """
 
     def __init__(
-        self,
-        command: list[str],
-        *,
-        test_mode: bool = False,
-        extra_args: Sequence[str] = (),
-        data_env: bool = True,
+        self, command: list[str], *, test_mode: bool = False, data_dir_flag: bool = False
     ) -> None:
         self.command = command
         self.test_mode = test_mode
-        self.extra_args = list(extra_args)
-        self.data_env = data_env
+        self.data_dir_flag = data_dir_flag
         self.directory = ""
         self.http_addr: tuple[str, int] | None = None
         self.tcp_addr: tuple[str, int] | None = None
@@ -255,12 +251,14 @@ class EmbeddedServer:
             "BEAVA_ADMIN_ADDR": "127.0.0.1:0",
             "BEAVA_DEV_ENDPOINTS": "1",
         })
-        if self.data_env:
+        argv = [*self.command, "--config", "/dev/null"]
+        if self.data_dir_flag:
+            argv += ["--data-dir", self.directory]  # WAL in <dir>/wal, snapshots beside it
+        else:
             env["BEAVA_WAL_DIR"] = os.path.join(self.directory, "wal")
             env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
         if self.test_mode:
             env["BEAVA_TEST_MODE"] = "1"
-        argv = [*self.command, "--config", "/dev/null", *self.extra_args]
         timeout = _startup_timeout()
         try:
             self._proc = subprocess.Popen(

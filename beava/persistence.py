@@ -141,12 +141,9 @@ class Persistence:
             oldest = outcome.oldest_retained_lsn
             if oldest is not None:
                 try:
-                    count = self.wal.reclaim(oldest)
+                    self.wal.reclaim(oldest)  # logs wal.segments_reclaimed itself
                 except WalFatal as exc:
                     self.on_fatal(exc)
-                if count:
-                    self.log.info("wal.segments_reclaimed", "WAL segments reclaimed",
-                                  count=count, up_to_lsn=oldest)
         else:
             self.log.error("snapshot.failed", "snapshot failed", reason=outcome.reason)
         self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)

@@ -1688,6 +1688,27 @@ cdef inline uint8_t* bloom_data(Bloom* b) noexcept nogil:
     return <uint8_t*>b + sizeof(Bloom)
 
 
+ctypedef fused bit_pos:
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+cdef inline uint32_t lower_bound_pos(const bit_pos* v, uint32_t n, uint64_t bit) noexcept nogil:
+    # first index whose position is >= bit; branchless (the probes are unpredictable)
+    cdef uint32_t base = 0, half
+    cdef bit_pos x
+    if n == 0:
+        return 0
+    while n > 1:
+        half = n >> 1
+        memcpy(&x, &v[base + half], sizeof(x))
+        base = base + half if x < bit else base
+        n -= half
+    memcpy(&x, &v[base], sizeof(x))
+    return base + (x < bit)
+
+
 def bloom_geometry(expected_n: int, target_fpr: float) -> tuple:
     """``(m, k)``: bits (a multiple of 64) and hash count for the given sizing."""
     n = float(max(expected_n, 1))
@@ -1762,20 +1783,15 @@ cdef class BloomMemberColumn(Column):
         return v64
 
     cdef uint32_t sparse_find(self, Bloom* b, uint64_t bit, bint* found) noexcept nogil:
-        cdef uint32_t lo = 0, hi = b.n, mid
-        cdef uint64_t v
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            v = self.sparse_at(b, mid)
-            if v == bit:
-                found[0] = True
-                return mid
-            if v < bit:
-                lo = mid + 1
-            else:
-                hi = mid
-        found[0] = False
-        return lo
+        cdef uint32_t i
+        if self.width == 2:
+            i = lower_bound_pos(<const uint16_t*>bloom_data(b), b.n, bit)
+        elif self.width == 4:
+            i = lower_bound_pos(<const uint32_t*>bloom_data(b), b.n, bit)
+        else:
+            i = lower_bound_pos(<const uint64_t*>bloom_data(b), b.n, bit)
+        found[0] = i < b.n and self.sparse_at(b, i) == bit
+        return i
 
     cdef Bloom* sparse_add(self, Bloom* b, uint64_t bit) except NULL:
         cdef bint found
