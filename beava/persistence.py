@@ -73,8 +73,8 @@ class Persistence:
             self.on_fatal(exc)
         self.wal = wal
         store.wal = wal
-        common = {"fsync_bytes": cfg.wal_fsync_bytes, "crash": self.crash,
-                  "on_fatal": self.on_fatal, "after_batch": flush_dirty,
+        common = {"apply_items": store.apply_items, "fsync_bytes": cfg.wal_fsync_bytes,
+                  "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": flush_dirty,
                   "next_lsn": lambda: store.last_lsn + 1}
         if cfg.wal_sync_mode == "periodic":
             store.log = PeriodicLog(wal, tick_ms=cfg.wal_tick_ms, **common)

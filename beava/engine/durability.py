@@ -1,11 +1,14 @@
 """Acknowledgement timing of pushes: memory-only, periodic fsync, strict group commit
 (spec/durability.md §2, §6).
 
-The store hands every accepted push record to one of these logs together with the
-function that applies it. ``MemoryLog`` applies at once; ``PeriodicLog`` buffers the
-record, applies at once and fsyncs on a tick; ``GroupCommit`` applies only after the fsync
-that covers the record (one worker thread, one fsync per loop turn). ``barrier()`` makes
-every accepted record durable and applied before a register, reset, snapshot or shutdown.
+The store hands every accepted push record to one of these logs together with an item
+describing how to apply it, ``(lsn, event, row, now_ms, on_applied)``; the log calls its
+``apply_items`` function (the store's) with items in LSN order. ``MemoryLog`` is not used
+for pushes (the store applies them itself); ``PeriodicLog`` buffers the record and applies
+at once, fsyncing on a tick; ``GroupCommit`` applies only after the fsync that covers the
+record (one worker thread, one fsync per loop turn). ``barrier()`` makes every accepted
+record durable and applied before a register, reset, snapshot or shutdown. A waiter item
+``(0, None, None, 0, callback)`` only runs its callback once earlier items are applied.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from beava.engine.crash_points import CrashPoints
 from beava.engine.wal import WalFatal, WalWriter
 
 Callback = Callable[[], None]
+# (lsn, event, row, now_ms, on_applied); event None = a waiter that only runs on_applied
+Item = tuple[int, Any, Any, int, Any]
+ApplyItems = Callable[[list[Item]], None]
 
 
 class MemoryLog:
@@ -27,10 +33,6 @@ class MemoryLog:
 
     mode = "memory"
     durable_immediately = True
-
-    def submit(self, record: bytes, apply: Callback) -> bool:
-        apply()
-        return True
 
     def after_pending(self, callback: Callback) -> bool:
         return True
@@ -47,21 +49,22 @@ class _WorkerLog:
 
     durable_immediately = False
 
-    def __init__(self, wal: WalWriter, *, fsync_bytes: int, crash: CrashPoints,
-                 on_fatal: Callable[[BaseException], None],
+    def __init__(self, wal: WalWriter, *, apply_items: ApplyItems, fsync_bytes: int,
+                 crash: CrashPoints, on_fatal: Callable[[BaseException], None],
                  after_batch: Callback | None = None,
                  next_lsn: Callable[[], int] | None = None) -> None:
         self.wal = wal
+        self.apply_items = apply_items
         self.fsync_bytes = fsync_bytes
         self.crash = crash
         self.on_fatal = on_fatal
         self.after_batch = after_batch
         self.next_lsn = next_lsn
         self._records: list[bytes] = []
-        self._callbacks: list[Callback] = []
+        self._callbacks: list[Item] = []
         self._bytes = 0
         self._in_flight: concurrent.futures.Future | None = None
-        self._in_flight_callbacks: list[Callback] = []
+        self._in_flight_callbacks: list[Item] = []
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
         self._loop = asyncio.get_event_loop()
 
@@ -69,7 +72,7 @@ class _WorkerLog:
     def pending_bytes(self) -> int:
         return self._bytes
 
-    def _take(self) -> tuple[bytes, list[Callback]]:
+    def _take(self) -> tuple[bytes, list[Item]]:
         data = b"".join(self._records)
         callbacks = self._callbacks
         self._records, self._callbacks, self._bytes = [], [], 0
@@ -101,10 +104,10 @@ class _WorkerLog:
         self._complete(callbacks)
         self._start()
 
-    def _complete(self, callbacks: list[Callback]) -> None:
+    def _complete(self, items: list[Item]) -> None:
         self.crash.hit("wal_after_fsync")
-        for callback in callbacks:
-            callback()
+        if items:
+            self.apply_items(items)
         self.crash.hit("wal_after_apply")
         if self.after_batch is not None:
             self.after_batch()
@@ -147,9 +150,9 @@ class GroupCommit(_WorkerLog):
         super().__init__(*args, **kwargs)
         self._scheduled = False
 
-    def submit(self, record: bytes, apply: Callback) -> bool:
+    def submit(self, record: bytes, item: Item) -> bool:
         self._records.append(record)
-        self._callbacks.append(apply)
+        self._callbacks.append(item)
         self._bytes += len(record)
         if self._bytes >= self.fsync_bytes:
             self._start()
@@ -164,7 +167,7 @@ class GroupCommit(_WorkerLog):
         pending original). Returns True when that is already the case (nothing pending)."""
         if not (self._records or self._callbacks or self._in_flight is not None):
             return True
-        self._callbacks.append(callback)
+        self._callbacks.append((0, None, None, 0, callback))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush_turn)
@@ -185,10 +188,10 @@ class PeriodicLog(_WorkerLog):
         self.tick_s = tick_ms / 1000.0
         self._timer = self._loop.call_later(self.tick_s, self._tick)
 
-    def submit(self, record: bytes, apply: Callback) -> bool:
+    def submit(self, record: bytes, item: Item) -> bool:
         self._records.append(record)
         self._bytes += len(record)
-        apply()
+        self.apply_items([item])
         if self._bytes >= self.fsync_bytes:
             self._start()
         return True

@@ -154,14 +154,22 @@ class FeatureStore:
             return PushAck(lsn, version, False, False)
         record = encode_record(lsn, RECORD_EVENT, BODY_MSGPACK, now, version,
                                event.encode(), _encode_msgpack(row))
-
-        def apply() -> None:
-            self._apply(lsn, event, row, now)
-            if on_durable is not None:
-                on_durable()
-
-        applied = log.submit(record, apply)
+        applied = log.submit(record, (lsn, event, row, now, on_durable))
         return PushAck(lsn, version, False, not applied)
+
+    def apply_items(self, items: list) -> None:
+        """Apply accepted pushes in LSN order (called by the durability log)."""
+        apply = self.engine.apply
+        watermark = self.watermark_ms
+        for lsn, event, row, now, on_applied in items:
+            if event is not None:
+                apply(event, row, now)
+                self.applied_lsn = lsn
+                if now > watermark:
+                    watermark = now
+                self.watermark_ms = watermark
+            if on_applied is not None:
+                on_applied()
 
     def _apply(self, lsn: int, event: str, row: dict, now: int) -> None:
         self.engine.apply(event, row, now)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import math
 import random
-from pathlib import Path
 
 import datasketches as ds
 import pytest
 from beava._fast.ops_sketch import COLUMNS, bloom_geometry, counters, murmur3_128
 from beava._fast.uddsketch import UDDSketch
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+from tests.support import SHARED
+
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
 VECTOR_X = [2.0, 1, 2, 5.5, -1.25, 2.0]  # operators.md §19 vectors 2-8
