@@ -1,26 +1,20 @@
-"""Canonical key strings (spec/operators.md §1, spec/wire.md §7.1)."""
+"""Canonical key strings (spec/operators.md §1, spec/wire.md §7.1).
+
+``fmt_f64_debug`` lives in the table kernel, which builds the same strings for every
+pushed event; reads and dedupe use it from there.
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
 
+from beava._fast.table_kernel import fmt_f64_debug
+
+__all__ = ["dedupe_keystr", "fmt_f64_debug", "keystr"]
+
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
-
-
-def fmt_f64_debug(x: float) -> str:
-    """Rust ``{:?}`` spelling of a float: ``42.0``, ``1e16``, ``1.5e-7``, ``NaN``, ``inf``."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    text = repr(x)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        return f"{mantissa}e{int(exponent)}"
-    return text
 
 
 def keystr(value: Any) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import httptools
 
-from beava.protocol.reply_slots import PendingReply
+from beava.protocol.reply_slots import PendingReply, take_ready
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
@@ -116,21 +116,12 @@ class HttpProtocol(asyncio.Protocol):
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
         out = self._out
-        ready = []
-        while out:
-            head = out[0]
-            if type(head) is PendingReply:
-                if head.data is None:
-                    break
-                ready.append(head.data)
-            else:
-                ready.append(head)
-            out.popleft()
+        ready = take_ready(out)
         transport = self._transport
         if transport is None:
             return
         if ready:
-            transport.write(b"".join(ready))
+            transport.write(ready)
         if self._closing and not out:
             transport.close()
 

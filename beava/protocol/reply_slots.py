@@ -8,6 +8,7 @@ marked dirty and flushed together once (``flush_dirty``), one write per connecti
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 _dirty: list[Any] = []
@@ -33,6 +34,22 @@ class PendingReply:
         if conn is not None and not conn.dirty:
             conn.dirty = True
             _dirty.append(conn)
+
+
+def take_ready(out: deque[bytes | PendingReply]) -> bytes:
+    """Pop the replies at the head of ``out`` that are ready (up to the first unresolved
+    one) and return them joined."""
+    ready = []
+    while out:
+        head = out[0]
+        if type(head) is PendingReply:
+            if head.data is None:
+                break
+            ready.append(head.data)
+        else:
+            ready.append(head)
+        out.popleft()
+    return ready[0] if len(ready) == 1 else b"".join(ready)
 
 
 def flush_dirty() -> None:

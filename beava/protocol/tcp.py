@@ -20,7 +20,7 @@ import msgspec
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter, encode_frame
 from beava.protocol.opcodes import CT_JSON, OP_ERROR, STATE_READ_OPS
-from beava.protocol.reply_slots import PendingReply
+from beava.protocol.reply_slots import PendingReply, take_ready
 
 # handler(op, ct, payload) -> reply frame bytes, or a PendingReply resolved later
 FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
@@ -123,21 +123,12 @@ class FramedTcpProtocol(asyncio.Protocol):
     def flush_ready(self) -> None:
         """Write the replies that are ready, in order; resume parked work when possible."""
         out = self._out
-        ready = []
-        while out:
-            head = out[0]
-            if type(head) is PendingReply:
-                if head.data is None:
-                    break
-                ready.append(head.data)
-            else:
-                ready.append(head)
-            out.popleft()
+        ready = take_ready(out)
         transport = self._transport
         if transport is None:
             return
         if ready:
-            transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+            transport.write(ready)
         if out:
             return
         if self._parked:

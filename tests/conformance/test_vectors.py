@@ -1,5 +1,6 @@
 """The shared black-box conformance vectors, run by the shared runner against a live
-server (one run per vector file; one test per scenario).
+server (one run per vector file; one test per scenario), once memory-only and once with
+the default strict WAL (every push acknowledged only after its fsync).
 
 ``PENDING`` lists the scenarios that need parts of beava not built yet (the aggregation
 engine). They are strict xfails: a pending scenario that starts passing fails the run
@@ -34,9 +35,13 @@ def _scenarios() -> list[tuple[str, str]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def conformance_server():
-    proc = BeavaProcess()
+@pytest.fixture(scope="module", params=["memory-only", "strict-wal"])
+def conformance_server(request, tmp_path_factory):
+    if request.param == "memory-only":
+        proc = BeavaProcess()
+    else:
+        data = tmp_path_factory.mktemp("conformance-data")
+        proc = BeavaProcess("--data-dir", str(data), memory_only=False)
     yield proc
     proc.terminate()
 
