@@ -221,3 +221,25 @@ def test_reset_forbidden_without_test_mode():
         assert_alive(conn)
     finally:
         proc.terminate()
+
+
+@pytest.mark.parametrize("op", [0x0020, 0x0021, 0x0022, 0x0024])
+@pytest.mark.parametrize("ct,payload", [(1, b"{not json"), (2, b"\xc1"), (1, b"[1,2]")])
+def test_malformed_read_body_is_internal_error(conn, op, ct, payload):
+    reply_op, _, reply = conn.request(op, ct, payload)
+    assert reply_op == OP_ERROR
+    doc = body(reply)
+    assert doc["error"]["code"] == "internal_error"
+    assert isinstance(doc["error"]["reason"], str)
+    assert_alive(conn)
+
+
+@pytest.mark.parametrize("payload", [b"{", b"[]", b'{"descriptors":[]}', b'{"nodes":5}'])
+def test_malformed_register_body_is_invalid_registration(conn, payload):
+    reply_op, _, reply = conn.request(0x0001, 1, payload)
+    assert reply_op == OP_ERROR
+    doc = body(reply)
+    assert doc["error"]["code"] == "invalid_registration"
+    assert doc["error"]["path"] == "<body>"
+    assert isinstance(doc["registry_version"], int)
+    assert_alive(conn)
