@@ -38,11 +38,11 @@ from beava_client import (
     encode_key,
     parse_url,
 )
+from beava_client.messages import PUSH_MANY_MAX_BODIES
 from beava_client.urls import Endpoint
 
 __all__ = ["App", "AsyncApp"]
 
-PUSH_MANY_MAX_CHUNK = 10_000
 STARTUP_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 _EMBED_REQUIRES_WITH = (
@@ -89,21 +89,21 @@ def _check_event_name(event_name: object) -> None:
         raise TypeError(f"event name must be a str, got {type(event_name).__name__}")
 
 
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
 def _check_row(fields: object) -> dict[str, Any]:
     """A push body as a dict: str keys, JSON values, finite floats (the JSON encoder would
-    turn NaN and infinities into ``null``)."""
+    turn NaN and infinities into ``null``). Runs once per pushed row: plain scalars take
+    one set lookup, everything else the slow path."""
     if not isinstance(fields, Mapping):
         raise TypeError(f"event fields must be a mapping, got {type(fields).__name__}")
     for key, value in fields.items():
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"event field names must be str, got {key!r}")
         kind = type(value)
-        if kind is str or kind is int or kind is bool or value is None:
-            continue
-        if kind is float:
-            if value - value != 0.0:  # NaN or +-inf
-                raise ValueError(f"field {key!r}: {value!r} is not a finite number")
-            continue
+        if kind in _SCALARS or (kind is float and value - value == 0.0):
+            continue  # x - x is NaN for NaN and +-inf
         _check_nested(key, value)
     return fields if type(fields) is dict else dict(fields)
 
@@ -128,8 +128,8 @@ def _check_nested(key: str, value: Any) -> None:
 
 def _check_chunk_size(chunk_size: object) -> int:
     if (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-            or not 1 <= chunk_size <= PUSH_MANY_MAX_CHUNK):
-        raise ValueError(f"chunk_size must be an int in [1, {PUSH_MANY_MAX_CHUNK}], got "
+            or not 1 <= chunk_size <= PUSH_MANY_MAX_BODIES):
+        raise ValueError(f"chunk_size must be an int in [1, {PUSH_MANY_MAX_BODIES}], got "
                          f"{chunk_size!r}")
     return chunk_size
 
@@ -237,6 +237,7 @@ class EmbeddedServer:
 
     def start(self) -> None:
         """Spawn the server and wait until both listeners are bound."""
+        timeout = _startup_timeout()
         stamp = int(time.time() * 1000)
         self.directory = os.path.join(
             tempfile.gettempdir(), f"beava-embed-{os.getpid()}-{stamp}-{secrets.token_hex(4)}"
@@ -259,7 +260,6 @@ class EmbeddedServer:
             env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
         if self.test_mode:
             env["BEAVA_TEST_MODE"] = "1"
-        timeout = _startup_timeout()
         try:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -272,9 +272,13 @@ class EmbeddedServer:
             target=self._read_stdout, name="beava-embed-stdout", daemon=True
         )
         self._reader.start()
-        if not self._bound.wait(timeout) or self.tcp_addr is None or self.http_addr is None:
+        bound = self._bound.wait(timeout)
+        if not bound or self.tcp_addr is None or self.http_addr is None:
             code = self._proc.poll()
-            self.stop()
+            if bound and code is None:  # stdout reached EOF: the process is exiting
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self._proc.wait(1.0)
+            self.stop(kill=True)
             if code is not None:
                 raise TimeoutError(
                     f"the beava server exited with code {code} before reporting its "
@@ -318,9 +322,9 @@ class EmbeddedServer:
         assert self.http_addr is not None
         return f"http://{self.http_addr[0]}:{self.http_addr[1]}"
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 5 s) and remove its directory.
-        Idempotent."""
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s; ``kill``: SIGKILL at once) and
+        remove its directory. Idempotent."""
         with self._lock:
             if self._stopped:
                 return
@@ -329,7 +333,7 @@ class EmbeddedServer:
         if proc is not None:
             if proc.poll() is None:
                 with contextlib.suppress(OSError):
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
                 try:
                     proc.wait(STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:

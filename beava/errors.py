@@ -2,15 +2,18 @@
 
 ``TransportError`` is the wire client's own class (a ``ConnectionError``): the App lets it
 propagate unchanged, so ``except bv.TransportError`` also catches its subclasses (closed
-connection, framing error, and ``Timeout``, which is also a ``TimeoutError``).
+connection, framing error, and ``Timeout``, which is also a ``TimeoutError``). It is loaded
+on first access: importing the wire client costs tens of milliseconds that code using only
+the DSL should not pay.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from beava_client.errors import TransportError
+if TYPE_CHECKING:
+    from beava_client.errors import TransportError
 
 __all__ = [
     "VALIDATION_ERROR_KINDS",
@@ -101,3 +104,11 @@ class DescriptorError(RegistrationError, TypeError):
 
 class BinaryNotFoundError(Exception):
     """Embed mode could not find the server executable to start."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TransportError":
+        from beava_client.errors import TransportError
+
+        return TransportError
+    raise AttributeError(f"module 'beava.errors' has no attribute {name!r}")

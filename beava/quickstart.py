@@ -39,7 +39,9 @@ class PageView:
 
 @bv.table
 def SiteMetrics(views: PageView) -> bv.Table:
-    return views.agg(
+    # type checkers see `views` as a PageView instance; the decorator passes the event class,
+    # whose chain methods are added at decoration time
+    return views.agg(  # type: ignore[attr-defined, no-any-return]
         median_dwell_1h=bv.quantile("dwell_ms", q=0.5, window="1h"),
         page_views_today=bv.count(window="24h"),
         top_page_1h=bv.top_k("path", k=1, window="1h"),

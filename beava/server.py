@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 import time
 from typing import Any
 
@@ -97,6 +98,7 @@ class BeavaServer:
         self.lock: DataDirLock | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping = False
+        self._serving = False
         self._stop: asyncio.Event | None = None
         self._exit_code = EXIT_OK
 
@@ -135,11 +137,18 @@ class BeavaServer:
             self.log.info("server.admin_bound", "admin sidecar bound",
                           addr=_bound(self.sockets["admin"]))
 
-    async def serve(self) -> int:
+    async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # Handlers first: a client may send SIGTERM as soon as it has read the bound lines.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        self.bind()
+        if self.cfg.test_mode:
+            self.log.warn("server.test_mode_enabled", "test mode enabled: reset is allowed")
+        elif self.cfg.crash_at is not None:
+            self.log.warn("server.crash_hook_ignored",
+                          "BEAVA_CRASH_AT is honoured only in test mode")
         try:
             self.persistence.start()
         except RecoveryFatal as exc:
@@ -156,9 +165,17 @@ class BeavaServer:
         for name, sock in self.sockets.items():
             server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG)
             self._servers.append(server)
-        self.log.info("server.ready", "server ready")
+        self._serving = True
+        if self._stopping:  # a signal arrived during start-up
+            await self._shutdown()
+        else:
+            self.log.info("server.ready", "server ready")
         await self._stop.wait()
-        return self._exit_code
+        # Leave without tearing the loop down: closing it restores the default signal
+        # dispositions, and a signal still queued for the process would then kill it with
+        # 143 instead of the clean exit code. Everything that matters is closed already.
+        sys.stdout.flush()
+        os._exit(self._exit_code)
 
     # shutdown -------------------------------------------------------------------------
 
@@ -167,7 +184,8 @@ class BeavaServer:
             os._exit(1)
         self._stopping = True
         self.log.info("server.shutdown_initiated", "shutdown initiated", signal=sig.name)
-        asyncio.get_running_loop().create_task(self._shutdown())
+        if self._serving:
+            asyncio.get_running_loop().create_task(self._shutdown())
 
     async def _shutdown(self) -> None:
         started = time.monotonic()
@@ -230,9 +248,4 @@ def run(cfg: Config, log: LogLines) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     server = BeavaServer(cfg, log)
     server.prepare_data_dirs()
-    server.bind()
-    if cfg.test_mode:
-        log.warn("server.test_mode_enabled", "test mode enabled: reset is allowed")
-    elif cfg.crash_at is not None:
-        log.warn("server.crash_hook_ignored", "BEAVA_CRASH_AT is honoured only in test mode")
     return uvloop.run(server.serve())

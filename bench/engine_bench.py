@@ -11,7 +11,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -114,19 +113,20 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
                                   seconds=1.0))
         key = bodies[0][wl.key_fields[0]]
         table = wl.first_table()
-        idle = loadgen.get_latencies(server.tcp(), table, key, samples)
-        loaded: list[float] = []
-        worker = threading.Thread(target=lambda: loaded.extend(
-            loadgen.get_latencies(server.tcp(), table, key, samples)))
+        host, port = server.tcp()
+        sampler = [sys.executable, "-m", "bench.get_sampler", host, str(port), table, key,
+                   str(samples)]
+        idle = json.loads(subprocess.run(sampler, capture_output=True, check=True).stdout)
+        proc = subprocess.Popen(sampler, stdout=subprocess.PIPE)
 
         async def load_while_reading() -> None:
-            worker.start()
-            while worker.is_alive():
+            while proc.poll() is None:
                 await loadgen.blast(server.tcp(), frames, connections=connections,
                                     depth=depth, seconds=0.5)
 
         asyncio.run(load_while_reading())
-        worker.join()
+        assert proc.stdout is not None
+        loaded = json.loads(proc.stdout.read())
     finally:
         server.stop()
     return {"idle": _percentiles(idle), "under_push_load": _percentiles(loaded)}

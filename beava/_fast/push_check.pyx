@@ -7,6 +7,8 @@ fields, defaults, required fields and their types, and integers beyond 64 bits (
 float). It returns None when the body is accepted, else the error code.
 """
 
+from msgspec.msgpack import Ext
+
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
@@ -50,34 +52,49 @@ cdef bint str_has_control(str s):
     return False
 
 
-cdef bint value_has_control(object value) except -1:
+# What a scan of a value found: nothing, a MessagePack extension (never a valid field
+# value, spec/wire.md §2.3), or a control character (which wins: it is checked first).
+cdef enum:
+    SCAN_CLEAN = 0
+    SCAN_EXT = 1
+    SCAN_CONTROL = 2
+
+
+cdef int scan_value(object value) except -1:
     cdef type t = type(value)
+    cdef int found = SCAN_CLEAN
     if t is str:
-        return str_has_control(<str>value)
+        return SCAN_CONTROL if str_has_control(<str>value) else SCAN_CLEAN
     if t is dict:
-        return dict_has_control(<dict>value)
+        return scan_dict(<dict>value)
     if t is list:
         for item in <list>value:
-            if value_has_control(item):
-                return True
-    return False
+            found = max(found, scan_value(item))
+            if found == SCAN_CONTROL:
+                break
+        return found
+    if t is Ext:
+        return SCAN_EXT
+    return SCAN_CLEAN
 
 
-cdef bint dict_has_control(dict d) except -1:
+cdef int scan_dict(dict d) except -1:
     cdef Py_ssize_t pos = 0
     cdef PyObject* key
     cdef PyObject* val
+    cdef int found = SCAN_CLEAN
     while PyDict_Next(d, &pos, &key, &val):
         if type(<object>key) is str and str_has_control(<str>key):
-            return True
-        if value_has_control(<object>val):
-            return True
-    return False
+            return SCAN_CONTROL
+        found = max(found, scan_value(<object>val))
+        if found == SCAN_CONTROL:
+            return found
+    return found
 
 
 def has_control_character(object value):
     """Whether a string, or any key or string at any depth of a container, holds a Cc."""
-    return value_has_control(value)
+    return scan_value(value) == SCAN_CONTROL
 
 
 cdef object _widen(object value):
@@ -141,7 +158,9 @@ cdef class EventChecker:
         cdef bint undeclared = False
         cdef bint event_time = False
         cdef bint widen = False
+        cdef bint ext = False
         cdef int overflow = 0
+        cdef int scanned
         cdef int code
         cdef type t
         while PyDict_Next(fields, &pos, &key, &val):
@@ -150,9 +169,13 @@ cdef class EventChecker:
                 if str_has_control(<str><object>val):
                     return "control_character_in_string"
             elif t is dict or t is list:
-                if value_has_control(<object>val):
+                scanned = scan_value(<object>val)
+                if scanned == SCAN_CONTROL:
                     return "control_character_in_string"
+                ext = ext or scanned == SCAN_EXT
                 widen = True
+            elif t is Ext:
+                ext = True
             elif t is int:
                 PyLong_AsLongLongAndOverflow(<object>val, &overflow)
                 if overflow:
@@ -188,6 +211,8 @@ cdef class EventChecker:
                     return "invalid_event"
             elif <object>found is None:
                 return "invalid_event"
+        if ext:
+            return "invalid_event"
         if widen:
             _widen_dict(fields)
         return None

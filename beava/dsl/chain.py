@@ -19,7 +19,9 @@ from beava.engine.operator_catalogue import lookup
 if TYPE_CHECKING:
     from beava.dsl.upstreams import Deferred
 
-__all__ = ["Aggregation", "EventDerivation", "GroupBy", "is_event_source", "stream_of"]
+__all__ = [
+    "CHAIN_METHODS", "Aggregation", "EventDerivation", "GroupBy", "is_event_source", "stream_of",
+]
 
 Step = dict[str, Any]
 

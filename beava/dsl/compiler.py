@@ -56,7 +56,7 @@ def compile_register_payload(
             emit_source(obj)
         elif isinstance(obj, TableDescriptor):
             node = obj.node()
-            emit_source(obj._aggregation._source._root)  # type: ignore[union-attr]
+            emit_source(obj.root_source())
             emitted.add(id(obj))
             nodes.append(node)
         else:

@@ -42,14 +42,22 @@ class TableDescriptor:
         keys = ", ".join(self._key_cols) or "global"
         return f"<bv table {self._name} ({keys})>"
 
-    def node(self) -> dict[str, Any]:
-        """The register node (sdk.md §7.3); the chain is flattened from the root source."""
+    def _resolved(self) -> Aggregation:
         agg = self._aggregation
         if agg is None:
             raise TypeError(
                 f"table {self._name!r} has an unannotated parameter: its upstream is only "
                 "known once it is registered (or annotate the parameter)"
             )
+        return agg
+
+    def root_source(self) -> Any:
+        """The event source class at the root of the table's chain."""
+        return self._resolved()._source._root
+
+    def node(self) -> dict[str, Any]:
+        """The register node (sdk.md §7.3); the chain is flattened from the root source."""
+        agg = self._resolved()
         ops = copy.deepcopy([*agg._source._steps, agg.group_by_step()])
         return {
             "kind": "derivation",

@@ -127,9 +127,10 @@ def event_parameter(fn: Callable[..., Any], decorator: str) -> EventParam:
 
 
 def _user_frame() -> FrameType | None:
-    frame = sys._getframe(1)
+    """The innermost calling frame outside the DSL (where the decorator was applied)."""
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").startswith(_DSL_PACKAGE):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return frame
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from beava.engine.crash_points import CrashPoints
 from beava.engine.wal import WalFatal, WalWriter
+from beava.engine.wal_format import record_lsn_at
 
 Callback = Callable[[], None]
 # (lsn, event, row, now_ms, on_applied); event None = a waiter that only runs on_applied
@@ -112,8 +113,11 @@ class _WorkerLog:
         if self.after_batch is not None:
             self.after_batch()
         if self.next_lsn is not None:
+            # A new segment is named by the LSN of the next record written to it: the first
+            # pending record's (accepted, LSN assigned, not written yet), else the next one.
+            base = record_lsn_at(self._records[0], 0) if self._records else self.next_lsn()
             try:
-                self.wal.maybe_rotate(self.next_lsn())
+                self.wal.maybe_rotate(base)
             except WalFatal as exc:
                 self.on_fatal(exc)
 

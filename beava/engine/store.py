@@ -105,9 +105,10 @@ class FeatureStore:
                                    outcome.registry.version, b"", _encode_json(outcome.record))
             try:
                 self.wal.write_registry_record(record)
-            except WalUnavailable as exc:
-                raise BeavaError("wal_unavailable", path="<wal>",
-                                 reason=f"registry record could not be written: {exc}",
+            except WalUnavailable:
+                raise BeavaError("wal_unavailable",
+                                 reason="WAL append for registry bump failed; registry not "
+                                        "mutated",
                                  top={"registry_version": self.registry.version}) from None
             except WalFatal as exc:
                 self.on_fatal(exc)

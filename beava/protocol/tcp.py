@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -27,6 +28,10 @@ FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
 
 HIGH_WATER = 4 * 1024 * 1024  # stop reading while this much reply data is unsent
 LOW_WATER = 1024 * 1024
+# One connection's turn on the loop: after this much work the rest of its frames wait for
+# the next turn, so a lone GET on another connection is not stuck behind a deep pipeline.
+TURN_SECONDS = 0.0005
+TURN_CHECK_EVERY = 16  # frames between clock reads
 
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
@@ -59,6 +64,7 @@ class FramedTcpProtocol(asyncio.Protocol):
         self._out: deque[bytes | PendingReply] = deque()
         self._parked: deque[tuple[int, int, bytes]] = deque()
         self._last_pending: PendingReply | None = None
+        self._turn_scheduled = False
         self._closing = False      # a fatal framing error or shutdown: read nothing more
         self._close_after = False  # close once every queued reply is written
         self._paused_by_writes = False
@@ -90,7 +96,13 @@ class FramedTcpProtocol(asyncio.Protocol):
         # Durable batches complete in order, so the newest pending reply resolves last.
         last = self._last_pending
         pending = last is not None and last.data is None
+        deadline = time.perf_counter() + TURN_SECONDS
         for index, (op, ct, payload) in enumerate(frames):
+            if index and index % TURN_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+                self._park(frames[index:])
+                self._turn_scheduled = True
+                asyncio.get_running_loop().call_soon(self._next_turn)
+                break
             if op == FRAME_TOO_LARGE:
                 out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
                 self._fatal()
@@ -109,6 +121,23 @@ class FramedTcpProtocol(asyncio.Protocol):
                 pending = True
             out.append(reply)
         self.flush_ready()
+
+    def _next_turn(self) -> None:
+        """Continue with frames left over from this connection's previous turn."""
+        self._turn_scheduled = False
+        if self._parked and not self._waiting_for_pending():
+            frames = list(self._parked)
+            self._parked.clear()
+            self._resume_if_idle()
+            self._process(frames)
+
+    def _waiting_for_pending(self) -> bool:
+        last = self._last_pending
+        return last is not None and last.data is None and self._parked[0][0] in STATE_READ_OPS
+
+    def _resume_if_idle(self) -> None:
+        if self._transport is not None and not self._closing and not self._paused_by_writes:
+            self._transport.resume_reading()
 
     def _park(self, frames) -> None:
         self._parked.extend(frames)
@@ -131,11 +160,10 @@ class FramedTcpProtocol(asyncio.Protocol):
             transport.write(ready)
         if out:
             return
-        if self._parked:
+        if self._parked and not self._turn_scheduled:
             frames = list(self._parked)
             self._parked.clear()
-            if not self._closing and not self._paused_by_writes:
-                transport.resume_reading()
+            self._resume_if_idle()
             self._process(frames)
         elif self._close_after:
             transport.close()  # flushes the queued replies first

@@ -13,28 +13,20 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from beava.engine.registry import Registry, empty_registry, register
+from tests.reference_vectors import is_matcher, load_scenarios, reference_text
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "conformance"
 FILES = ("register.json", "register_errors.json")
 REGISTRY_STEPS = {"register", "ping", "reset"}
 OP_REGISTER, OP_ERROR = 0x0001, 0xFFFF
 
 
 def _scenarios() -> list[Any]:
-    out = []
-    for name in FILES:
-        path = VECTORS / name
-        if not path.exists():
-            continue
-        for sc in json.loads(path.read_text())["scenarios"]:
-            out.append(pytest.param(sc, id=sc["name"]))
-    return out
+    return [pytest.param(sc, id=sc["name"]) for name in FILES for sc in load_scenarios(name)]
 
 
 SCENARIOS = _scenarios()
@@ -42,13 +34,6 @@ SCENARIOS = _scenarios()
 
 class Mismatch(AssertionError):
     pass
-
-
-def _is_matcher(x: Any) -> bool:
-    return (
-        isinstance(x, dict) and bool(x) and any(k.startswith("$") for k in x)
-        and all(k.startswith("$") or k in ("rel", "abs") for k in x)
-    )
 
 
 def _is_num(x: Any) -> bool:
@@ -74,13 +59,13 @@ def _close(e: float, a: float, rel: float, abs_: float) -> bool:
 
 def match(exp: Any, act: Any, path: str, base_rv: int) -> None:
     """Raise Mismatch unless `act` satisfies `exp` (subset mode, README matchers)."""
-    if _is_matcher(exp):
+    if is_matcher(exp):
         _match_matcher(exp, act, path, base_rv)
     elif isinstance(exp, dict):
         if not isinstance(act, dict):
             raise Mismatch(f"{path}: expected object, got {act!r}")
         for k, ev in exp.items():
-            if _is_matcher(ev) and ev.get("$absent"):
+            if is_matcher(ev) and ev.get("$absent"):
                 if k in act:
                     raise Mismatch(f"{path}.{k}: expected absent")
                 continue
@@ -165,12 +150,11 @@ def _match_matcher(m: dict[str, Any], act: Any, path: str, base_rv: int) -> None
 def _reference_paths(exp: Any, act: Any, where: str) -> None:
     """Error paths must equal the reference path recorded as `$comment: "reference: P"`."""
     if isinstance(exp, dict) and isinstance(act, dict):
-        path = exp.get("path")
-        if _is_matcher(path) and str(path.get("$comment", "")).startswith("reference: "):
-            want = path["$comment"][len("reference: "):]
+        want = reference_text(exp.get("path"))
+        if want is not None:
             assert act.get("path") == want, f"{where}: path {act.get('path')!r} != {want!r}"
         for k, v in exp.items():
-            if k in act and not _is_matcher(v):
+            if k in act and not is_matcher(v):
                 _reference_paths(v, act[k], f"{where}.{k}")
 
 

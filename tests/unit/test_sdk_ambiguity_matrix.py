@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from beava_client.messages import get_body
 
 import beava as bv
+from beava_client.messages import get_body
 
 
 @bv.event

@@ -8,10 +8,10 @@ import warnings
 from typing import Any
 
 import pytest
-from beava_client import ServerError, error_from_reply
 
 import beava as bv
 from beava.app import App
+from beava_client import ServerError, error_from_reply
 
 
 def dead_port() -> int:

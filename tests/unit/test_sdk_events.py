@@ -422,9 +422,9 @@ def test_name_matching_rule(param: str, expected: str) -> None:
     class PageView:
         path: str
 
+    column = "path" if expected == "PageView" else "page"
     namespace: dict[str, Any] = {"bv": bv}
-    exec(f"def F({param}):\n    return {param}.select('{'path' if expected == 'PageView' else 'page'}')\n",
-         namespace)
+    exec(f"def F({param}):\n    return {param}.select('{column}')\n", namespace)
     fn = bv.event(namespace["F"])
     bv.compile_register_payload(PageView, Click, fn)
     assert fn._root._name == expected

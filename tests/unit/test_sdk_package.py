@@ -13,15 +13,17 @@ import beava as bv
 
 REPO = Path(__file__).resolve().parents[2]
 
-OPERATORS = (
-    "count sum mean min max var std ratio n_unique quantile top_k bloom_member entropy first "
-    "last first_n last_n lag first_seen last_seen age has_seen time_since time_since_last_n "
-    "streak max_streak negative_streak first_seen_in_window ewma ewvar ew_zscore decayed_sum "
-    "decayed_count twa rate_of_change inter_arrival_stats burst_count delta_from_prev trend "
-    "trend_residual outlier_count value_change_count z_score histogram hour_of_day_histogram "
-    "dow_hour_histogram seasonal_deviation event_type_mix most_recent_n reservoir_sample "
-    "geo_velocity geo_distance geo_spread distance_from_home"
-).split()
+OPERATORS = [
+    "count", "sum", "mean", "min", "max", "var", "std", "ratio", "n_unique", "quantile", "top_k",
+    "bloom_member", "entropy", "first", "last", "first_n", "last_n", "lag", "first_seen",
+    "last_seen", "age", "has_seen", "time_since", "time_since_last_n", "streak", "max_streak",
+    "negative_streak", "first_seen_in_window", "ewma", "ewvar", "ew_zscore", "decayed_sum",
+    "decayed_count", "twa", "rate_of_change", "inter_arrival_stats", "burst_count",
+    "delta_from_prev", "trend", "trend_residual", "outlier_count", "value_change_count", "z_score",
+    "histogram", "hour_of_day_histogram", "dow_hour_histogram", "seasonal_deviation",
+    "event_type_mix", "most_recent_n", "reservoir_sample", "geo_velocity", "geo_distance",
+    "geo_spread", "distance_from_home",
+]
 
 
 def test_all_is_exactly_the_spec_list() -> None:
@@ -76,10 +78,28 @@ def test_importing_beava_loads_no_sdk_module() -> None:
     assert out == ["[]", "True False"]
 
 
+def test_the_dsl_does_not_load_the_wire_client() -> None:
+    code = (
+        "import sys, beava as bv\n"
+        "@bv.event\n"
+        "class E:\n"
+        "    a: int\n"
+        "bv.compile_register_payload(E)\n"
+        "print('beava_client' in sys.modules, 'socket' in sys.modules)\n"
+        "bv.TransportError\n"
+        "print('beava_client' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["False False", "True"]
+
+
 def test_validation_error_kinds() -> None:
-    assert bv.VALIDATION_ERROR_KINDS == frozenset({
-        "cycle", "missing_upstream", "schema_mismatch", "bad_return_type",
-        "unknown_field_type", "table_key_invalid", "registration_conflict", "duplicate_name"})
+    expected = {"cycle", "missing_upstream", "schema_mismatch", "bad_return_type",
+                "unknown_field_type", "table_key_invalid", "registration_conflict",
+                "duplicate_name"}
+    assert isinstance(bv.VALIDATION_ERROR_KINDS, frozenset)
+    assert expected == bv.VALIDATION_ERROR_KINDS
 
 
 def test_registration_error() -> None:
