@@ -18,6 +18,7 @@ import gc
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -361,6 +362,7 @@ class SnapshotRunner:
         if pid == 0:
             try:
                 os.close(read_end)
+                _detach_inherited_fds(write_end)
                 _child_main(write_end, serialise, self.snapshot_dir, snapshot_lsn,
                             watermark_ms, registry_version, crash_before_rename)
             finally:
@@ -512,6 +514,33 @@ class SnapshotRunner:
             return
         with contextlib.suppress(OSError):
             os.unlink(self._paths()[1])
+
+
+def _detach_inherited_fds(keep: int) -> None:
+    """In the snapshot child: drop every descriptor inherited from the server (the data
+    directory lock, listening and client sockets, WAL segments, stdout) except ``keep``, so
+    a killed server frees its lock and its clients see EOF at once, and the child can never
+    write to them; ask the kernel to kill the child if the server dies."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    limit = os.sysconf("SC_OPEN_MAX")
+    os.closerange(3, keep)
+    os.closerange(keep + 1, limit)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL) on Linux: an orphaned child must not rename a
+    snapshot after a new server has started on the same directory."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,0 +1,677 @@
+"""Recovery cases of spec/durability.md §16 on real processes and real files: registry and
+force-replaced schemas across restarts, windowed and decay state, torn tails, damaged
+segments, snapshot + tail, reset, periodic mode, graceful shutdown, dedupe after restart,
+LSN monotonicity, memory-only mode and the data-directory lock."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from beava_client import ServerError, TcpClient
+from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_PUSH
+from tests.crash.conftest import (
+    RECORD_EVENT,
+    RECORD_REGISTRY,
+    Pusher,
+    Servers,
+    assert_clean_recovery,
+    check_bitset,
+    lines_of,
+    metric,
+    sigkill,
+    snapshot_files,
+    table_error,
+    wait_for,
+    wait_line,
+    wait_snapshot,
+    wal_segments,
+)
+from tests.support import REPO, BeavaProcess, http_request
+
+TXN_NODES = [
+    {"kind": "event", "name": "Txn", "schema": {"fields": {"k": "str", "c": "str", "v": "i64"}}},
+    {"kind": "derivation", "name": "U", "upstreams": ["Txn"], "key": ["k"],
+     "agg": {"n": {"op": "count"}, "s": {"op": "sum", "params": {"field": "v"}}}},
+]
+
+
+def run_pushers(proc: BeavaProcess, keys_per_conn: int, *, kill_after: float | None = None,
+                prefix: str = "") -> list[Pusher]:
+    """Two pipelined connections (JSON, MessagePack) pushing Txn; with ``kill_after`` the
+    server is SIGKILLed that many seconds after they start, else they run to their limit."""
+    go = threading.Event()
+    pushers = [Pusher(proc.tcp, "Txn", [f"{prefix}c{c}k{j}" for j in range(keys_per_conn)],
+                      f"{prefix}c{c}", ct, OP_PUSH, go)
+               for c, ct in enumerate((CT_JSON, CT_MSGPACK))]
+    for p in pushers:
+        p.start()
+    go.set()
+    if kill_after is not None:
+        time.sleep(kill_after)
+        sigkill(proc)
+    for p in pushers:
+        p.join(60)
+        assert not p.is_alive() and not p.errors, p.errors[:3]
+    return pushers
+
+
+def check_pushers(client: TcpClient, pushers: list[Pusher], *, acked_promise: bool) -> int:
+    """Exact per-key check of what the pushers sent; returns the number of applied pushes."""
+    total = 0
+    for p in pushers:
+        rows = client.batch_get([("U", k) for k in p.keys])
+        for j, (key, row) in enumerate(zip(p.keys, rows, strict=True)):
+            acked = p.per_key(p.acked, j) if acked_promise else 0
+            total += check_bitset(row, acked, p.per_key(p.sent, j), key)
+    return total
+
+
+# -- registry and schemas --------------------------------------------------------------------
+
+V1 = [
+    {"kind": "event", "name": "E", "schema": {"fields": {"user": "str", "amount": "i64"}}},
+    {"kind": "derivation", "name": "T", "upstreams": ["E"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "s": {"op": "sum", "params": {"field": "amount"}}}},
+    {"kind": "event", "name": "F", "schema": {"fields": {"user": "str", "x": "f64"}}},
+    {"kind": "derivation", "name": "TF", "upstreams": ["F"], "key": ["user"],
+     "agg": {"fn": {"op": "count"}, "fs": {"op": "sum", "params": {"field": "x"}},
+             "fw": {"op": "count", "params": {"window": "1h"}},
+             "fx": {"op": "max", "params": {"field": "x"}}}},
+    {"kind": "derivation", "name": "Gone", "upstreams": ["E"], "key": ["user"],
+     "agg": {"gn": {"op": "count"}}},
+]
+# E's amount becomes a string (type change: E replaced, T cascades), T gets other features,
+# TF's fw changes window (that feature resets), fx is removed, Gone is dropped.
+V2 = [
+    {"kind": "event", "name": "E", "schema": {"fields": {"user": "str", "amount": "str"}}},
+    {"kind": "derivation", "name": "T", "upstreams": ["E"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "l": {"op": "last", "params": {"field": "amount"}}}},
+    V1[2],
+    {"kind": "derivation", "name": "TF", "upstreams": ["F"], "key": ["user"],
+     "agg": {"fn": {"op": "count"}, "fs": {"op": "sum", "params": {"field": "x"}},
+             "fw": {"op": "count", "params": {"window": "2h"}}}},
+]
+
+
+def test_registry_and_force_replaced_schema_survive_restart(servers: Servers) -> None:
+    """Events are replayed against the registry version they were written under (§9.2)."""
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.register({"nodes": V1})["registry_version"] == 1
+        for amount in range(1, 6):
+            client.push("E", {"user": "a", "amount": amount})
+        for x in (0.5, 1.5, 2.5, 3.5):
+            client.push("F", {"user": "a", "x": x})
+        assert client.get("T", "a") == {"n": 5, "s": 15}
+        with pytest.raises(ServerError) as info:
+            client.register({"nodes": V2})
+        assert info.value.code == "force_required"
+        reply = client.register({"nodes": V2}, force=True)
+        assert reply["registry_version"] == 2 and reply["removed"] == ["Gone"]
+        for amount in ("p", "q", "r"):
+            client.push("E", {"user": "a", "amount": amount})
+        for x in (4.5, 5.5):
+            client.push("F", {"user": "a", "x": x})
+        with pytest.raises(ServerError) as info:
+            client.push("E", {"user": "a", "amount": 7})
+        assert info.value.code == "invalid_event"
+        before = {t: client.get(t, "a") for t in ("T", "TF")}
+    assert before == {"T": {"n": 3, "l": "r"}, "TF": {"fn": 6, "fs": 18.0, "fw": 2}}
+    records = [r for seg in wal_segments(servers.data_dir) for r in seg.records]
+    registry = [r for r in records if r.type == RECORD_REGISTRY]
+    assert [r.registry_version for r in registry] == [1, 2]
+    body = registry[1].fields()
+    assert (body["force"], body["new_version"], body["plan"]["drop"]) == (True, 2, ["Gone"])
+    assert {"E", "T"} <= set(body["plan"]["replace"])
+    assert ["TF", "fx"] in body["plan"]["remove_features"]
+    assert ["TF", "fw"] in body["plan"]["reset_features"]
+    # Every event record carries the version it was validated against (§5, §6.4).
+    assert [r.registry_version for r in records if r.type == RECORD_EVENT] == [1] * 9 + [2] * 5
+    for _ in range(2):
+        sigkill(proc)
+        proc = servers.start()
+        assert_clean_recovery(proc, servers.data_dir)
+        assert wait_line(proc, "recovery.complete")["records_replayed"] == 16
+        with TcpClient(*proc.tcp, timeout=10) as client:
+            assert client.ping()["registry_version"] == 2
+            assert {t: client.get(t, "a") for t in ("T", "TF")} == before
+            assert table_error(client, "Gone", "a") == "unknown_table"
+            # The recovered registry is exactly V2: registering it again changes nothing.
+            assert client.register({"nodes": V2})["registry_version"] == 2
+
+
+# -- windowed and decay state -----------------------------------------------------------------
+
+TIME_NODES = [
+    {"kind": "event", "name": "M", "schema": {"fields": {"user": "str", "x": "f64", "cat": "str"}}},
+    {"kind": "derivation", "name": "W", "upstreams": ["M"], "key": ["user"], "agg": {
+        "n1h": {"op": "count", "params": {"window": "1h"}},
+        "s10m": {"op": "sum", "params": {"field": "x", "window": "10m"}},
+        "mx1h": {"op": "max", "params": {"field": "x", "window": "1h"}},
+        "avg1h": {"op": "mean", "params": {"field": "x", "window": "1h"}},
+        "sd1h": {"op": "std", "params": {"field": "x", "window": "1h"}},
+        "nu1h": {"op": "n_unique", "params": {"field": "cat", "window": "1h"}},
+        "q1h": {"op": "quantile", "params": {"field": "x", "q": 0.9, "window": "1h"}},
+        "top": {"op": "top_k", "params": {"field": "cat", "k": 3, "window": "1h"}},
+        "ew": {"op": "ewma", "params": {"field": "x", "half_life": "2s"}},
+        "ewv": {"op": "ewvar", "params": {"field": "x", "half_life": "2s"}},
+        "ds": {"op": "decayed_sum", "params": {"field": "x", "half_life": "1s"}},
+        "dc": {"op": "decayed_count", "params": {"half_life": "500ms"}},
+        "twa": {"op": "twa", "params": {"field": "x"}},
+        "roc": {"op": "rate_of_change", "params": {"field": "x"}},
+        "ln": {"op": "last_n", "params": {"field": "x", "n": 4}}}},
+]
+
+
+def test_windowed_and_decay_features_equal_after_restart(servers: Servers) -> None:
+    """Values that depend only on event times and window contents are bit-for-bit equal
+    after WAL replay and after snapshot load (G5); the 10m/1h windows do not move here."""
+    proc = servers.start()  # no snapshots: the first restart replays the WAL
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": TIME_NODES})
+        for i in range(40):
+            client.push("M", {"user": f"u{i % 3}", "x": i * 1.25 - 7.0, "cat": f"c{i % 7}"})
+            time.sleep(0.005 * (i % 4))  # uneven gaps make the decay state non-trivial
+        before = client.batch_get([("W", f"u{u}") for u in range(3)])
+    assert before[0]["n1h"] == 14 and before[0]["ew"] is not None
+    sigkill(proc)
+    proc = servers.start({"BEAVA_SNAPSHOT_INTERVAL_MS": "100"})
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 41
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.batch_get([("W", f"u{u}") for u in range(3)]) == before
+        # Another entity's event makes the next interval take a snapshot.
+        client.push("M", {"user": "other", "x": 1.0, "cat": "c"})
+    assert wait_line(proc, "snapshot.written")["snapshot_lsn"] == 42
+    sigkill(proc)
+    proc = servers.start()
+    assert wait_line(proc, "recovery.snapshot_loaded")["snapshot_lsn"] == 42
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 0
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.batch_get([("W", f"u{u}") for u in range(3)]) == before
+
+
+# -- torn tails and damaged segments ------------------------------------------------------------
+
+def push_numbered(client: TcpClient, count: int, start: int = 0, pad: int = 0) -> None:
+    """Synchronous pushes of E2 with v = start .. start+count-1 for user u."""
+    for v in range(start, start + count):
+        client.push("E2", {"user": "u", "v": v, "pad": "p" * pad})
+
+
+PAD_NODES = [
+    {"kind": "event", "name": "E2",
+     "schema": {"fields": {"user": "str", "v": "i64", "pad": "str"}}},
+    {"kind": "derivation", "name": "T", "upstreams": ["E2"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "s": {"op": "sum", "params": {"field": "v"}}}},
+]
+
+
+@pytest.mark.parametrize("cut", ["length", "header", "half", "last_byte", "zeros"])
+def test_torn_final_record(servers: Servers, data_dir: Path, cut: str) -> None:
+    """G10: a partial final record is cut off and quarantined; every earlier one applies."""
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_numbered(client, 20)
+    sigkill(proc)
+    segment = wal_segments(data_dir)[-1]
+    last = segment.records[-1]
+    assert last.lsn == 21 and segment.valid_end == segment.size
+    data = segment.path.read_bytes()
+    if cut == "zeros":  # e.g. space preallocated by the filesystem: all records survive
+        torn_at, tail = segment.size, b"\0" * 100
+        expected_n = 20
+    else:
+        keep = {"length": 2, "header": 30, "half": last.size // 2,
+                "last_byte": last.size - 1}[cut]
+        torn_at, tail = last.offset, data[last.offset:last.offset + keep]
+        expected_n = 19
+    segment.path.write_bytes(data[:torn_at] + tail)
+    proc = servers.start()
+    truncated = wait_line(proc, "recovery.wal_tail_truncated")
+    assert (truncated["segment"], truncated["offset"], truncated["bytes"]) == (
+        segment.path.name, torn_at, len(tail))
+    assert Path(truncated["quarantine_path"]).read_bytes() == tail
+    assert segment.path.stat().st_size == torn_at
+    assert lines_of(proc, "recovery.wal_corruption") == []
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": expected_n, "s": sum(range(expected_n))}
+        ack = client.push("E2", {"user": "u", "v": 100, "pad": ""})
+        assert ack["ack_lsn"] == 2 + expected_n
+
+
+def fill_segments(data_dir: Path, client: TcpClient) -> int:
+    """Pushes 16 KiB records until there are three segments and the newest holds at least
+    three records; returns how many were pushed (v = 0 .. n-1)."""
+    pushed = 0
+    while True:
+        segments = wal_segments(data_dir)
+        if len(segments) >= 3 and len(segments[-1].records) >= 3:
+            return pushed
+        push_numbered(client, 10, pushed, pad=16384)
+        pushed += 10
+        assert pushed < 1000
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_byte_in_sealed_segment(servers: Servers, data_dir: Path) -> None:
+    """G11: the damaged record is quarantined, logged and counted; later records apply."""
+    env = {"BEAVA_WAL_SEGMENT_BYTES": "1048576"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        pushed = fill_segments(data_dir, client)
+    sigkill(proc)
+    sealed = wal_segments(data_dir)[1]
+    victim = sealed.records[len(sealed.records) // 2]
+    assert victim.type == RECORD_EVENT
+    lost_v = victim.fields()["v"]
+    flip(sealed.path, victim.offset + victim.size // 2)
+    damaged = sealed.path.read_bytes()
+    proc = servers.start(env)
+    corruption = wait_line(proc, "recovery.wal_corruption")
+    assert corruption["level"] == "ERROR"
+    assert (corruption["segment"], corruption["offset"], corruption["bytes"],
+            corruption["resumed_at_lsn"]) == (sealed.path.name, victim.offset, victim.size,
+                                              victim.lsn + 1)
+    assert Path(corruption["quarantine_path"]).read_bytes() == \
+        damaged[victim.offset:victim.offset + victim.size]
+    assert sealed.path.read_bytes() == damaged  # the segment itself is left unchanged
+    assert lines_of(proc, "recovery.wal_tail_truncated") == []
+    assert metric(proc, "beava_wal_quarantined_records_total") == 1
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": pushed - 1, "s": sum(range(pushed)) - lost_v}
+        client.push("E2", {"user": "u", "v": 0, "pad": ""})
+        assert client.get("T", "u")["n"] == pushed
+
+
+def test_flipped_byte_in_newest_segment(servers: Servers, data_dir: Path) -> None:
+    """In the newest segment damage starts the torn tail (§9.4): cut there, no resync."""
+    env = {"BEAVA_WAL_SEGMENT_BYTES": "1048576"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        fill_segments(data_dir, client)
+    sigkill(proc)
+    newest = wal_segments(data_dir)[-1]
+    victim = newest.records[len(newest.records) // 2]
+    flip(newest.path, victim.offset + 40)
+    tail = newest.path.read_bytes()[victim.offset:]
+    proc = servers.start(env)
+    truncated = wait_line(proc, "recovery.wal_tail_truncated")
+    assert (truncated["segment"], truncated["offset"], truncated["bytes"]) == (
+        newest.path.name, victim.offset, len(tail))
+    assert Path(truncated["quarantine_path"]).read_bytes() == tail
+    assert newest.path.stat().st_size == victim.offset
+    assert lines_of(proc, "recovery.wal_corruption") == []
+    kept = victim.lsn - 2  # LSN 1 is the register, v = LSN - 2
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": kept, "s": sum(range(kept))}
+
+
+# -- snapshot + tail ----------------------------------------------------------------------
+
+SHOP_NODES = [
+    {"kind": "event", "name": "Buy",
+     "schema": {"fields": {"user": "str", "shop": "str", "amount": "i64"}}},
+    {"kind": "derivation", "name": "ByUser", "upstreams": ["Buy"], "key": ["user"], "agg": {
+        "n": {"op": "count"}, "s": {"op": "sum", "params": {"field": "amount"}},
+        "m": {"op": "mean", "params": {"field": "amount"}},
+        "w": {"op": "sum", "params": {"field": "amount", "window": "1h"}},
+        "ew": {"op": "ewma", "params": {"field": "amount", "half_life": "1s"}},
+        "q": {"op": "quantile", "params": {"field": "amount", "q": 0.5}},
+        "u": {"op": "n_unique", "params": {"field": "shop"}}}},
+    {"kind": "derivation", "name": "ByShop", "upstreams": ["Buy"], "key": ["shop"], "agg": {
+        "sn": {"op": "count"}, "top": {"op": "top_k", "params": {"field": "user", "k": 2}},
+        "ds": {"op": "decayed_sum", "params": {"field": "amount", "half_life": "1s"}}}},
+    {"kind": "derivation", "name": "All", "upstreams": ["Buy"],
+     "agg": {"an": {"op": "count"}, "amax": {"op": "max", "params": {"field": "amount"}}}},
+]
+
+
+def shop_rows(client: TcpClient) -> list[dict]:
+    return client.batch_get([("ByUser", f"u{i}") for i in range(10)]
+                            + [("ByShop", f"s{i}") for i in range(5)] + [("All", "")])
+
+
+def test_snapshot_plus_tail_equals_full_replay(servers: Servers, data_dir: Path,
+                                              tmp_path: Path) -> None:
+    """500 pushes, snapshot, 100 more, SIGKILL: snapshot + tail and a replay of the whole WAL
+    both give the rows the server held (G5), for three tables fed by one source."""
+    # Only a state with all 501 first records is worth a snapshot; the 100 after it are not.
+    env = {"BEAVA_SNAPSHOT_INTERVAL_MS": "200", "BEAVA_SNAPSHOT_MIN_EVENTS": "501"}
+    proc = servers.start(env)
+    rows = [{"user": f"u{i % 10}", "shop": f"s{i % 5}", "amount": (i * 37) % 101}
+            for i in range(600)]
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": SHOP_NODES})
+        assert client.push_pipelined("Buy", rows[:500])["acks"] == 500
+        assert wait_line(proc, "snapshot.written")["snapshot_lsn"] == 501
+        assert client.push_pipelined("Buy", rows[500:])["acks"] == 100
+        before = shop_rows(client)
+    assert before[-1] == {"an": 600, "amax": 100}
+    assert before[0]["n"] == 60 and before[0]["s"] == sum(r["amount"] for r in rows[::10])
+    sigkill(proc)
+    assert lines_of(proc, "snapshot.written") and len(snapshot_files(data_dir)) == 1
+    wal_only = tmp_path / "wal_only"
+    shutil.copytree(data_dir, wal_only, ignore=shutil.ignore_patterns("*.bsnap"))
+    proc = servers.start(env)
+    assert wait_line(proc, "recovery.snapshot_loaded")["snapshot_lsn"] == 501
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 100
+    full = servers.start(env, data_dir=wal_only)
+    assert lines_of(full, "recovery.snapshot_loaded") == []
+    assert wait_line(full, "recovery.complete")["records_replayed"] == 601
+    with TcpClient(*proc.tcp) as a, TcpClient(*full.tcp) as b:
+        assert shop_rows(a) == before
+        assert shop_rows(b) == before
+
+
+# -- reset ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
+def test_reset_then_restart_is_empty(servers: Servers, data_dir: Path, stop: str) -> None:
+    """G8: registry empty, version as returned by the reset, tables unknown, no snapshot."""
+    proc = servers.start({"BEAVA_SNAPSHOT_INTERVAL_MS": "100"})
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_numbered(client, 5)
+        wait_line(proc, "snapshot.written")
+        client.register({"nodes": [*PAD_NODES, {**PAD_NODES[1], "name": "T2",
+                                                "agg": {"n2": {"op": "count"}}}]})
+        reset = client.reset()
+        assert reset == {"registry_version": 3, "reset": True}
+    if stop == "sigkill":
+        sigkill(proc)
+    else:
+        assert proc.terminate() == 0
+    proc = servers.start()
+    assert_clean_recovery(proc, data_dir)
+    assert snapshot_files(data_dir) == []
+    assert all(s.base_lsn >= 8 for s in wal_segments(data_dir))  # the reset's LSN is 8
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.ping()["registry_version"] == 3
+        assert table_error(client, "T", "u") == "unknown_table"
+        assert table_error(client, "T2", "u") == "unknown_table"
+        with pytest.raises(ServerError) as info:
+            client.push("E2", {"user": "u", "v": 1, "pad": ""})
+        assert info.value.code == "event_not_found"
+    status, _, body = http_request(proc.admin, "GET", "/registry")
+    assert status == 200 and msgspec.json.decode(body) == {"node_count": 0, "version": 3}
+
+
+# -- periodic mode and graceful shutdown ------------------------------------------------------
+
+def test_periodic_sigkill_mid_stream(servers: Servers) -> None:
+    """Periodic mode may lose acked pushes, but never applies one twice or out of order."""
+    env = {"BEAVA_WAL_SYNC_MODE": "periodic", "BEAVA_WAL_TICK_MS": "20"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": TXN_NODES})
+    pushers = run_pushers(proc, 1024, kill_after=0.25)
+    assert all(0 < p.acked < p.limit for p in pushers)  # killed mid-stream
+    proc = servers.start(env)
+    assert_clean_recovery(proc, servers.data_dir)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        applied = check_pushers(client, pushers, acked_promise=False)
+        assert 0 < applied <= sum(p.sent for p in pushers)
+
+
+@pytest.mark.parametrize("mode", ["strict", "periodic"])
+def test_sigterm_after_pushes_keeps_every_ack(servers: Servers, mode: str) -> None:
+    """G7: after SIGTERM (exit 0) every acknowledged push is durable, in both modes. The
+    1 s periodic tick leaves the last pushes unwritten until the shutdown flush."""
+    env = {"BEAVA_WAL_SYNC_MODE": mode, "BEAVA_WAL_TICK_MS": "1000"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": TXN_NODES})
+    pushers = run_pushers(proc, 16)
+    assert [p.acked for p in pushers] == [p.sent for p in pushers] == [16 * 52] * 2
+    assert proc.terminate() == 0
+    assert "server.shutdown_complete" in proc.kinds()
+    proc = servers.start(env)
+    assert_clean_recovery(proc, servers.data_dir)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert check_pushers(client, pushers, acked_promise=True) == 2 * 16 * 52
+
+
+# -- dedupe, LSNs, memory-only, lock ----------------------------------------------------------
+
+DEDUPE_NODES = [
+    {"kind": "event", "name": "Pay", "dedupe_key": "id",
+     "schema": {"fields": {"id": "str", "user": "str", "amount": "i64"}}},
+    {"kind": "derivation", "name": "P", "upstreams": ["Pay"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "s": {"op": "sum", "params": {"field": "amount"}}}},
+]
+
+
+def test_dedupe_replay_after_restart(servers: Servers) -> None:
+    """G9: the dedupe cache is rebuilt from the WAL tail and from the snapshot."""
+    env = {"BEAVA_SNAPSHOT_INTERVAL_MS": "100"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": DEDUPE_NODES})
+        first = client.push("Pay", {"id": "a", "user": "u", "amount": 5})
+        wait_snapshot(proc, first["ack_lsn"])
+        second = client.push("Pay", {"id": "b", "user": "u", "amount": 7})
+    sigkill(proc)
+    proc = servers.start(env)
+    assert wait_line(proc, "recovery.snapshot_loaded")["snapshot_lsn"] == first["ack_lsn"]
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        for original, body in ((first, {"id": "a", "user": "u", "amount": 5}),
+                               (second, {"id": "b", "user": "u", "amount": 7})):
+            replay = client.push("Pay", body)
+            assert replay == {"ack_lsn": original["ack_lsn"], "idempotent_replay": True,
+                              "registry_version": 1}
+        status, headers, raw = http_request(
+            proc.http, "POST", "/push",
+            msgspec.json.encode({"event": "Pay", "data": {"id": "b", "user": "u",
+                                                          "amount": 7}}),
+            {"Content-Type": "application/json"})
+        assert status == 200 and headers.get("x-beava-idempotent-replay") == "1"
+        assert msgspec.json.decode(raw)["ack_lsn"] == second["ack_lsn"]
+        assert client.get("P", "u") == {"n": 2, "s": 12}
+        third = client.push("Pay", {"id": "c", "user": "u", "amount": 1})
+        assert third["ack_lsn"] == second["ack_lsn"] + 1 and not third["idempotent_replay"]
+
+
+def test_ack_lsn_increases_across_restarts_and_resets(servers: Servers) -> None:
+    """G12: every ack_lsn is greater than every earlier one, whatever happened in between."""
+    seen: list[int] = []
+
+    def push_some(client: TcpClient, count: int) -> None:
+        for i in range(count):
+            lsn = client.push("E2", {"user": "u", "v": i, "pad": ""})["ack_lsn"]
+            assert not seen or lsn > max(seen), (lsn, seen[-3:])
+            seen.append(lsn)
+
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_some(client, 3)
+    for step in ("sigkill", "reset", "reset+sigkill", "sigterm", "reset+sigterm"):
+        with TcpClient(*proc.tcp, timeout=10) as client:
+            if step.startswith("reset"):
+                client.reset()
+                client.register({"nodes": PAD_NODES})
+                push_some(client, 2)
+        if step.endswith("sigkill"):
+            sigkill(proc)
+            proc = servers.start()
+        elif step.endswith("sigterm"):
+            assert proc.terminate() == 0
+            proc = servers.start()
+        with TcpClient(*proc.tcp, timeout=10) as client:
+            if table_error(client, "T", "u") == "unknown_table":
+                client.register({"nodes": PAD_NODES})
+            push_some(client, 2)
+    assert len(seen) == 3 + 5 * 2 + 3 * 2
+
+
+def test_memory_only_restart_is_empty_and_creates_no_file(tmp_path: Path) -> None:
+    """G13: no directory, lock, WAL or snapshot, even with every directory setting given."""
+    env = {"BEAVA_WAL_DIR": str(tmp_path / "wal"), "BEAVA_SNAPSHOT_DIR": str(tmp_path / "snap"),
+           "BEAVA_SNAPSHOT_INTERVAL_MS": "50", "PYTHONPATH": str(REPO)}
+    for _ in range(2):
+        proc = BeavaProcess("--data-dir", str(tmp_path / "data"), env=env, memory_only=True,
+                            cwd=str(tmp_path))
+        try:
+            assert "recovery.skipped_memory_mode" in proc.kinds()
+            with TcpClient(*proc.tcp, timeout=10) as client:
+                assert client.ping()["registry_version"] == 0
+                assert table_error(client, "T", "u") == "unknown_table"
+                client.register({"nodes": PAD_NODES})
+                assert client.push("E2", {"user": "u", "v": 1, "pad": ""})["ack_lsn"] == 2
+                time.sleep(0.2)  # several snapshot intervals: still nothing on disk
+        finally:
+            proc.kill()
+        assert os.listdir(tmp_path) == []
+
+
+def test_second_server_on_same_data_dir_exits_3(servers: Servers) -> None:
+    first = servers.start()
+    second = servers.start(wait=False)
+    assert second.proc.wait(20) == 3
+    fatal = wait_line(second, "server.fatal")
+    assert fatal["exit_code"] == 3 and "lock" in fatal["reason"]
+    assert second.proc.stderr.read().decode().startswith("Error: ")
+    with TcpClient(*first.tcp, timeout=10) as client:
+        assert client.ping()["registry_version"] == 0
+
+
+def test_stale_snapshot_temp_file_is_deleted(servers: Servers, data_dir: Path) -> None:
+    """A temp file left by a crashed snapshot is never read and is deleted at start-up."""
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_numbered(client, 3)
+    sigkill(proc)
+    stale = data_dir / "snapshots" / "snap-0000000000000004.bsnap.tmp"
+    stale.write_bytes(b"BVSNAP01 garbage")
+    proc = servers.start()
+    assert_clean_recovery(proc, data_dir)
+    assert not stale.exists()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": 3, "s": 3}
+
+
+def test_rotation_under_pipelined_load_restarts(servers: Servers, data_dir: Path) -> None:
+    """Segments rotated while pushes are pending are named by their first record's LSN, so
+    the WAL has no gap and a restart succeeds (both after SIGTERM and SIGKILL)."""
+    env = {"BEAVA_WAL_SEGMENT_BYTES": "1048576"}
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": TXN_NODES})
+    pushers = run_pushers(proc, 192)  # ~20k records of ~75 bytes: at least one rotation
+    assert proc.terminate() == 0
+    assert "wal.segment_rotated" in proc.kinds()
+    segments = wal_segments(data_dir)
+    assert len(segments) >= 2
+    for segment in segments:
+        assert not segment.records or segment.records[0].lsn == segment.base_lsn, (
+            segment.path.name, segment.records[0].lsn)
+    proc = servers.start(env)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert check_pushers(client, pushers, acked_promise=True) == sum(p.sent for p in pushers)
+    pushers = run_pushers(proc, 192, kill_after=0.2, prefix="again")
+    proc = servers.start(env)
+    assert_clean_recovery(proc, data_dir)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        check_pushers(client, pushers, acked_promise=True)
+
+
+# -- the snapshot child and a killed server -----------------------------------------------------
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def detached(pid: int) -> bool:
+    """Whether a snapshot child has dropped the descriptors it inherited (or is gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd")) <= 4
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+def test_killed_server_releases_lock_and_connections_despite_snapshot_child(
+        servers: Servers, data_dir: Path) -> None:
+    """A server SIGKILLed while its snapshot child runs must not leave the data-directory
+    lock or client connections held by that child: the supervisor restarts at once (§5) and
+    clients see EOF (server.md §11.2 E7). The child drops every inherited descriptor right
+    after the fork and dies with its parent; it is frozen (SIGSTOP) once it has done so,
+    to hold the moment."""
+    proc = servers.start({"BEAVA_SNAPSHOT_INTERVAL_MS": "50"})
+    client = TcpClient(*proc.tcp, timeout=10)
+    client.register({"nodes": PAD_NODES})
+    client.push_many("E2", [{"user": f"u{i}", "v": i, "pad": ""} for i in range(20000)])
+    watcher = socket.create_connection(proc.tcp, timeout=10)  # open before any fork
+    assert client.ping()  # the connection is accepted (and inherited by the next child)
+    child = None
+    try:
+        for v in range(200):
+            mark = len(proc.lines)
+            client.push("E2", {"user": "u", "v": v, "pad": ""})
+            wait_line(proc, "snapshot.started", after=mark)
+            kids = children_of(proc.proc.pid)
+            if kids and detached(kids[0]):
+                child = kids[0]
+                os.kill(child, signal.SIGSTOP)
+                break
+        assert child is not None, "never caught a running snapshot child"
+        held = os.listdir(f"/proc/{child}/fd")
+        assert len(held) <= 4, held  # stdin/out/err on /dev/null + the report pipe
+        proc.proc.kill()
+        proc.proc.wait(10)
+        wait_for(lambda: not alive(child), 10, "the snapshot child to die with its server")
+        fd = os.open(data_dir / "wal" / "LOCK", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while the child holds it
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        watcher.settimeout(2)
+        assert watcher.recv(1) == b""  # EOF, not a hang
+        restarted = servers.start()
+        with TcpClient(*restarted.tcp, timeout=10) as fresh:
+            assert fresh.get("T", "u")["n"] >= 1
+    finally:
+        watcher.close()
+        client.close()
+        if child is not None and alive(child):
+            os.kill(child, signal.SIGKILL)
+            wait_for(lambda: not alive(child), 10, "the snapshot child to exit")
