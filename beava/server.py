@@ -22,6 +22,7 @@ from beava.log_lines import LogLines
 from beava.persistence import Persistence
 from beava.protocol.admin import AdminResponder
 from beava.protocol.http import HttpProtocol
+from beava.protocol.reply_slots import flush_dirty
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server_metrics import ServerMetrics
 from beava.service import Service
@@ -195,6 +196,11 @@ class BeavaServer:
         # stop reading, then let the transports flush their replies while closing.
         for conn in list(self.connections):
             conn.stop_reading()
+        # Answer every request already received: frames left for a later turn run now, and
+        # a barrier applies the pushes that reads are waiting behind, until none is left.
+        while any([conn.drain() for conn in list(self.connections)]):
+            self.store.log.barrier()
+            flush_dirty()
         self.persistence.shutdown()
         for conn in list(self.connections):
             conn.close()

@@ -125,11 +125,17 @@ class HttpProtocol(asyncio.Protocol):
         if self._closing and not out:
             transport.close()
 
+    def drain(self) -> bool:
+        """Shutdown: HTTP requests are answered as they are parsed; nothing waits here."""
+        return False
+
     def stop_reading(self) -> None:
-        """Graceful shutdown: answered requests are flushed, nothing more is read."""
+        """Graceful shutdown: answer what was fully received; later bytes are read and
+        dropped, so that closing the socket does not reset it (a close with unread input
+        sends RST, which can destroy replies the client has not read yet)."""
         self._closing = True
         if self._transport is not None:
-            self._transport.pause_reading()
+            self._transport.resume_reading()
 
     def close(self) -> None:
         """Close once every queued response has been written."""

@@ -32,6 +32,7 @@ LOW_WATER = 1024 * 1024
 # the next turn, so a lone GET on another connection is not stuck behind a deep pipeline.
 TURN_SECONDS = 0.0005
 TURN_CHECK_EVERY = 16  # frames between clock reads
+CLOSE_LINGER_SECONDS = 0.2  # input drained after our FIN before the socket is closed
 
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
@@ -67,6 +68,7 @@ class FramedTcpProtocol(asyncio.Protocol):
         self._turn_scheduled = False
         self._closing = False      # a fatal framing error or shutdown: read nothing more
         self._close_after = False  # close once every queued reply is written
+        self._eof_sent = False
         self._paused_by_writes = False
         self.dirty = False
 
@@ -88,9 +90,12 @@ class FramedTcpProtocol(asyncio.Protocol):
             return
         frames = self._splitter.feed(data)
         if frames:
+            if self._parked:  # never overtake frames that are still waiting
+                self._parked.extend(frames)
+                return
             self._process(frames)
 
-    def _process(self, frames) -> None:
+    def _process(self, frames, bounded: bool = True) -> None:
         out = self._out
         handle = self._handle
         # Durable batches complete in order, so the newest pending reply resolves last.
@@ -98,7 +103,8 @@ class FramedTcpProtocol(asyncio.Protocol):
         pending = last is not None and last.data is None
         deadline = time.perf_counter() + TURN_SECONDS
         for index, (op, ct, payload) in enumerate(frames):
-            if index and index % TURN_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            if (bounded and index and index % TURN_CHECK_EVERY == 0
+                    and time.perf_counter() > deadline):
                 self._park(frames[index:])
                 self._turn_scheduled = True
                 asyncio.get_running_loop().call_soon(self._next_turn)
@@ -166,7 +172,7 @@ class FramedTcpProtocol(asyncio.Protocol):
             self._resume_if_idle()
             self._process(frames)
         elif self._close_after:
-            transport.close()  # flushes the queued replies first
+            self._half_close()
 
     def pause_writing(self) -> None:
         if self._transport is not None and not self._paused_by_writes:
@@ -179,17 +185,41 @@ class FramedTcpProtocol(asyncio.Protocol):
             if not self._closing and not self._parked:
                 self._transport.resume_reading()
 
+    def drain(self) -> bool:
+        """Shutdown: run every received frame that is not waiting for a pending push now,
+        without turn limits. True if frames are still waiting (for durability)."""
+        if self._parked and not self._waiting_for_pending():
+            frames = list(self._parked)
+            self._parked.clear()
+            self._process(frames, bounded=False)
+        return bool(self._parked)
+
     def stop_reading(self) -> None:
-        """Graceful shutdown: answer what was fully received, read nothing more."""
+        """Graceful shutdown: answer what was fully received; later bytes are read and
+        dropped, so that closing the socket does not reset it (a close with unread input
+        sends RST, which can destroy replies the client has not read yet)."""
         self._closing = True
         if self._transport is not None:
-            self._transport.pause_reading()
+            self._transport.resume_reading()
 
     def close(self) -> None:
         """Close once every queued reply has been written."""
         self._close_after = True
         if self._transport is not None and not self._out and not self._parked:
-            self._transport.close()
+            self._half_close()
+
+    def _half_close(self) -> None:
+        """Send FIN after the queued replies, keep draining input for a moment, then close:
+        closing with unread input would reset the connection and could destroy replies the
+        peer has not read yet (an error frame before frame_too_large's close, say)."""
+        transport = self._transport
+        if transport is None or self._eof_sent:
+            return
+        self._eof_sent = True
+        transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(CLOSE_LINGER_SECONDS, transport.close)
 
     @property
     def busy(self) -> bool:

@@ -229,3 +229,35 @@ def test_ipv6_address_formatting():
         assert status == 200
     finally:
         proc.terminate()
+
+
+def test_pushes_received_before_sigterm_are_answered_and_durable(tmp_path):
+    """Strict mode, a deep pipeline: every fully received push is acknowledged after its
+    fsync, then the server exits 0, and a restart holds every acknowledged push."""
+    import msgspec
+
+    nodes = {"nodes": [
+        {"kind": "event", "name": "E", "schema": {"fields": {"k": "str"}}},
+        {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
+         "table_primary_key": ["k"],
+         "ops": [{"op": "group_by", "keys": ["k"], "agg": {"n": {"op": "count"}}}]}]}
+    proc = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    conn = FrameConn(proc.tcp)
+    assert conn.request(0x0001, 1, json.dumps(nodes).encode())[0] == 0x0001
+    push = msgspec.msgpack.encode({"event": "E", "body": {"k": "a"}})
+    frame = (len(push) + 3).to_bytes(4, "big") + \
+        b"\x00\x10\x02" + push
+    conn.send(frame * 3000)
+    proc.proc.send_signal(signal.SIGTERM)
+    acked = 0
+    while (reply := conn.recv_frame()) is not None:
+        assert reply[0] == 0x0010
+        acked += 1
+    assert proc.proc.wait(10) == 0
+    assert acked > 0
+    again = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    try:
+        row = FrameConn(again.tcp).request(0x0020, 1, b'{"table":"T","key":"a"}')
+        assert json.loads(row[2])["n"] >= acked
+    finally:
+        again.terminate()
