@@ -29,6 +29,15 @@ def main() -> None:
     memory = sub.add_parser("memory", help="RSS growth per key set")
     memory.add_argument("--workload", default="fraud-team")
     memory.add_argument("--keysets", type=int, default=50_000)
+    spark = sub.add_parser("spark", help="rows/s from Spark into one server (beava_spark)")
+    spark.add_argument("workloads", nargs="*", default=["small", "fraud-team"])
+    spark.add_argument("--rows", type=int, default=2_000_000)
+    spark.add_argument("--partitions", type=int, default=2)
+    spark.add_argument("--batch-size", type=int, default=1000)
+    spark.add_argument("--max-in-flight", type=int, default=16_000)
+    spark.add_argument("--repeat", type=int, default=3)
+    spark.add_argument("--master", default="local[2]")
+    spark.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     if args.what == "startup":
@@ -63,6 +72,12 @@ def main() -> None:
 
         print(json.dumps(engine_bench.memory_per_keyset(args.workload, keysets=args.keysets),
                          indent=2))
+    elif args.what == "spark":
+        from bench.spark_ingest import main as run_spark
+
+        run_spark(args.workloads, rows=args.rows, partitions=args.partitions,
+                  batch_size=args.batch_size, max_in_flight=args.max_in_flight,
+                  repeat=args.repeat, master=args.master, as_json=args.json)
 
 
 if __name__ == "__main__":

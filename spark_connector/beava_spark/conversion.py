@@ -1,0 +1,216 @@
+"""Spark columns -> beava event fields.
+
+The conversion target of each column is its beava wire type: the default for its Spark
+type, or the type given by the caller's ``schema=`` mapping (there is no schema-read
+endpoint on the wire, spec/wire.md). Every conversion is a Spark SQL expression, so
+rows leave the JVM as ready-made JSON bodies and the Python workers never touch a value.
+
+| Spark type | default | also allowed | value sent |
+|---|---|---|---|
+| byte, short, int, long | i64 | f64, str | the integer (a double for f64, decimal text) |
+| float, double | f64 | | the number; NaN and ±inf become null |
+| decimal(p, s) | f64 | i64 (s = 0, p <= 18), str | a double; a long; the exact text |
+| string, char, varchar | str | datetime | the text |
+| boolean | bool | | true / false |
+| date | i64 | str, datetime | epoch ms of 00:00 UTC that day; ``YYYY-MM-DD`` |
+| timestamp | i64 | str, datetime | epoch ms (floor); ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC) |
+| timestamp_ntz | i64 | str, datetime | epoch ms of the wall clock read as UTC; ISO, no zone |
+| void (all null) | (any) | | null |
+
+Nulls are left out of the body (spec/wire.md §6.2: an absent field is null), which an
+optional field or a field with a default accepts; a required field rejects the row with
+``invalid_event``. Any other Spark type (binary, array, map, struct, interval, variant,
+time, ...) is refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import ConversionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+WIRE_TYPES = ("str", "i64", "f64", "bool", "datetime")
+"""beava field types the connector can produce (spec/wire.md §6.3)."""
+
+MS_PER_DAY = 86_400_000
+
+# Spark type family -> allowed beava types, the default first.
+_TARGETS: dict[str, tuple[str, ...]] = {
+    "integral": ("i64", "f64", "str"),
+    "floating": ("f64",),
+    "decimal": ("f64", "i64", "str"),
+    "string": ("str", "datetime"),
+    "boolean": ("bool",),
+    "date": ("i64", "str", "datetime"),
+    "timestamp": ("i64", "str", "datetime"),
+    "timestamp_ntz": ("i64", "str", "datetime"),
+    "null": WIRE_TYPES,
+}
+
+_SUPPORTED = ("byte, short, int, long, float, double, decimal, string, char, varchar, "
+              "boolean, date, timestamp, timestamp_ntz, void")
+
+
+def _family(data_type: DataType) -> str | None:
+    from pyspark.sql import types as t
+
+    if isinstance(data_type, t.IntegralType):
+        return "integral"
+    if isinstance(data_type, (t.FloatType, t.DoubleType)):
+        return "floating"
+    if isinstance(data_type, t.DecimalType):
+        return "decimal"
+    if isinstance(data_type, (t.StringType, t.CharType, t.VarcharType)):
+        return "string"
+    if isinstance(data_type, t.BooleanType):
+        return "boolean"
+    if isinstance(data_type, t.DateType):
+        return "date"
+    if isinstance(data_type, t.TimestampNTZType):
+        return "timestamp_ntz"
+    if isinstance(data_type, t.TimestampType):
+        return "timestamp"
+    if isinstance(data_type, t.NullType):
+        return "null"
+    return None
+
+
+@dataclass(frozen=True)
+class FieldConversion:
+    """How one column becomes one event field."""
+
+    name: str
+    spark_type: str
+    family: str
+    wire_type: str
+
+    def column(self) -> Column:
+        """The Spark expression producing the field's wire value, named after the field."""
+        return _expression(self).alias(self.name)
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """The conversion of every column of a DataFrame, in column order."""
+
+    fields: tuple[FieldConversion, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def wire_types(self) -> dict[str, str]:
+        """``{field: beava type}``."""
+        return {f.name: f.wire_type for f in self.fields}
+
+    def columns(self) -> list[Column]:
+        """One converted column per field, for ``DataFrame.select``."""
+        return [f.column() for f in self.fields]
+
+    def bodies(self, df: DataFrame) -> DataFrame:
+        """``df`` with every column converted to its wire value."""
+        return df.select(*self.columns())
+
+
+def plan_conversion(schema: StructType, overrides: Mapping[str, str] | None = None
+                    ) -> ConversionPlan:
+    """The conversion of every column of ``schema``; ``overrides`` maps column names to
+    beava types (``str``, ``i64``, ``f64``, ``bool``, ``datetime``). Raises
+    ConversionError listing every problem: unsupported column types, unknown columns or
+    types in ``overrides``, disallowed conversions, duplicate column names."""
+    overrides = dict(overrides or {})
+    problems: list[str] = []
+    names = [f.name for f in schema.fields]
+    for name, count in Counter(names).items():
+        if count > 1:
+            problems.append(f"column {name!r} appears {count} times; rename or drop duplicates")
+    for name, wire in overrides.items():
+        if name not in names:
+            problems.append(f"schema names column {name!r}, which the DataFrame does not have "
+                            f"(columns: {', '.join(names)})")
+        elif wire not in WIRE_TYPES:
+            problems.append(f"schema gives column {name!r} the type {wire!r}; "
+                            f"beava types are {', '.join(WIRE_TYPES)}")
+    fields: list[FieldConversion] = []
+    for field in schema.fields:
+        spark_type = field.dataType.simpleString()
+        family = _family(field.dataType)
+        if family is None:
+            problems.append(
+                f"column {field.name!r} has Spark type {spark_type}, which cannot be sent "
+                f"(supported: {_SUPPORTED}); drop it or convert it to a supported type first"
+            )
+            continue
+        allowed = _TARGETS[family]
+        wire = overrides.get(field.name, allowed[0])
+        if wire not in WIRE_TYPES:
+            continue  # reported above
+        if wire not in allowed or (family == "decimal" and wire == "i64"
+                                   and not _integral_decimal(field.dataType)):
+            extra = (" (i64 needs decimal(p, 0) with p <= 18)" if family == "decimal" else "")
+            problems.append(f"column {field.name!r} ({spark_type}) cannot be sent as {wire}; "
+                            f"allowed: {', '.join(allowed)}{extra}")
+            continue
+        fields.append(FieldConversion(field.name, spark_type, family, wire))
+    if problems:
+        raise ConversionError(problems)
+    return ConversionPlan(tuple(fields))
+
+
+def _integral_decimal(data_type: DataType) -> bool:
+    return data_type.scale == 0 and data_type.precision <= 18  # type: ignore[attr-defined]
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark column reference (backticks, so dots and spaces are literal)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _expression(conv: FieldConversion) -> Column:
+    from pyspark.sql import functions as f
+
+    col = f.col(quoted(conv.name))
+    family, wire = conv.family, conv.wire_type
+    if family == "floating":
+        as_double = col.cast("double")
+        finite = ~f.isnan(as_double) & (f.abs(as_double) != f.lit(float("inf")))
+        return f.when(finite, as_double)
+    if family == "integral":
+        return {"i64": col, "f64": col.cast("double"), "str": col.cast("string")}[wire]
+    if family == "decimal":
+        return {"f64": col.cast("double"), "i64": col.cast("long"),
+                "str": col.cast("string")}[wire]
+    if family == "date":
+        if wire == "i64":
+            return f.unix_date(col).cast("long") * f.lit(MS_PER_DAY)
+        return col.cast("string")
+    if family in ("timestamp", "timestamp_ntz"):
+        millis = f.unix_millis(col)
+        if wire == "i64":
+            return millis
+        return _iso_text(millis, zone="Z" if family == "timestamp" else "")
+    return col  # string, boolean, null: already wire values
+
+
+def _iso_text(millis: Column, zone: str) -> Column:
+    """ISO 8601 text of epoch ``millis`` computed arithmetically, so it does not depend on
+    the session time zone."""
+    from pyspark.sql import functions as f
+
+    time_of_day = f.pmod(millis, f.lit(MS_PER_DAY))
+    day = ((millis - time_of_day) / f.lit(MS_PER_DAY)).cast("int")
+    clock = f.format_string(
+        "%02d:%02d:%02d.%03d",
+        (time_of_day / 3_600_000).cast("int"),
+        (f.pmod(time_of_day, f.lit(3_600_000)) / 60_000).cast("int"),
+        (f.pmod(time_of_day, f.lit(60_000)) / 1000).cast("int"),
+        f.pmod(time_of_day, f.lit(1000)).cast("int"),
+    )
+    return f.concat(f.date_from_unix_date(day).cast("string"), f.lit("T"), clock, f.lit(zone))

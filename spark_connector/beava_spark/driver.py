@@ -1,0 +1,208 @@
+"""The driver API: ``push_dataframe`` converts a DataFrame to event bodies, checks the
+servers, routes rows by key when there are several servers, runs the partition writers
+with ``foreachPartition`` and returns the totals gathered by an accumulator."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from beava_client import ServerError, TcpClient, TransportError, parse_url
+from beava_client.messages import PUSH_MANY_MAX_BODIES, PUSH_MANY_UNSUPPORTED_CODES
+from beava_client.opcodes import OP_PUSH_MANY
+
+from .conversion import plan_conversion
+from .errors import RowsRejectedError, ServerCheckError
+from .progress import Progress, ProgressListener
+from .routing import LineRouter
+from .totals import PushTotals, TotalsAccumulatorParam
+from .writer import WriterConfig, write_partition
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_MAX_IN_FLIGHT = 16_000
+DEFAULT_TIMEOUT = 60.0
+ON_ERROR = ("raise", "collect")
+
+
+def push_dataframe(
+    df: DataFrame,
+    event: str,
+    url: str | Sequence[str],
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    key: str | Sequence[str] | None = None,
+    on_error: str = "raise",
+    schema: Mapping[str, str] | None = None,
+    partitions_per_server: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Callable[[Progress], None] | None = None,
+    progress_interval: float = 1.0,
+) -> PushTotals:
+    """Push every row of ``df`` as one ``event`` to the beava server(s) at ``url``.
+
+    - ``url``: ``"tcp://host:port"`` or a list of them. With several, ``key`` is required:
+      rows are routed by jump consistent hash of the key (``beava_spark.routing``) and
+      repartitioned so that each partition task talks to one server
+      (``partitions_per_server`` tasks each; default: the DataFrame's partition count
+      divided by the number of servers, at least 1).
+    - ``key``: the column (or columns, for a composite key) holding the entity key.
+    - ``schema``: ``{column: beava type}`` overriding the default conversion of a column
+      (``beava_spark.conversion``); every column of ``df`` is pushed.
+    - ``batch_size``: rows per OP_PUSH_MANY request (1..10000); with a server lacking
+      OP_PUSH_MANY, single pushes written per socket write.
+    - ``max_in_flight``: rows sent and not yet acknowledged, per connection
+      (>= ``batch_size``).
+    - ``on_error``: ``"raise"``: a partition stops sending at its first rejected row and
+      RowsRejectedError is raised after the job; ``"collect"``: every row is sent and the
+      rejections are counted in the totals.
+    - ``timeout``: seconds for connecting and for each reply.
+    - ``progress``: called on the driver every ``progress_interval`` seconds with a
+      Progress snapshot while the job runs.
+
+    Returns PushTotals. Raises ConversionError (unsupported columns, bad ``schema``) or
+    ServerCheckError (server unreachable, event not registered) before anything is sent;
+    a failed job raises Spark's error, whose text carries the task's PartitionPushError.
+    """
+    urls = _urls(url)
+    key_fields = _key_fields(key, df.columns)
+    _check_options(event, urls, key_fields, batch_size, max_in_flight, on_error,
+                   partitions_per_server, timeout)
+    plan = plan_conversion(df.schema, schema)
+    push_many = tuple(_check_server(u, event, timeout) for u in urls)
+    lines = json_lines(plan.bodies(df))
+    if len(urls) > 1:
+        assert key_fields is not None
+        per_server = partitions_per_server or max(1, lines.getNumPartitions() // len(urls))
+        router = LineRouter(key_fields, len(urls), per_server)
+        lines = lines.map(router).partitionBy(router.partitions, _partition_index).values()
+    sc = df.sparkSession.sparkContext
+    accumulator = sc.accumulator(PushTotals(), TotalsAccumulatorParam())  # type: ignore[arg-type]
+    listener = None
+    progress_address = None
+    if progress is not None:
+        bind, advertise = _progress_host(sc)
+        listener = ProgressListener(progress, host=bind, interval=progress_interval)
+        progress_address = (advertise, listener.address[1])
+    config = WriterConfig(
+        event=event, urls=tuple(urls), push_many=push_many, batch_size=batch_size,
+        max_in_flight=max_in_flight, stop_on_rejection=on_error == "raise",
+        timeout=timeout, progress_address=progress_address,
+    )
+    started = time.perf_counter()
+    if listener is not None:
+        listener.start()
+    try:
+        lines.foreachPartition(partial(write_partition, config, accumulator))
+    finally:
+        if listener is not None:
+            listener.close()
+    totals: PushTotals = accumulator.value
+    totals.seconds = time.perf_counter() - started
+    for u in urls:
+        totals.server(u)
+    if on_error == "raise" and totals.rejected:
+        raise RowsRejectedError(totals)
+    return totals
+
+
+def json_lines(df: DataFrame) -> RDD[bytes]:
+    """The rows of ``df`` as JSON objects (UTF-8 bytes), one per row. Made in the JVM:
+    the Python workers receive finished bodies. Null fields are left out."""
+    with warnings.catch_warnings():
+        # pyspark 4 announces that toJSON will return a DataFrame; handled below.
+        warnings.filterwarnings("ignore", message=".*toJSON.*")
+        lines = df.toJSON(use_unicode=False)
+    from pyspark import RDD
+
+    if isinstance(lines, RDD):
+        return lines  # type: ignore[return-value]  # use_unicode=False: bytes
+    return lines.rdd.map(_first_as_bytes)  # a DataFrame of one string column
+
+
+def _first_as_bytes(row: Any) -> bytes:
+    value = row[0]
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _partition_index(index: int) -> int:
+    return index
+
+
+def _urls(url: str | Sequence[str]) -> list[str]:
+    urls = [url] if isinstance(url, str) else list(url)
+    if not urls:
+        raise ValueError("url: give at least one tcp:// URL")
+    for u in urls:
+        if not isinstance(u, str) or not parse_url(u).is_tcp:
+            raise ValueError(f"url: {u!r} is not a tcp://host:port URL")
+    if len(set(urls)) != len(urls):
+        raise ValueError("url: the same server is listed twice")
+    return urls
+
+
+def _key_fields(key: str | Sequence[str] | None, columns: Sequence[str]
+                ) -> tuple[str, ...] | None:
+    if key is None:
+        return None
+    fields = (key,) if isinstance(key, str) else tuple(key)
+    if not fields:
+        raise ValueError("key: name at least one column")
+    missing = [k for k in fields if k not in columns]
+    if missing:
+        raise ValueError(f"key: no column {', '.join(map(repr, missing))} in the DataFrame "
+                         f"(columns: {', '.join(columns)})")
+    return fields
+
+
+def _check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | None,
+                   batch_size: int, max_in_flight: int, on_error: str,
+                   partitions_per_server: int | None, timeout: float) -> None:
+    if not isinstance(event, str) or not event:
+        raise ValueError("event: give the event name")
+    if len(urls) > 1 and key_fields is None:
+        raise ValueError("key: required with several servers (rows are routed by key)")
+    if not 1 <= batch_size <= PUSH_MANY_MAX_BODIES:
+        raise ValueError(f"batch_size must be in [1, {PUSH_MANY_MAX_BODIES}], got {batch_size}")
+    if max_in_flight < batch_size:
+        raise ValueError(f"max_in_flight ({max_in_flight}) must be >= batch_size ({batch_size})")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
+    if partitions_per_server is not None and partitions_per_server < 1:
+        raise ValueError("partitions_per_server must be >= 1")
+    if timeout <= 0:
+        raise ValueError("timeout must be a positive number of seconds")
+
+
+def _check_server(url: str, event: str, timeout: float) -> bool:
+    """Whether ``url`` has OP_PUSH_MANY, found with an empty batch (which also checks that
+    the event is registered there). Raises ServerCheckError."""
+    endpoint = parse_url(url)
+    try:
+        with TcpClient(endpoint.host, endpoint.port, timeout=timeout) as client:
+            client.request(OP_PUSH_MANY, {"event": event, "bodies": []})
+    except ServerError as exc:
+        if exc.code in PUSH_MANY_UNSUPPORTED_CODES:
+            return False
+        if exc.code == "event_not_found":
+            raise ServerCheckError(
+                f"event {event!r} is not registered on {url}; register it first "
+                f"(nothing was sent)") from exc
+        raise ServerCheckError(f"{url} refused the check request: {exc}") from exc
+    except TransportError as exc:
+        raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
+    return True
+
+
+def _progress_host(sc: Any) -> tuple[str, str]:
+    """(address to bind, address tasks send to) for the progress listener."""
+    if sc.master.startswith("local"):
+        return "127.0.0.1", "127.0.0.1"
+    return "0.0.0.0", sc.getConf().get("spark.driver.host", "127.0.0.1")

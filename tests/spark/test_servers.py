@@ -1,0 +1,108 @@
+"""Two servers: rows are routed by key (jump hash of the canonical key), each entity lives
+on exactly one server, and each partition task talks to one server only."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
+
+import beava as bv  # noqa: E402
+from beava_spark import push_dataframe, server_for_key  # noqa: E402
+from tests.support import BeavaProcess  # noqa: E402
+
+
+@bv.event
+class Click:
+    user_id: str
+    page: str
+    ms: int
+
+
+@bv.table(key="user_id")
+def UserClicks(c: Click) -> bv.Table:
+    return c.group_by("user_id").agg(clicks=bv.count(), ms=bv.sum("ms"))
+
+
+@bv.event
+class Order:
+    shop_id: int
+    vip: bool
+    amount: float
+
+
+@bv.table(key=["shop_id", "vip"])
+def ShopVip(o: Order) -> bv.Table:
+    return o.group_by("shop_id", "vip").agg(orders=bv.count(), revenue=bv.sum("amount"))
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[BeavaProcess]]:
+    procs = [BeavaProcess(), BeavaProcess()]
+    yield procs
+    for proc in procs:
+        proc.terminate()
+
+
+@pytest.fixture
+def apps(servers: list[BeavaProcess]) -> Iterator[list[bv.App]]:
+    opened = [bv.App(f"tcp://{s.addrs['tcp']}") for s in servers]
+    for app in opened:
+        app.reset()
+        app.register(Click, UserClicks, Order, ShopVip)
+    yield opened
+    for app in opened:
+        app.close()
+
+
+def test_rows_are_routed_by_key_and_each_task_talks_to_one_server(
+        spark: Any, servers: list[BeavaProcess], apps: list[bv.App], make_proxy: Any) -> None:
+    from pyspark.sql import functions as f
+
+    proxies = [make_proxy(s.tcp) for s in servers]
+    urls = [p.url for p in proxies]
+    users = 500
+    df = spark.range(20_000, numPartitions=3).select(
+        f.concat(f.lit("user-"), (f.col("id") % users).cast("string")).alias("user_id"),
+        f.concat(f.lit("/p"), (f.col("id") % 7).cast("string")).alias("page"),
+        (f.col("id") % 1000).alias("ms"),
+    )
+    totals = push_dataframe(df, "Click", urls, key="user_id", partitions_per_server=2)
+
+    owner = {f"user-{u}": urls.index(server_for_key(f"user-{u}", urls)) for u in range(users)}
+    per_server = Counter(owner.values())
+    assert 0.4 < per_server[0] / users < 0.6  # both servers own a fair share of the users
+    assert (totals.sent, totals.acknowledged, totals.partitions) == (20_000, 20_000, 4)
+    for index, url in enumerate(urls):
+        assert totals.servers[url].acknowledged == 40 * per_server[index]
+    # Every user is whole on its owner and absent from the other server.
+    for user, index in owner.items():
+        number = int(user.split("-")[1])
+        clicks = [apps[index].get("UserClicks", user), apps[1 - index].get("UserClicks", user)]
+        assert clicks == [{"clicks": 40, "ms": float(sum(
+            i % 1000 for i in range(number, 20_000, users)))}, {}], user
+    # One connection for the driver's check, then one per partition task of that server.
+    assert [p.connections for p in proxies] == [3, 3]
+
+
+def test_composite_keys_are_routed_like_the_stored_key(
+        spark: Any, servers: list[BeavaProcess], apps: list[bv.App]) -> None:
+    urls = [f"tcp://{s.addrs['tcp']}" for s in servers]
+    rows = [(shop, vip, float(shop)) for shop in range(60) for vip in (True, False)
+            for _ in range(3)]
+    df = spark.createDataFrame(rows, "shop_id long, vip boolean, amount double")
+    totals = push_dataframe(df, "Order", urls, key=["shop_id", "vip"])
+    assert totals.acknowledged == len(rows)
+    owners = Counter()
+    for shop in range(60):
+        for vip in (True, False):
+            index = urls.index(server_for_key([shop, vip], urls))
+            owners[index] += 1
+            assert apps[index].get("ShopVip", [shop, vip]) == {
+                "orders": 3, "revenue": 3.0 * shop}
+            assert apps[1 - index].get("ShopVip", [shop, vip]) == {}
+    assert min(owners.values()) > 30
