@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -48,7 +50,6 @@ def rss_kb(pid: int) -> int:
 def server_args(mode: str) -> tuple[list[str], dict[str, str]]:
     if mode == "memory":
         return ["--memory-only"], {}
-    import tempfile
 
     data = tempfile.mkdtemp(prefix="beava-bench-")
     return ["--data-dir", data], {"BEAVA_WAL_SYNC_MODE": mode,
@@ -114,10 +115,13 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
         key = bodies[0][wl.key_fields[0]]
         table = wl.first_table()
         host, port = server.tcp()
+        out = os.path.join(tempfile.mkdtemp(prefix="beava-bench-"), "latencies.json")
         sampler = [sys.executable, "-m", "bench.get_sampler", host, str(port), table, key,
-                   str(samples)]
-        idle = json.loads(subprocess.run(sampler, capture_output=True, check=True).stdout)
-        proc = subprocess.Popen(sampler, stdout=subprocess.PIPE)
+                   str(samples), out]
+        subprocess.run(sampler, check=True)
+        with open(out) as fh:
+            idle = json.load(fh)
+        proc = subprocess.Popen(sampler)
 
         async def load_while_reading() -> None:
             while proc.poll() is None:
@@ -125,8 +129,8 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
                                     depth=depth, seconds=0.5)
 
         asyncio.run(load_while_reading())
-        assert proc.stdout is not None
-        loaded = json.loads(proc.stdout.read())
+        with open(out) as fh:
+            loaded = json.load(fh)
     finally:
         server.stop()
     return {"idle": _percentiles(idle), "under_push_load": _percentiles(loaded)}

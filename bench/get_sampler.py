@@ -1,8 +1,8 @@
 """Sequential GET round trips from a process of its own, so that the load generator's
 threads never share a GIL with the latency measurement.
 
-``python -m bench.get_sampler HOST PORT TABLE KEY COUNT`` prints the latencies (seconds)
-as a JSON list.
+``python -m bench.get_sampler HOST PORT TABLE KEY COUNT OUT`` writes the latencies
+(seconds) as a JSON list to the file OUT.
 """
 
 from __future__ import annotations
@@ -13,5 +13,7 @@ import sys
 from bench.loadgen import get_latencies
 
 if __name__ == "__main__":
-    host, port, table, key, count = sys.argv[1:6]
-    print(json.dumps(get_latencies((host, int(port)), table, key, int(count))))
+    host, port, table, key, count, out = sys.argv[1:7]
+    latencies = get_latencies((host, int(port)), table, key, int(count))
+    with open(out, "w") as fh:
+        json.dump(latencies, fh)

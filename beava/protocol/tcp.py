@@ -28,9 +28,13 @@ FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
 
 HIGH_WATER = 4 * 1024 * 1024  # stop reading while this much reply data is unsent
 LOW_WATER = 1024 * 1024
-# One connection's turn on the loop: after this much work the rest of its frames wait for
-# the next turn, so a lone GET on another connection is not stuck behind a deep pipeline.
+# Bounded turns: a read brings at most TURN_SECONDS of work at once; what is left waits in
+# the connection and is run by the turn scheduler, at most ROUND_SECONDS of it per loop
+# iteration, round-robin over the busy connections. Between two rounds the loop polls the
+# sockets, so a lone GET on another connection waits about one round, not behind every
+# deep pipeline.
 TURN_SECONDS = 0.0005
+ROUND_SECONDS = 0.001
 TURN_CHECK_EVERY = 16  # frames between clock reads
 CLOSE_LINGER_SECONDS = 0.2  # input drained after our FIN before the socket is closed
 
@@ -52,6 +56,36 @@ def _frame_too_short(declared: int) -> bytes:
     return error_frame({"error": {
         "code": "frame_error",
         "message": f"declared frame length {declared} is below the minimum 3"}})
+
+
+class _TurnScheduler:
+    """Round-robin over connections with frames left from an earlier turn: one call per
+    loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets."""
+
+    def __init__(self) -> None:
+        self._queue: deque[FramedTcpProtocol] = deque()
+        self._scheduled = False
+
+    def add(self, conn: FramedTcpProtocol) -> None:
+        self._queue.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+    def _round(self) -> None:
+        self._scheduled = False
+        queue = self._queue
+        deadline = time.perf_counter() + ROUND_SECONDS
+        for _ in range(len(queue)):
+            queue.popleft().next_turn(deadline)  # re-queues itself if work is left
+            if time.perf_counter() > deadline:
+                break
+        if queue and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+
+_turns = _TurnScheduler()
 
 
 class FramedTcpProtocol(asyncio.Protocol):
@@ -93,21 +127,22 @@ class FramedTcpProtocol(asyncio.Protocol):
             if self._parked:  # never overtake frames that are still waiting
                 self._parked.extend(frames)
                 return
-            self._process(frames)
+            self._process(frames, time.perf_counter() + TURN_SECONDS)
 
-    def _process(self, frames, bounded: bool = True) -> None:
+    def _process(self, frames, deadline: float | None = None) -> None:
+        """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
+        leftovers wait for this connection's next turn."""
         out = self._out
         handle = self._handle
         # Durable batches complete in order, so the newest pending reply resolves last.
         last = self._last_pending
         pending = last is not None and last.data is None
-        deadline = time.perf_counter() + TURN_SECONDS
         for index, (op, ct, payload) in enumerate(frames):
-            if (bounded and index and index % TURN_CHECK_EVERY == 0
+            if (deadline is not None and index and index % TURN_CHECK_EVERY == 0
                     and time.perf_counter() > deadline):
                 self._park(frames[index:])
                 self._turn_scheduled = True
-                asyncio.get_running_loop().call_soon(self._next_turn)
+                _turns.add(self)
                 break
             if op == FRAME_TOO_LARGE:
                 out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
@@ -128,14 +163,14 @@ class FramedTcpProtocol(asyncio.Protocol):
             out.append(reply)
         self.flush_ready()
 
-    def _next_turn(self) -> None:
+    def next_turn(self, deadline: float) -> None:
         """Continue with frames left over from this connection's previous turn."""
         self._turn_scheduled = False
         if self._parked and not self._waiting_for_pending():
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
-            self._process(frames)
+            self._process(frames, deadline)
 
     def _waiting_for_pending(self) -> bool:
         last = self._last_pending
@@ -170,7 +205,7 @@ class FramedTcpProtocol(asyncio.Protocol):
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
-            self._process(frames)
+            self._process(frames, time.perf_counter() + TURN_SECONDS)
         elif self._close_after:
             self._half_close()
 
@@ -191,7 +226,8 @@ class FramedTcpProtocol(asyncio.Protocol):
         if self._parked and not self._waiting_for_pending():
             frames = list(self._parked)
             self._parked.clear()
-            self._process(frames, bounded=False)
+            self._turn_scheduled = False
+            self._process(frames)
         return bool(self._parked)
 
     def stop_reading(self) -> None:
