@@ -36,7 +36,20 @@ from libc.string cimport memcmp, memcpy, memmove, memset, strlen
 import heapq
 import math
 
-import datasketches as _ds
+
+
+class _LazyDatasketches:
+    """Stands for the datasketches module until a sketch is first needed: importing it
+    pulls in numpy (~50 ms), which must stay off the server's start-up path."""
+
+    def __getattr__(self, name):
+        import datasketches
+
+        globals()["_ds"] = datasketches
+        return getattr(datasketches, name)
+
+
+_ds = _LazyDatasketches()
 
 from beava._fast.column cimport Column
 from beava._fast.uddsketch cimport (
