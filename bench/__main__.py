@@ -23,6 +23,11 @@ def main() -> None:
     push.add_argument("--content", choices=("msgpack", "json"), default="msgpack")
     push.add_argument("--null", action="store_true", help="also measure against a null server")
     push.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
+    report = sub.add_parser("report", help="the engine figures: events/s per workload and "
+                                           "mode, GET latency, RSS per key set; a chart")
+    report.add_argument("--seconds", type=float, default=10.0)
+    report.add_argument("--keysets", type=int, default=50_000)
+    report.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
     latency = sub.add_parser("latency", help="GET p50/p99 idle and under push load")
     latency.add_argument("--workload", default="fraud-team")
     latency.add_argument("--samples", type=int, default=5000)
@@ -62,6 +67,20 @@ def main() -> None:
         engine_bench.print_rows(rows)
         if args.chart:
             engine_bench.chart(rows, None, args.chart)
+    elif args.what == "report":
+        from bench import engine_bench
+
+        rows = [engine_bench.null_ceiling("small")]
+        for mode in ("memory", "strict", "periodic"):
+            for name in ("small", "fraud-team"):
+                rows.append(engine_bench.throughput(name, mode=mode, seconds=args.seconds))
+        engine_bench.print_rows(rows)
+        latencies = engine_bench.get_latency("fraud-team")
+        print("GET fraud-team (ms):", json.dumps(latencies))
+        print("RSS per fraud-team key set:",
+              json.dumps(engine_bench.memory_per_keyset("fraud-team", keysets=args.keysets)))
+        if args.chart:
+            engine_bench.chart(rows, latencies, args.chart)
     elif args.what == "latency":
         from bench import engine_bench
 

@@ -175,7 +175,8 @@ def chart(rows: list[Row], latency: dict | None, path: str) -> None:
     ax = axes[0] if latency else axes
     labels = [f"{r.workload}\n{r.mode}" for r in rows]
     ax.bar(labels, [r.events_per_s for r in rows], color="#4C72B0")
-    ax.set_ylabel("events/s")
+    ax.set_yscale("log")
+    ax.set_ylabel("events/s (log scale)")
     ax.set_title("push throughput (16 conn x 1024 deep, msgpack)")
     ax.tick_params(axis="x", labelsize=8)
     if latency:
@@ -186,7 +187,7 @@ def chart(rows: list[Row], latency: dict | None, path: str) -> None:
         ax2.bar([f"{n}\np99" for n in names], [latency[n]["p99_ms"] for n in names],
                 color="#C44E52")
         ax2.set_ylabel("ms")
-        ax2.set_title("GET latency, single key")
+        ax2.set_title("GET latency, one fraud-team key")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
