@@ -58,7 +58,7 @@ _ASYNC_EMBED_REQUIRES_WITH = (
 # -- argument checks and error mapping -------------------------------------------------------
 
 
-def _check_options(timeout: float, pool_size: int) -> float:
+def _check_options(timeout: float, pool_size: int, max_in_flight: int | None) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
     if not timeout > 0:
@@ -67,6 +67,11 @@ def _check_options(timeout: float, pool_size: int) -> float:
         raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__}")
     if pool_size < 1:
         raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+    if max_in_flight is not None:
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError("max_in_flight must be an int")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
     return float(timeout)
 
 
@@ -79,7 +84,7 @@ def _endpoint(url: str | None, test_mode: bool) -> Endpoint | None:
             "test_mode only applies to embed mode (no url); it has no effect on a running "
             "server",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # _endpoint <- _AppBase.__init__ <- App/AsyncApp.__init__ <- caller
         )
     return endpoint
 
@@ -349,6 +354,42 @@ class EmbeddedServer:
         atexit.unregister(self.stop)
 
 
+# -- what App and AsyncApp share ---------------------------------------------------------------
+
+
+class _AppBase:
+    """The checked options and embed-mode state of ``App`` and ``AsyncApp``.
+
+    ``_closed`` stays True until the subclass has finished constructing (``__del__`` may
+    run on a failed init); the subclass sets it to False last.
+    """
+
+    _repr_name = ""
+
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        timeout: float,
+        test_mode: bool,
+        reconnect: bool,
+        pool_size: int,
+        max_in_flight: int | None = None,
+    ) -> None:
+        self._closed = True
+        self._timeout = _check_options(timeout, pool_size, max_in_flight)
+        self._endpoint = _endpoint(url, test_mode)
+        self._test_mode = test_mode
+        self._reconnect = reconnect
+        self._pool_size = pool_size
+        self._server: EmbeddedServer | None = None
+        self._entered = False
+
+    def __repr__(self) -> str:
+        where = "embed" if self._endpoint is None else str(self._endpoint)
+        return f"<{self._repr_name} {where}{' closed' if self._closed else ''}>"
+
+
 # -- the synchronous App ----------------------------------------------------------------------
 
 
@@ -375,13 +416,15 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
-class App:
+class App(_AppBase):
     """A client of one beava server.
 
     ``url``: ``tcp://host[:port]`` (framed TCP), ``http(s)://host[:port]`` (HTTP/JSON), or
     ``None`` for embed mode (a private local server started on ``with`` and stopped on
     close). The constructor does no I/O. Thread-safe; ``pool_size`` connections at most.
     """
+
+    _repr_name = "bv.App"
 
     def __init__(
         self,
@@ -392,15 +435,9 @@ class App:
         reconnect: bool = False,
         pool_size: int = 1,
     ) -> None:
-        self._closed = True  # until fully constructed (__del__ may run on a failed init)
-        self._timeout = _check_options(timeout, pool_size)
-        self._endpoint = _endpoint(url, test_mode)
-        self._test_mode = test_mode
-        self._reconnect = reconnect
-        self._pool_size = pool_size
+        super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
+                         pool_size=pool_size)
         self._backend: _Backend | None = None
-        self._server: EmbeddedServer | None = None
-        self._entered = False
         self._lock = threading.Lock()
         self._closed = False
 
@@ -426,10 +463,6 @@ class App:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
-
-    def __repr__(self) -> str:
-        where = "embed" if self._endpoint is None else str(self._endpoint)
-        return f"<bv.App {where}{' closed' if self._closed else ''}>"
 
     def close(self) -> None:
         """Close the connections (embed mode: also stop the server). Idempotent."""
@@ -578,11 +611,13 @@ class _AsyncBackend(Protocol):
     async def close(self) -> None: ...
 
 
-class AsyncApp:
+class AsyncApp(_AppBase):
     """The asyncio counterpart of ``App``: same arguments, results and errors, every
     method a coroutine. Concurrent calls share pipelined TCP connections (at most
     ``max_in_flight`` outstanding each; ``pool_size`` connections round-robin). Embed mode
     requires ``async with``. Belongs to the event loop it is first used on."""
+
+    _repr_name = "bv.AsyncApp"
 
     def __init__(
         self,
@@ -594,20 +629,10 @@ class AsyncApp:
         pool_size: int = 1,
         max_in_flight: int = 256,
     ) -> None:
-        self._closed = True  # until fully constructed (__del__ may run on a failed init)
-        self._timeout = _check_options(timeout, pool_size)
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-            raise TypeError("max_in_flight must be an int")
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self._endpoint = _endpoint(url, test_mode)
-        self._test_mode = test_mode
-        self._reconnect = reconnect
-        self._pool_size = pool_size
+        super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
+                         pool_size=pool_size, max_in_flight=max_in_flight)
         self._max_in_flight = max_in_flight
         self._backend: _AsyncBackend | None = None
-        self._server: EmbeddedServer | None = None
-        self._entered = False
         self._closed = False
 
     async def __aenter__(self) -> AsyncApp:
@@ -633,10 +658,6 @@ class AsyncApp:
         if server is not None:
             with contextlib.suppress(Exception):
                 server.stop()
-
-    def __repr__(self) -> str:
-        where = "embed" if self._endpoint is None else str(self._endpoint)
-        return f"<bv.AsyncApp {where}{' closed' if self._closed else ''}>"
 
     async def close(self) -> None:
         """Close the connections (embed mode: also stop the server). Idempotent."""

@@ -30,30 +30,9 @@ PAGE_VIEWS: list[dict[str, Any]] = [
 ENGAGED_DWELL_MS = 2000.0
 
 
-@bv.event
-class PageView:
-    session_id: str
-    path: str
-    dwell_ms: int
-
-
-@bv.table
-def SiteMetrics(views: PageView) -> bv.Table:
-    # type checkers see `views` as a PageView instance; the decorator passes the event class,
-    # whose chain methods are added at decoration time
-    return views.agg(  # type: ignore[attr-defined, no-any-return]
-        median_dwell_1h=bv.quantile("dwell_ms", q=0.5, window="1h"),
-        page_views_today=bv.count(window="24h"),
-        top_page_1h=bv.top_k("path", k=1, window="1h"),
-    )
-
-
-EXAMPLE = '''"""beava quickstart, as an SDK script. Start a server first (`beava --test-mode`),
-then run: python {name}"""
-
-import beava as bv
-
-
+# The demo pipeline, written once as SDK source: run here, and copied as is into the script
+# that --write-example writes.
+PIPELINE_SOURCE = """\
 @bv.event
 class PageView:
     session_id: str
@@ -68,7 +47,20 @@ def SiteMetrics(views: PageView) -> bv.Table:
         page_views_today=bv.count(window="24h"),
         top_page_1h=bv.top_k("path", k=1, window="1h"),
     )
+"""
 
+_pipeline: dict[str, Any] = {"__name__": __name__, "bv": bv}
+exec(PIPELINE_SOURCE, _pipeline)  # our own constant source, not user input
+PageView = _pipeline["PageView"]
+SiteMetrics = _pipeline["SiteMetrics"]
+
+EXAMPLE = '''"""beava quickstart, as an SDK script. Start a server first (`beava --test-mode`),
+then run: python {name}"""
+
+import beava as bv
+
+
+{pipeline}
 
 PAGE_VIEWS = {views}
 
@@ -144,8 +136,8 @@ def run_quickstart(write_example: str | None) -> int:
         server.stop()
     if write_example:
         with open(write_example, "w", encoding="utf-8") as fh:
-            fh.write(EXAMPLE.format(name=write_example, views=repr(PAGE_VIEWS),
-                                    threshold=ENGAGED_DWELL_MS))
+            fh.write(EXAMPLE.format(name=write_example, pipeline=PIPELINE_SOURCE,
+                                    views=repr(PAGE_VIEWS), threshold=ENGAGED_DWELL_MS))
         out.write(f"\nWrote an SDK script reproducing this demo to {write_example}\n")
     out.write(f"\nDone in {time.monotonic() - started:.1f}s: server stopped, temporary "
               "directory removed.\n")

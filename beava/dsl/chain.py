@@ -80,6 +80,15 @@ class EventDerivation:
     def _extend(self, step: Step, columns: dict[str, str]) -> EventDerivation:
         return EventDerivation(self._root, (*self._steps, step), columns)
 
+    def _built_from(self, stream: EventDerivation) -> bool:
+        """Whether chain methods built this stream from ``stream`` (or it is ``stream``)."""
+        n = len(stream._steps)
+        return (
+            self._root is stream._root
+            and len(self._steps) >= n
+            and all(a is b for a, b in zip(self._steps, stream._steps, strict=False))
+        )
+
     # -- chain methods ---------------------------------------------------------------------
 
     def filter(self, expr: Expr) -> EventDerivation:

@@ -3,6 +3,7 @@ spec/sdk.md §2."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import types
@@ -12,7 +13,7 @@ from typing import Any, TypeVar, overload
 
 from beava.dsl.chain import CHAIN_METHODS, Aggregation, EventDerivation, stream_of
 from beava.dsl.durations import option_ms
-from beava.dsl.upstreams import Deferred, event_parameter, is_pending
+from beava.dsl.upstreams import bind_upstream, event_parameter
 from beava.errors import DescriptorError
 
 __all__ = ["Event", "event", "event_source_node"]
@@ -211,14 +212,7 @@ def event_source_node(cls: Any) -> dict[str, Any]:
 def _event_function(fn: Callable[..., Any]) -> EventDerivation:
     param = event_parameter(fn, "event")
     obj = EventDerivation(None, (), {}, fn.__name__, is_event_function=True)
-
-    def complete(upstream: Any) -> None:
-        _complete(obj, fn, upstream)
-
-    if param.upstream is None or is_pending(param.upstream):
-        obj._deferred = Deferred(param.name, param.upstream, complete)
-    else:
-        complete(param.upstream)
+    bind_upstream(obj, param, functools.partial(_complete, obj, fn))
     return obj
 
 
@@ -228,7 +222,11 @@ def _complete(obj: EventDerivation, fn: Callable[..., Any], upstream: Any) -> No
     name = fn.__name__
     if isinstance(result, Aggregation):
         _bad_return(name, "returns an aggregation; declare aggregations with @bv.table")
-    if not isinstance(result, EventDerivation) or not _extends(result, stream):
+    if (
+        not isinstance(result, EventDerivation)
+        or result._deferred is not None
+        or not result._built_from(stream)
+    ):
         _bad_return(
             name,
             f"must return a chain built from its parameter (e.g. {fn.__code__.co_varnames[0]}"
@@ -240,17 +238,6 @@ def _complete(obj: EventDerivation, fn: Callable[..., Any], upstream: Any) -> No
     obj._steps = result._steps
     obj._columns = result._columns
     obj._deferred = None
-
-
-def _extends(result: EventDerivation, stream: EventDerivation) -> bool:
-    """Whether ``result`` was built from ``stream`` by chain methods."""
-    n = len(stream._steps)
-    return (
-        result._deferred is None
-        and result._root is stream._root
-        and len(result._steps) >= n
-        and all(a is b for a, b in zip(result._steps, stream._steps, strict=False))
-    )
 
 
 def _bad_return(name: str, message: str) -> typing.NoReturn:

@@ -9,23 +9,23 @@ rendering is then free, and a long ``&`` chain never recurses.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import NoReturn
+
+# The spelling and typing rules are the engine's own (pure-Python modules, no I/O), so the
+# SDK renders and types expressions exactly as the server parses and checks them.
+from beava.engine.expression_ast import I64_MAX, I64_MIN, IDENTIFIER, KEYWORDS, format_literal
+from beava.engine.expression_types import (
+    CAST_TARGETS,
+    NULL,
+    arith_type,
+    comparable,
+    literal_type,
+)
 
 __all__ = ["CAST_TARGETS", "Col", "Expr", "Lit", "cast_target", "col", "infer_type", "lit"]
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
-_KEYWORDS = frozenset({"and", "or", "not", "true", "false", "null"})
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
-
-# cast target name -> wire schema type
-CAST_TARGETS: Mapping[str, str] = {"str": "str", "int": "i64", "float": "f64", "bool": "bool"}
 _CAST_TYPES: Mapping[type, str] = {str: "str", int: "int", float: "float", bool: "bool"}
-
-_NUMERIC = frozenset({"i64", "f64"})
-_NULL = "null"
 
 
 def cast_target(target: object) -> str:
@@ -165,7 +165,7 @@ class Lit(Expr):
 
     def __init__(self, value: object) -> None:
         checked = _literal_value(value)
-        super().__init__(_render_literal(checked))
+        super().__init__(format_literal(checked))
         object.__setattr__(self, "value", checked)
 
     def __hash__(self) -> int:
@@ -236,12 +236,12 @@ def col(name: str) -> Col:
     """A reference to column ``name`` (an identifier such as ``amount`` or ``geo.lat``)."""
     if not isinstance(name, str):
         raise TypeError(f"bv.col() takes a column name str, got {type(name).__name__}")
-    if _IDENT.fullmatch(name) is None:
+    if IDENTIFIER.fullmatch(name) is None:
         raise ValueError(
             f"invalid column name {name!r}: expected identifier segments "
             "[A-Za-z_][A-Za-z0-9_]* joined by single dots"
         )
-    if name in _KEYWORDS:
+    if name in KEYWORDS:
         raise ValueError(f"invalid column name {name!r}: it is a keyword of expressions")
     return Col(name)
 
@@ -265,7 +265,7 @@ def _literal_value(value: object) -> None | bool | int | float | str:
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
-        if not _I64_MIN <= value <= _I64_MAX:
+        if not I64_MIN <= value <= I64_MAX:
             raise ValueError(f"integer literal {value} is outside the signed 64-bit range")
         return int(value)
     if isinstance(value, float):
@@ -276,25 +276,6 @@ def _literal_value(value: object) -> None | bool | int | float | str:
         f"unsupported literal of type {type(value).__name__}; "
         "expected None, bool, int, float or str"
     )
-
-
-def _render_literal(value: None | bool | int | float | str) -> str:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        if "e" in text and "." not in text:
-            # both servers need a fraction before the exponent: 1e+16 -> 1.0e+16
-            mantissa, _, exponent = text.partition("e")
-            text = f"{mantissa}.0e{exponent}"
-        return text
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # -- register-time types (expressions.md §8) ---------------------------------------------
@@ -310,64 +291,29 @@ def infer_type(expr: Expr, schema: Mapping[str, str]) -> str | None:
 
 
 def _infer(expr: Expr, schema: Mapping[str, str]) -> str | None:
+    # SDK schemas hold only str/i64/f64/bool (plus null), so the engine's rules for the
+    # dynamic bytes/datetime/json types never apply here.
     if isinstance(expr, Col):
         return schema.get(expr.name)
     if isinstance(expr, Lit):
-        return _literal_type(expr.value)
+        return literal_type(expr.value)
     if isinstance(expr, Cast):
         if _infer(expr.operand, schema) is None:
             return None
         return CAST_TARGETS[expr.target]
     if isinstance(expr, Not):
         inner = _infer(expr.operand, schema)
-        return "bool" if inner in ("bool", _NULL) else None
-    if isinstance(expr, Compare):
-        return _compare_type(expr, schema)
+        return "bool" if inner in ("bool", NULL) else None
     if isinstance(expr, Binary):
         left = _infer(expr.left, schema)
         right = _infer(expr.right, schema)
         if left is None or right is None:
             return None
+        if isinstance(expr, Compare):
+            # `x == null` is rewritten to isnull() by the server; comparable() allows it.
+            return "bool" if comparable(left, right) else None
         if isinstance(expr, Logic):
-            ok = left in ("bool", _NULL) and right in ("bool", _NULL)
+            ok = left in ("bool", NULL) and right in ("bool", NULL)
             return "bool" if ok else None
-        return _arith_type(expr.op, left, right)
-    return None
-
-
-def _literal_type(value: Any) -> str:
-    if value is None:
-        return _NULL
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "i64"
-    if isinstance(value, float):
-        return "f64"
-    return "str"
-
-
-def _compare_type(expr: Binary, schema: Mapping[str, str]) -> str | None:
-    left = _infer(expr.left, schema)
-    right = _infer(expr.right, schema)
-    if left is None or right is None:
-        return None
-    if expr.op in ("==", "!=") and (left == _NULL or right == _NULL):
-        return "bool"  # rewritten to isnull() by the server
-    comparable = (
-        _NULL in (left, right) or left == right or (left in _NUMERIC and right in _NUMERIC)
-    )
-    return "bool" if comparable else None
-
-
-def _arith_type(op: str, left: str, right: str) -> str | None:
-    if left == _NULL and right == _NULL:
-        return _NULL
-    if left == _NULL or right == _NULL:
-        other = right if left == _NULL else left
-        if op == "/" and other not in _NUMERIC:
-            return None
-        return other
-    if left in _NUMERIC and right in _NUMERIC:
-        return "f64" if "f64" in (left, right) else "i64"
+        return arith_type(expr.op, left, right)
     return None

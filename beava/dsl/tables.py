@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, overload
 
-from beava.dsl.chain import Aggregation, EventDerivation, stream_of
-from beava.dsl.upstreams import Deferred, event_parameter, is_pending
+from beava.dsl.chain import Aggregation, stream_of
+from beava.dsl.upstreams import Deferred, bind_upstream, event_parameter
 from beava.errors import DescriptorError
 
 __all__ = ["Table", "TableDescriptor", "table"]
@@ -128,14 +129,7 @@ def _decorate(target: Any, keys: list[str]) -> TableDescriptor:
     fn: Callable[..., Any] = target
     param = event_parameter(fn, "table")
     desc = TableDescriptor(fn.__name__, keys)
-
-    def complete(upstream: Any) -> None:
-        _complete(desc, fn, upstream)
-
-    if param.upstream is None or is_pending(param.upstream):
-        desc._deferred = Deferred(param.name, param.upstream, complete)
-    else:
-        complete(param.upstream)
+    bind_upstream(desc, param, functools.partial(_complete, desc, fn))
     return desc
 
 
@@ -143,7 +137,7 @@ def _complete(desc: TableDescriptor, fn: Callable[..., Any], upstream: Any) -> N
     stream = stream_of(upstream)
     result = fn(upstream)
     name = desc._name
-    if not isinstance(result, Aggregation) or not _built_from(result._source, stream):
+    if not isinstance(result, Aggregation) or not result._source._built_from(stream):
         _fail(
             "bad_return_type", name,
             f"{name} must return {fn.__code__.co_varnames[0]}.group_by(...).agg(...) or "
@@ -158,15 +152,6 @@ def _complete(desc: TableDescriptor, fn: Callable[..., Any], upstream: Any) -> N
     desc._parent = upstream
     desc._aggregation = result
     desc._deferred = None
-
-
-def _built_from(source: EventDerivation, stream: EventDerivation) -> bool:
-    n = len(stream._steps)
-    return (
-        source._root is stream._root
-        and len(source._steps) >= n
-        and all(a is b for a, b in zip(source._steps, stream._steps, strict=False))
-    )
 
 
 def _fail(code: str, name: str, message: str) -> NoReturn:

@@ -21,6 +21,7 @@ from beava.errors import DescriptorError
 __all__ = [
     "Deferred",
     "EventParam",
+    "bind_upstream",
     "event_parameter",
     "is_event",
     "is_pending",
@@ -50,6 +51,15 @@ class EventParam:
 
     name: str
     upstream: Any
+
+
+def bind_upstream(descriptor: Any, param: EventParam, complete: Callable[[Any], None]) -> None:
+    """Run ``complete(upstream)`` now when the parameter names a resolved upstream; otherwise
+    leave ``descriptor`` deferred until it is registered."""
+    if param.upstream is None or is_pending(param.upstream):
+        descriptor._deferred = Deferred(param.name, param.upstream, complete)
+    else:
+        complete(param.upstream)
 
 
 def is_event(obj: object) -> bool:

@@ -1,4 +1,6 @@
-"""Expression AST nodes, the expression error type and canonical formatting.
+"""Expression AST nodes, the expression error type, and the spelling of the language:
+identifiers, keywords, the I64 literal range and canonical formatting. The spelling rules
+are shared by the lexer, the canonical formatter and the SDK's expression renderer.
 
 Left-associative runs of one precedence tier (`a + b - c`, `a and b and c`) are kept as one
 n-ary node, so a long flat chain does not make the tree deep: the tree depth stays bounded
@@ -8,7 +10,14 @@ by the parser's nesting limit (spec/expressions.md §3) times the number of prec
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+
+# A field name: identifier segments joined by single dots (spec/expressions.md §2).
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+KEYWORDS = frozenset(("and", "or", "not", "true", "false", "null"))
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
 
 # Finer error kinds of spec/expressions.md §9 (the optional `detail` key of an error body).
 DETAIL_UNKNOWN_FIELD = "unknown_field_reference"

@@ -9,6 +9,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from beava.engine.expression_ast import (
+    I64_MAX,
+    IDENTIFIER,
+    KEYWORDS,
     Arith,
     Call,
     Compare,
@@ -23,11 +26,7 @@ from beava.engine.expression_ast import (
 )
 
 MAX_NESTING = 512
-_I64_MAX = (1 << 63) - 1
-
-_KEYWORDS = frozenset(("and", "or", "not", "true", "false", "null"))
 _COMPARISONS = frozenset((">", ">=", "<", "<=", "==", "!="))
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _DIGITS = re.compile(r"[0-9]+")
 _EXPONENT = re.compile(r"[eE][+-]?[0-9]+")
 _WHITESPACE = " \t\r\n"
@@ -107,10 +106,10 @@ def tokenize(text: str) -> list[Token]:
             i += len(tokens[-1].text)
             continue
         if c == "_" or ("a" <= c <= "z") or ("A" <= c <= "Z"):
-            match = _IDENT.match(text, i)
+            match = IDENTIFIER.match(text, i)
             assert match is not None
             word = match.group()
-            kind = KEYWORD if word in _KEYWORDS else IDENT
+            kind = KEYWORD if word in KEYWORDS else IDENT
             tokens.append(Token(kind, word, word, i))
             i = match.end()
             continue
@@ -160,7 +159,7 @@ def _number(text: str, start: int) -> Token:
         return Token(FLOAT, float(literal), literal, start)
     literal = text[start:end]
     value = int(literal)
-    if value > _I64_MAX:
+    if value > I64_MAX:
         raise _error(text, start, f"invalid integer literal {literal}")
     return Token(INT, value, literal, start)
 

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-I64_MIN = -(1 << 63)
-I64_MAX = (1 << 63) - 1
+from beava.engine.expression_ast import I64_MAX, I64_MIN
+
 _TWO_63 = 9223372036854775808.0
 _INF = math.inf
 _NAN = math.nan
@@ -73,43 +73,28 @@ def fmt_f64_display(x: float) -> str:
 # --- arithmetic: Null and non-numeric operands give Null; I64 results saturate --------------
 
 
-def add(a: Any, b: Any) -> Any:
-    ta = type(a)
-    tb = type(b)
-    if ta is int:
-        if tb is int:
-            r = a + b
-            return r if I64_MIN <= r <= I64_MAX else saturate(r)
-        return a + b if tb is float else None
-    if ta is float and (tb is float or tb is int):
-        return a + b
-    return None
+def _arithmetic(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`a op b` for `+`, `-`, `*`: I64 op I64 saturates, a mix with F64 is an F64 result."""
+
+    def apply(a: Any, b: Any) -> Any:
+        ta = type(a)
+        tb = type(b)
+        if ta is int:
+            if tb is int:
+                r = op(a, b)
+                return r if I64_MIN <= r <= I64_MAX else saturate(r)
+            return op(a, b) if tb is float else None
+        if ta is float and (tb is float or tb is int):
+            return op(a, b)
+        return None
+
+    apply.__name__ = op.__name__
+    return apply
 
 
-def sub(a: Any, b: Any) -> Any:
-    ta = type(a)
-    tb = type(b)
-    if ta is int:
-        if tb is int:
-            r = a - b
-            return r if I64_MIN <= r <= I64_MAX else saturate(r)
-        return a - b if tb is float else None
-    if ta is float and (tb is float or tb is int):
-        return a - b
-    return None
-
-
-def mul(a: Any, b: Any) -> Any:
-    ta = type(a)
-    tb = type(b)
-    if ta is int:
-        if tb is int:
-            r = a * b
-            return r if I64_MIN <= r <= I64_MAX else saturate(r)
-        return a * b if tb is float else None
-    if ta is float and (tb is float or tb is int):
-        return a * b
-    return None
+add = _arithmetic(operator.add)
+sub = _arithmetic(operator.sub)
+mul = _arithmetic(operator.mul)
 
 
 def div(a: Any, b: Any) -> Any:
@@ -248,13 +233,8 @@ _MAX_LAT = 85.05112878
 
 
 def _floor_i64(x: float) -> int:
-    if x != x:
-        return 0
-    if x >= _TWO_63:
-        return I64_MAX
-    if x < -_TWO_63:
-        return I64_MIN
-    return math.floor(x)
+    """Round toward -inf, then saturate as `f64_to_i64` does (NaN gives 0)."""
+    return f64_to_i64(math.floor(x) if math.isfinite(x) else x)
 
 
 def quadkey(lat: Any, lon: Any, zoom: Any) -> int | None:

@@ -62,24 +62,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class WalFatal(Exception):
+class WalIOError(Exception):
+    """A failed WAL file operation: ``op`` (write, fsync, truncate...) on ``path``."""
+
+    def __init__(self, op: str, path: str, error: BaseException | str) -> None:
+        super().__init__(f"{op} {path}: {error}")
+        self.op = op
+        self.path = path
+        self.error = str(error)
+
+
+class WalFatal(WalIOError):
     """A WAL I/O failure the server cannot continue after (§6.6): log and exit 4."""
 
-    def __init__(self, op: str, path: str, error: BaseException | str) -> None:
-        super().__init__(f"{op} {path}: {error}")
-        self.op = op
-        self.path = path
-        self.error = str(error)
 
-
-class WalUnavailable(Exception):
+class WalUnavailable(WalIOError):
     """A registry record could not be written and was rolled back: answer 503."""
-
-    def __init__(self, op: str, path: str, error: BaseException | str) -> None:
-        super().__init__(f"{op} {path}: {error}")
-        self.op = op
-        self.path = path
-        self.error = str(error)
 
 
 class SegmentFile:
@@ -193,20 +191,28 @@ class WalWriter:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def write_and_sync(self, data: bytes | bytearray | memoryview) -> None:
-        """Append an event batch and fsync it (WAL worker thread). Any failure: WalFatal."""
-        f = self._active()
+    def _append(self, f: SegmentFile, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at the end of the active segment ``f``; a failure is WalFatal."""
         try:
             f.write_at(data, self.active_size)
         except OSError as exc:
             raise WalFatal("write", f.path, exc) from exc
         self.active_size += len(data)
         self.bytes_written_total += len(data)
-        self.crash.hit("wal_after_write")
+
+    def _fsync(self, f: SegmentFile) -> None:
+        """fsync ``f``; a failure is WalFatal."""
         try:
             self._timed_sync(f)
         except OSError as exc:
             raise WalFatal("fsync", f.path, exc) from exc
+
+    def write_and_sync(self, data: bytes | bytearray | memoryview) -> None:
+        """Append an event batch and fsync it (WAL worker thread). Any failure: WalFatal."""
+        f = self._active()
+        self._append(f, data)
+        self.crash.hit("wal_after_write")
+        self._fsync(f)
 
     def write_registry_record(self, data: bytes) -> None:
         """Append one REGISTRY record and fsync it, synchronously (§10 step 2).
@@ -228,10 +234,7 @@ class WalWriter:
             raise WalUnavailable("write", f.path, exc) from exc
         self.active_size = before + len(data)
         self.bytes_written_total += len(data)
-        try:
-            self._timed_sync(f)
-        except OSError as exc:
-            raise WalFatal("fsync", f.path, exc) from exc
+        self._fsync(f)
 
     # -- rotation, reset, reclamation ---------------------------------------------------------
 
@@ -261,16 +264,8 @@ class WalWriter:
             self._discard_empty_active()
         self._open_segment(lsn, SEGMENT_FLAG_HISTORY_BOUNDARY, None)
         f = self._active()
-        try:
-            f.write_at(record_bytes, self.active_size)
-        except OSError as exc:
-            raise WalFatal("write", f.path, exc) from exc
-        self.active_size += len(record_bytes)
-        self.bytes_written_total += len(record_bytes)
-        try:
-            self._timed_sync(f)
-        except OSError as exc:
-            raise WalFatal("fsync", f.path, exc) from exc
+        self._append(f, record_bytes)
+        self._fsync(f)
         self.crash.hit("reset_after_boundary")
         try:
             for base, name in list_segments(self.wal_dir):

@@ -8,13 +8,12 @@ full response (status line, headers, body).
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import Callable, Iterable
 
 import httptools
 
-from beava.protocol.reply_slots import PendingReply, take_ready
+from beava.protocol.reply_slots import PendingReply
+from beava.protocol.server_connection import ServerConnection
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
@@ -69,20 +68,15 @@ Responder = Callable[[HttpRequest], "bytes | PendingReply"]
 ProtocolErrorResponder = Callable[[], bytes]
 
 
-class HttpProtocol(asyncio.Protocol):
+class HttpProtocol(ServerConnection):
     """httptools callbacks assemble requests; each complete one is answered in order."""
 
     def __init__(self, respond: Responder, protocol_error: ProtocolErrorResponder,
                  connections: set) -> None:
+        super().__init__(connections)
         self._respond = respond
         self._protocol_error = protocol_error
-        self._connections = connections
         self._parser = httptools.HttpRequestParser(self)
-        self._transport: asyncio.Transport | None = None
-        self._out: deque[bytes | PendingReply] = deque()
-        self._last_pending: PendingReply | None = None
-        self._closing = False
-        self.dirty = False
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -93,14 +87,6 @@ class HttpProtocol(asyncio.Protocol):
         self._body = bytearray()
 
     # asyncio.Protocol -------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._connections.discard(self)
-        self._transport = None
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -115,27 +101,13 @@ class HttpProtocol(asyncio.Protocol):
 
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
-        out = self._out
-        ready = take_ready(out)
-        transport = self._transport
-        if transport is None:
-            return
-        if ready:
-            transport.write(ready)
-        if self._closing and not out:
+        transport = self._write_ready()
+        if transport is not None and self._closing and not self._out:
             transport.close()
 
     def drain(self) -> bool:
         """Shutdown: HTTP requests are answered as they are parsed; nothing waits here."""
         return False
-
-    def stop_reading(self) -> None:
-        """Graceful shutdown: answer what was fully received; later bytes are read and
-        dropped, so that closing the socket does not reset it (a close with unread input
-        sends RST, which can destroy replies the client has not read yet)."""
-        self._closing = True
-        if self._transport is not None:
-            self._transport.resume_reading()
 
     def close(self) -> None:
         """Close once every queued response has been written."""

@@ -21,7 +21,8 @@ import msgspec
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter, encode_frame
 from beava.protocol.opcodes import CT_JSON, OP_ERROR, STATE_READ_OPS
-from beava.protocol.reply_slots import PendingReply, take_ready
+from beava.protocol.reply_slots import PendingReply
+from beava.protocol.server_connection import ServerConnection
 
 # handler(op, ct, payload) -> reply frame bytes, or a PendingReply resolved later
 FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
@@ -88,36 +89,26 @@ class _TurnScheduler:
 _turns = _TurnScheduler()
 
 
-class FramedTcpProtocol(asyncio.Protocol):
+class FramedTcpProtocol(ServerConnection):
     """Reads frames, answers them in order, closes on fatal framing errors."""
 
     def __init__(self, handle: FrameHandler, max_payload: int, connections: set) -> None:
+        super().__init__(connections)
         self._handle = handle
         self._splitter = FrameSplitter(max_payload)
-        self._transport: asyncio.Transport | None = None
-        self._connections = connections
-        self._out: deque[bytes | PendingReply] = deque()
         self._parked: deque[tuple[int, int, bytes]] = deque()
-        self._last_pending: PendingReply | None = None
         self._turn_scheduled = False
-        self._closing = False      # a fatal framing error or shutdown: read nothing more
         self._close_after = False  # close once every queued reply is written
         self._eof_sent = False
         self._paused_by_writes = False
-        self.dirty = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._connections.discard(self)
-        self._transport = None
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -192,14 +183,7 @@ class FramedTcpProtocol(asyncio.Protocol):
 
     def flush_ready(self) -> None:
         """Write the replies that are ready, in order; resume parked work when possible."""
-        out = self._out
-        ready = take_ready(out)
-        transport = self._transport
-        if transport is None:
-            return
-        if ready:
-            transport.write(ready)
-        if out:
+        if self._write_ready() is None or self._out:
             return
         if self._parked and not self._turn_scheduled:
             frames = list(self._parked)
@@ -229,14 +213,6 @@ class FramedTcpProtocol(asyncio.Protocol):
             self._turn_scheduled = False
             self._process(frames)
         return bool(self._parked)
-
-    def stop_reading(self) -> None:
-        """Graceful shutdown: answer what was fully received; later bytes are read and
-        dropped, so that closing the socket does not reset it (a close with unread input
-        sends RST, which can destroy replies the client has not read yet)."""
-        self._closing = True
-        if self._transport is not None:
-            self._transport.resume_reading()
 
     def close(self) -> None:
         """Close once every queued reply has been written."""

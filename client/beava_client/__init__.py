@@ -7,7 +7,8 @@ msgspec; knows nothing of the server engine.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .aio import AsyncPipeline, AsyncTcpClient, AsyncTcpPool
 from .errors import (
@@ -29,6 +30,9 @@ from .tcp import Pipeline, TcpClient
 from .urls import Endpoint, parse_url
 
 __version__ = "0.1.0"
+
+_T = TypeVar("_T")
+_H = TypeVar("_H")
 
 __all__ = [
     "CT_JSON",
@@ -62,21 +66,21 @@ __all__ = [
 ]
 
 
-def client_for_url(url: str, **kwargs: Any) -> TcpClient | HttpClient:
-    """A synchronous client for ``tcp://…`` or ``http(s)://…`` (no I/O until first use)."""
+def _client_for(url: str, tcp_class: Callable[..., _T], http_class: Callable[..., _H],
+                kwargs: dict[str, Any]) -> _T | _H:
     endpoint = parse_url(url)
     if endpoint.is_tcp:
-        return TcpClient(endpoint.host, endpoint.port, **kwargs)
-    return HttpClient(
+        return tcp_class(endpoint.host, endpoint.port, **kwargs)
+    return http_class(
         endpoint.host, endpoint.port, base_path=endpoint.base_path, tls=endpoint.tls, **kwargs
     )
+
+
+def client_for_url(url: str, **kwargs: Any) -> TcpClient | HttpClient:
+    """A synchronous client for ``tcp://…`` or ``http(s)://…`` (no I/O until first use)."""
+    return _client_for(url, TcpClient, HttpClient, kwargs)
 
 
 def async_client_for_url(url: str, **kwargs: Any) -> AsyncTcpClient | AsyncHttpClient:
     """An asyncio client for ``tcp://…`` or ``http(s)://…`` (no I/O until first use)."""
-    endpoint = parse_url(url)
-    if endpoint.is_tcp:
-        return AsyncTcpClient(endpoint.host, endpoint.port, **kwargs)
-    return AsyncHttpClient(
-        endpoint.host, endpoint.port, base_path=endpoint.base_path, tls=endpoint.tls, **kwargs
-    )
+    return _client_for(url, AsyncTcpClient, AsyncHttpClient, kwargs)

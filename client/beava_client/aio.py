@@ -16,45 +16,41 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import (
-    ConnectionClosed,
-    ProtocolError,
-    ServerError,
-    Timeout,
-    TransportError,
-    error_from_reply,
-)
-from .frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, check_payload_size, encode_frame
+from .errors import ConnectionClosed, ProtocolError, Timeout, TransportError
+from .frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder
+from .lifecycle import DEFAULT_TIMEOUT, AsyncClient, check_count
 from .messages import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
-    ENCODER_CACHE_LIMIT,
-    PUSH_MANY_UNSUPPORTED_CODES,
     UNSAFE_OPS,
     Batch,
-    EnvelopeEncoder,
     batch_get_body,
     default_batch_size,
-    encode_push_many_chunks,
     get_body,
-    new_encoder,
+    join_frames,
     register_body,
 )
 from .opcodes import (
     CT_JSON,
+    DEFAULT_REPLY_OP,
     OP_BATCH_GET,
-    OP_ERROR,
     OP_GET,
     OP_PING,
     OP_PUSH,
-    OP_PUSH_MANY,
     OP_REGISTER,
     OP_RESET,
-    REPLY_OP,
-    content_type_code,
+    expected_reply_op,
 )
-from .results import PushManyTally, PushResult, PushTally, decode_reply, empty_push_result
-from .urls import DEFAULT_TCP_HOST, DEFAULT_TCP_PORT, parse_url
+from .results import (
+    PushManyTally,
+    PushResult,
+    PushTally,
+    decode_replies,
+    decode_reply,
+    empty_push_result,
+)
+from .tcp_base import PipelineBase, TcpClientBase
+from .urls import DEFAULT_TCP_HOST, DEFAULT_TCP_PORT, tcp_endpoint
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -64,10 +60,29 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
-class _OneReply:
-    """Waiter for one reply frame, delivered as the future's result."""
+def _fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    for fut in futures:
+        if not fut.done():
+            fut.set_exception(exc)
+
+
+class _Waiter:
+    """Waiter for the next ``remaining`` replies; ``take(frames, i)`` consumes from
+    ``frames[i]`` and returns the index after the last one taken."""
 
     __slots__ = ("future", "remaining")
+
+    future: asyncio.Future[Any]
+    remaining: int
+
+    def fail(self, exc: BaseException) -> None:
+        _fail_futures((self.future,), exc)
+
+
+class _OneReply(_Waiter):
+    """Waiter for one reply frame, delivered as the future's result."""
+
+    __slots__ = ()
 
     def __init__(self, future: asyncio.Future[Frame]) -> None:
         self.future = future
@@ -79,15 +94,11 @@ class _OneReply:
             self.future.set_result(frames[i])
         return i + 1
 
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
 
-
-class _ManyReplies:
+class _ManyReplies(_Waiter):
     """Waiter for ``count`` consecutive replies, handed to ``sink`` as they arrive."""
 
-    __slots__ = ("future", "remaining", "sink")
+    __slots__ = ("sink",)
 
     def __init__(
         self, future: asyncio.Future[None], count: int, sink: Callable[[list[Frame]], None]
@@ -103,10 +114,6 @@ class _ManyReplies:
         if not self.remaining and not self.future.done():
             self.future.set_result(None)
         return j
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
 
 
 class _Connection(asyncio.Protocol):
@@ -259,18 +266,14 @@ class _Connection(asyncio.Protocol):
         for waiter in waiters:
             waiter.fail(exc)
         credit_waiters, self.credit_waiters = self.credit_waiters, deque()
-        for _, fut in credit_waiters:
-            if not fut.done():
-                fut.set_exception(exc)
+        _fail_futures((fut for _, fut in credit_waiters), exc)
         self._out = None
         drain_waiters, self._drain_waiters = self._drain_waiters, []
-        for fut in drain_waiters:
-            if not fut.done():
-                fut.set_exception(exc)
+        _fail_futures(drain_waiters, exc)
         self.decoder.clear()
 
 
-class AsyncTcpClient:
+class AsyncTcpClient(AsyncClient, TcpClientBase):
     """asyncio framed TCP client for one server (one pipelined connection).
 
     Same methods, arguments and results as ``TcpClient``, as coroutines. The connection
@@ -286,54 +289,26 @@ class AsyncTcpClient:
         host: str = DEFAULT_TCP_HOST,
         port: int = DEFAULT_TCP_PORT,
         *,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         content_type: int | str = CT_JSON,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         reconnect: bool = False,
     ) -> None:
-        if not timeout or timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        if max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-        self.host = host
-        self.port = port
-        self.timeout = float(timeout)
-        self.content_type = content_type_code(content_type)
-        self.max_in_flight = max_in_flight
-        self.max_frame_bytes = max_frame_bytes
-        self.reconnect = reconnect
+        super().__init__(
+            host, port, timeout=timeout, content_type=content_type,
+            max_in_flight=max_in_flight, max_frame_bytes=max_frame_bytes, reconnect=reconnect,
+        )
         self._conn: _Connection | None = None
         self._connect_lock: asyncio.Lock | None = None
-        self._closed = False
-        self._push_many_supported: bool | None = None
         self._probe_lock: asyncio.Lock | None = None
-        self._encoder = new_encoder(self.content_type)
-        self._json_encoder = new_encoder(CT_JSON)
-        self._push_encoders: dict[str, EnvelopeEncoder] = {}
 
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> AsyncTcpClient:
-        """A client for ``tcp://host[:port]``."""
-        endpoint = parse_url(url)
-        if not endpoint.is_tcp:
-            raise ValueError(f"not a tcp:// URL: {url!r}")
-        return cls(endpoint.host, endpoint.port, **kwargs)
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    # -- connection ----------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
+        """True while a connection is open."""
         return self._conn is not None and self._conn.usable
-
-    @property
-    def push_many_supported(self) -> bool | None:
-        """Whether the server accepts OP_PUSH_MANY (None until the first push_many)."""
-        return self._push_many_supported
 
     async def connect(self) -> None:
         """Open the connection now (otherwise the first call does)."""
@@ -347,20 +322,8 @@ class AsyncTcpClient:
         if conn is not None:
             conn.abort(ConnectionClosed("connection_closed", "client closed"))
 
-    async def __aenter__(self) -> AsyncTcpClient:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else ("connected" if self.connected else "idle")
-        return f"<AsyncTcpClient tcp://{self.host}:{self.port} {state}>"
-
     async def _connection(self) -> _Connection:
-        if self._closed:
-            raise RuntimeError("client is closed")
+        self._check_open()
         conn = self._conn
         if conn is not None and conn.usable:
             return conn
@@ -370,9 +333,8 @@ class AsyncTcpClient:
             conn = self._conn
             if conn is not None and conn.usable:
                 return conn
-            if self._closed:
-                raise RuntimeError("client is closed")
-            name = f"{self.host}:{self.port}"
+            self._check_open()
+            name = self._address
             loop = asyncio.get_running_loop()
             try:
                 _, conn = await loop.create_connection(
@@ -408,7 +370,7 @@ class AsyncTcpClient:
             conn.abort(ConnectionClosed("connection_closed", "connection discarded"))
 
     def _timeout_error(self, what: str) -> Timeout:
-        return Timeout("timeout", f"{what} {self.host}:{self.port} timed out after {self.timeout}s")
+        return Timeout("timeout", self._timeout_message(f"{what} {self._address}"))
 
     # -- single requests -------------------------------------------------------------------
 
@@ -451,10 +413,10 @@ class AsyncTcpClient:
                 return reply
             except Timeout:
                 raise  # the connection stays: the late reply is dropped when it comes
-            except TransportError:
+            except TransportError as exc:
                 if conn is not None:
                     self._discard(conn)
-                if retried or not self.reconnect or (written and not safe):
+                if not self._may_retry(exc, retried=retried, sent=written, safe=safe):
                     raise
                 retried = True
 
@@ -462,31 +424,18 @@ class AsyncTcpClient:
         if not fut.done():
             fut.set_exception(self._timeout_error("request to"))
 
-    def _payload(self, payload: Any, ct: int) -> bytes:
-        if payload is None:
-            return b""
-        if isinstance(payload, (bytes, bytearray, memoryview)):
-            data = bytes(payload)
-        elif ct == self.content_type:
-            data = self._encoder.encode(payload)
-        else:
-            data = new_encoder(ct).encode(payload)
-        check_payload_size(len(data), self.max_frame_bytes)
-        return data
-
-    def encode_request(self, op: int, payload: Any = None, *, ct: int | None = None) -> bytes:
-        """One request frame (see ``TcpClient.encode_request``)."""
-        ct = self.content_type if ct is None else ct
-        return encode_frame(op, ct, self._payload(payload, ct))
-
     async def request(
-        self, op: int, payload: Any = None, *, ct: int | None = None, expect_op: int | None = -1
+        self,
+        op: int,
+        payload: Any = None,
+        *,
+        ct: int | None = None,
+        expect_op: int | None = DEFAULT_REPLY_OP,
     ) -> Any:
         """Send one request and return the decoded reply body (see ``TcpClient.request``)."""
-        if expect_op == -1:
-            expect_op = REPLY_OP.get(op)
         frame = self.encode_request(op, payload, ct=ct)
-        return decode_reply(await self._roundtrip(frame, op not in UNSAFE_OPS), expect_op)
+        reply = await self._roundtrip(frame, op not in UNSAFE_OPS)
+        return decode_reply(reply, expected_reply_op(op, expect_op))
 
     async def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
@@ -500,12 +449,13 @@ class AsyncTcpClient:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Register ``{"nodes": [...]}`` (or a node list); returns the server's answer."""
-        body = self._json_encoder.encode(register_body(payload, force, dry_run))
-        return await self.request(OP_REGISTER, body, ct=CT_JSON)
+        return await self.request(
+            OP_REGISTER, register_body(payload, force, dry_run), ct=CT_JSON
+        )
 
     async def reset(self) -> dict[str, Any]:
         """Reset the server (test mode only): ``{"registry_version": N, "reset": true}``."""
-        return await self.request(OP_RESET, b"{}" if self.content_type == CT_JSON else b"\x80")
+        return await self.request(OP_RESET, {})
 
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
@@ -518,18 +468,6 @@ class AsyncTcpClient:
         return (await self.request(OP_BATCH_GET, batch_get_body(requests)))["results"]
 
     # -- pushes --------------------------------------------------------------------------
-
-    def push_encoder(self, event: str, ct: int | None = None) -> EnvelopeEncoder:
-        """The (cached) OP_PUSH frame encoder for ``event``."""
-        ct = self.content_type if ct is None else ct
-        cache_key = event if ct == self.content_type else f"{ct}:{event}"
-        enc = self._push_encoders.get(cache_key)
-        if enc is None:
-            if len(self._push_encoders) >= ENCODER_CACHE_LIMIT:
-                self._push_encoders.clear()
-            enc = EnvelopeEncoder(event, ct=ct, op=OP_PUSH, max_payload=self.max_frame_bytes)
-            self._push_encoders[cache_key] = enc
-        return enc
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
@@ -607,11 +545,7 @@ class AsyncTcpClient:
     ) -> PushResult:
         """Push rows with OP_PUSH_MANY chunks, pipelined; see ``TcpClient.push_many``
         (same probe and fallback to pipelined single pushes)."""
-        rows = rows if isinstance(rows, list) else list(rows)
-        chunks = encode_push_many_chunks(
-            event, rows, ct=self.content_type, chunk_size=chunk_size,
-            max_payload=self.max_frame_bytes,
-        )
+        rows, chunks = self._push_many_chunks(event, rows, chunk_size)
         if not chunks:
             return empty_push_result()
         tally = PushManyTally()
@@ -621,29 +555,13 @@ class AsyncTcpClient:
             async with self._probe_lock:
                 if self._push_many_supported is None:
                     first = await self._roundtrip(chunks[0].data, False)
-                    op, ct, payload = first
-                    if op == OP_ERROR:
-                        err = error_from_reply(payload, op=op, ct=ct)
-                        if err.code not in PUSH_MANY_UNSUPPORTED_CODES:
-                            self._push_many_supported = True  # known op; chunk refused
-                            err.acked_before = 0
-                            raise err
-                        self._push_many_supported = False
-                    else:
-                        tally.add(decode_reply(first, OP_PUSH_MANY), 0)
-                        self._push_many_supported = True
+                    if self._probe_push_many(first, tally):
                         chunks = chunks[1:]
         if self._push_many_supported is False:
             return await self.push_pipelined(event, rows)
         replies: list[Frame] = []
         await self._stream([(c.data, 1) for c in chunks], replies.extend)
-        for chunk, frame in zip(chunks, replies, strict=True):
-            try:
-                reply = decode_reply(frame, OP_PUSH_MANY)
-            except ServerError as err:
-                err.acked_before = tally.acks
-                raise
-            tally.add(reply, chunk.start)
+        tally.add_frames(chunks, replies)
         return tally.result()
 
     # -- generic pipelining ----------------------------------------------------------------
@@ -652,80 +570,24 @@ class AsyncTcpClient:
         """A queue of requests sent together by ``await AsyncPipeline.execute()``."""
         return AsyncPipeline(self)
 
-    async def _execute(self, frames: list[bytes]) -> list[Frame]:
-        size = default_batch_size(self.max_in_flight)
-        batches = [
-            (b"".join(frames[i : i + size]), len(frames[i : i + size]))
-            for i in range(0, len(frames), size)
-        ]
-        replies: list[Frame] = []
-        await self._stream(batches, replies.extend)
-        return replies
 
-
-class AsyncPipeline:
+class AsyncPipeline(PipelineBase):
     """Requests queued on an AsyncTcpClient and sent in one pipelined exchange; the
     methods mirror ``Pipeline`` (chainable, synchronous queuing)."""
 
-    def __init__(self, client: AsyncTcpClient) -> None:
-        self._client = client
-        self._frames: list[bytes] = []
-        self._expect: list[int | None] = []
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def request(
-        self, op: int, payload: Any = None, *, ct: int | None = None, expect_op: int | None = -1
-    ) -> AsyncPipeline:
-        self._frames.append(self._client.encode_request(op, payload, ct=ct))
-        self._expect.append(REPLY_OP.get(op) if expect_op == -1 else expect_op)
-        return self
-
-    def ping(self) -> AsyncPipeline:
-        return self.request(OP_PING)
-
-    def register(
-        self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = False,
-        dry_run: bool = False,
-    ) -> AsyncPipeline:
-        body = self._client._json_encoder.encode(register_body(payload, force, dry_run))
-        return self.request(OP_REGISTER, body, ct=CT_JSON)
-
-    def push(self, event: str, body: Mapping[str, Any]) -> AsyncPipeline:
-        self._frames.append(self._client.push_encoder(event).encode(body))
-        self._expect.append(OP_PUSH)
-        return self
-
-    def get(
-        self, table: str, key: Any = None, features: Sequence[str] | None = None
-    ) -> AsyncPipeline:
-        return self.request(OP_GET, get_body(table, key, features))
-
-    def batch_get(self, requests: Iterable[Any]) -> AsyncPipeline:
-        return self.request(OP_BATCH_GET, batch_get_body(requests))
-
-    def reset(self) -> AsyncPipeline:
-        return self.request(OP_RESET, {})
+    _client: AsyncTcpClient
 
     async def execute(self, *, raise_on_error: bool = True) -> list[Any]:
         """Send the queued requests; replies in order (see ``Pipeline.execute``)."""
-        frames, expect = self._frames, self._expect
-        self._frames, self._expect = [], []
+        frames, expect, _ = self._take()  # nothing is retried: the safe flag is moot
         if not frames:
             return []
-        results: list[Any] = []
-        first_error: ServerError | None = None
-        for frame, op in zip(await self._client._execute(frames), expect, strict=True):
-            try:
-                results.append(decode_reply(frame, op))
-            except ServerError as err:
-                results.append(err)
-                if first_error is None:
-                    first_error = err
-        if raise_on_error and first_error is not None:
-            raise first_error
-        return results
+        client = self._client
+        replies: list[Frame] = []
+        await client._stream(
+            join_frames(frames, default_batch_size(client.max_in_flight)), replies.extend
+        )
+        return decode_replies(replies, expect, raise_on_error)
 
 
 class AsyncTcpPool:
@@ -744,17 +606,14 @@ class AsyncTcpPool:
         size: int = 4,
         **client_kwargs: Any,
     ) -> None:
-        if size < 1:
-            raise ValueError("pool size must be >= 1")
+        check_count(size, "pool size")
         self.clients = [AsyncTcpClient(host, port, **client_kwargs) for _ in range(size)]
         self._next = 0
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncTcpPool:
         """A pool for ``tcp://host[:port]``."""
-        endpoint = parse_url(url)
-        if not endpoint.is_tcp:
-            raise ValueError(f"not a tcp:// URL: {url!r}")
+        endpoint = tcp_endpoint(url)
         return cls(endpoint.host, endpoint.port, **kwargs)
 
     def client(self) -> AsyncTcpClient:

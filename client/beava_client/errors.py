@@ -6,10 +6,7 @@ from typing import Any
 
 import msgspec
 
-from .opcodes import CT_MSGPACK
-
-_json_decode = msgspec.json.decode
-_msgpack_decode = msgspec.msgpack.decode
+from .codec import decode_payload
 
 UNPARSEABLE_TEXT_LIMIT = 200
 
@@ -90,12 +87,6 @@ class Timeout(TransportError, TimeoutError):
     HTTP); the async TCP client keeps it and discards the late reply."""
 
 
-def _decode_any(payload: bytes, ct: int) -> Any:
-    if ct == CT_MSGPACK:
-        return _msgpack_decode(payload)
-    return _json_decode(payload)
-
-
 def _str_field(obj: dict[str, Any], name: str) -> str:
     value = obj.get(name)
     return value if isinstance(value, str) else ""
@@ -116,7 +107,7 @@ def error_from_reply(
     """
     raw = bytes(payload)
     try:
-        body = _decode_any(raw, ct)
+        body = decode_payload(raw, ct)
     except (msgspec.DecodeError, UnicodeDecodeError):
         body = None
     if not isinstance(body, dict):

@@ -9,10 +9,12 @@ import http.client
 import ssl
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Self
 
 import msgspec
 
+from .codec import encode_body
 from .errors import (
     BeavaError,
     ConnectionClosed,
@@ -22,24 +24,34 @@ from .errors import (
     TransportError,
     error_from_reply,
 )
+from .lifecycle import (
+    DEFAULT_TIMEOUT,
+    AsyncClient,
+    ClientBase,
+    SyncClient,
+    check_count,
+    connect_errors,
+)
 from .messages import (
     DEFAULT_CHUNK_SIZE,
     HTTP_MAX_BODY_BYTES,
-    EnvelopeEncoder,
+    PushEncoders,
+    PushManyChunk,
     batch_get_body,
     encode_push_many_chunks,
     get_body,
     register_body,
 )
-from .results import PushManyTally, PushResult, empty_push_result
-from .urls import parse_url
+from .results import PushManyTally, PushResult, empty_push_result, merge_push_outcomes
+from .urls import http_endpoint
 
+DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8080
 JSON_CONTENT_TYPE = "application/json"
 HTTP_PUSH_MANY_UNSUPPORTED_CODES = frozenset(("not_found", "method_not_allowed"))
 """HTTP error codes meaning the server has no POST /push_many (spec/sdk.md §8.4)."""
 
-_json_encode = msgspec.json.encode
+_JSON_ENCODER = msgspec.json.Encoder()
 _json_decode = msgspec.json.decode
 _MAX_HEADER_BYTES = 64 * 1024
 
@@ -72,28 +84,9 @@ def _base_path(base_path: str) -> str:
     return base_path
 
 
-def _each_push_result(results: Iterable[tuple[int, Any]]) -> PushResult:
-    """Merge ``(index, ack dict or ServerError)`` pairs into the push_many result shape."""
-    acks = 0
-    ack_lsn = None
-    errors: list[dict[str, Any]] = []
-    registry_version = None
-    for index, outcome in results:
-        if isinstance(outcome, ServerError):
-            errors.append({"index": index, "error": outcome.error})
-            rv = outcome.body.get("registry_version")
-        else:
-            acks += 1
-            ack_lsn = outcome.get("ack_lsn", ack_lsn)
-            rv = outcome.get("registry_version")
-        if rv is not None:
-            registry_version = rv
-    return {"acks": acks, "ack_lsn": ack_lsn, "errors": errors,
-            "registry_version": registry_version}
-
-
-class _HttpCommon:
-    """Configuration and request bodies shared by the sync and async HTTP clients."""
+class _HttpCommon(ClientBase):
+    """Configuration, request bodies and the push_many fallback rule shared by the sync and
+    async HTTP clients."""
 
     def __init__(
         self,
@@ -105,50 +98,26 @@ class _HttpCommon:
         timeout: float,
         reconnect: bool,
     ) -> None:
-        if not timeout or timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
+        super().__init__(timeout=timeout, reconnect=reconnect)
         self.host = host
         self.port = port
         self.base_path = _base_path(base_path)
         self.tls = tls
-        self.timeout = float(timeout)
-        self.reconnect = reconnect
-        self._closed = False
-        self._push_many_supported: bool | None = None
-        self._push_encoders: dict[str, EnvelopeEncoder] = {}
+        self._push_encoders = PushEncoders(field="data", op=None)
         host_text = f"[{host}]" if ":" in host else host
         default_port = 443 if tls else 80
         self._host_header = host_text if port == default_port else f"{host_text}:{port}"
 
     @classmethod
-    def _endpoint_args(cls, url: str) -> tuple[str, int, dict[str, Any]]:
-        endpoint = parse_url(url)
-        if not endpoint.is_http:
-            raise ValueError(f"not an http:// or https:// URL: {url!r}")
-        return endpoint.host, endpoint.port, {"base_path": endpoint.base_path,
-                                               "tls": endpoint.tls}
+    def from_url(cls, url: str, **kwargs: Any) -> Self:
+        """A client for ``http(s)://host[:port][/base]``."""
+        endpoint = http_endpoint(url)
+        return cls(endpoint.host, endpoint.port,
+                   **{"base_path": endpoint.base_path, "tls": endpoint.tls, **kwargs})
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def push_many_supported(self) -> bool | None:
-        """Whether the server has POST /push_many (None until the first push_many)."""
-        return self._push_many_supported
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("client is closed")
-
-    def _push_body(self, event: str, body: Mapping[str, Any]) -> bytes:
-        enc = self._push_encoders.get(event)
-        if enc is None:
-            if len(self._push_encoders) >= 256:
-                self._push_encoders.clear()
-            enc = EnvelopeEncoder(event, field="data", op=None)
-            self._push_encoders[event] = enc
-        return enc.encode(body)
+    def __repr__(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"<{type(self).__name__} {scheme}://{self._host_header}{self.base_path}>"
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if self.tls is True:
@@ -157,8 +126,47 @@ class _HttpCommon:
             return self.tls
         return None
 
+    def _connect_errors(self) -> AbstractContextManager[None]:
+        """Context turning a failed connect into Timeout / TransportError."""
+        host = self._host_header
+        return connect_errors(host, f"connect to {host} timed out")
 
-class HttpClient(_HttpCommon):
+    def _timeout(self, method: str, target: str) -> Timeout:
+        return Timeout("timeout", self._timeout_message(f"{method} {target}"))
+
+    @staticmethod
+    def _body(payload: Any) -> bytes:
+        """``payload`` as a request body: bytes as they are, None empty, else JSON."""
+        return encode_body(payload, _JSON_ENCODER)
+
+    def _push_body(self, event: str, body: Mapping[str, Any]) -> bytes:
+        return self._push_encoders.get(event).encode(body)
+
+    @staticmethod
+    def _push_many_chunks(
+        event: str, rows: Iterable[Mapping[str, Any]], chunk_size: int
+    ) -> tuple[list[Any], list[PushManyChunk]]:
+        """``rows`` as a list (kept for a fallback to ``push_each``) and its POST
+        /push_many bodies, all encoded before anything is sent."""
+        rows = rows if isinstance(rows, list) else list(rows)
+        chunks = encode_push_many_chunks(
+            event, rows, chunk_size=chunk_size, max_payload=HTTP_MAX_BODY_BYTES, framed=False
+        )
+        return rows, chunks
+
+    def _lacks_push_many(self, err: ServerError, tally: PushManyTally) -> bool:
+        """Whether ``err``, the answer to a POST /push_many, means the server has no such
+        route (the first answer only); this client then uses ``push_each`` for good.
+        Otherwise the route exists and ``err`` (to be raised) gets ``acked_before``."""
+        if self._push_many_supported is None and err.code in HTTP_PUSH_MANY_UNSUPPORTED_CODES:
+            self._push_many_supported = False
+            return True
+        self._push_many_supported = True  # the route exists; this chunk was refused
+        err.acked_before = tally.acks
+        return False
+
+
+class HttpClient(SyncClient, _HttpCommon):
     """Synchronous HTTP client (one keep-alive connection, calls serialised by a lock).
 
     Same methods and results as ``TcpClient`` where the route exists; ``ping()`` answers
@@ -168,12 +176,12 @@ class HttpClient(_HttpCommon):
 
     def __init__(
         self,
-        host: str = "127.0.0.1",
+        host: str = DEFAULT_HTTP_HOST,
         port: int = DEFAULT_HTTP_PORT,
         *,
         base_path: str = "",
         tls: bool | ssl.SSLContext = False,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         reconnect: bool = False,
     ) -> None:
         super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
@@ -181,34 +189,8 @@ class HttpClient(_HttpCommon):
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> HttpClient:
-        """A client for ``http(s)://host[:port][/base]``."""
-        host, port, extra = cls._endpoint_args(url)
-        return cls(host, port, **{**extra, **kwargs})
-
-    def connect(self) -> None:
-        """Open the connection now (otherwise the first call does)."""
-        with self._lock:
-            self._check_open()
-            self._connection()
-
-    def close(self) -> None:
-        """Close the connection. Idempotent; later calls raise RuntimeError."""
-        self._closed = True
-        with self._lock:
-            self._discard()
-
-    def __enter__(self) -> HttpClient:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        scheme = "https" if self.tls else "http"
-        return f"<HttpClient {scheme}://{self._host_header}{self.base_path}>"
+    def _ensure_connection(self) -> None:
+        self._connection()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = self._conn
@@ -220,14 +202,8 @@ class HttpClient(_HttpCommon):
                 )
             else:
                 conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-            try:
+            with self._connect_errors():
                 conn.connect()
-            except TimeoutError:
-                raise Timeout("timeout", f"connect to {self._host_header} timed out") from None
-            except OSError as exc:
-                raise TransportError(
-                    "connect_failed", f"cannot connect to {self._host_header}: {exc}"
-                ) from exc
             self._conn = conn
         return conn
 
@@ -270,8 +246,7 @@ class HttpClient(_HttpCommon):
                 except BeavaError as exc:
                     error: BeavaError = exc
                 except TimeoutError:
-                    error = Timeout("timeout", f"{method} {target} timed out after "
-                                   f"{self.timeout}s")
+                    error = self._timeout(method, target)
                 except http.client.RemoteDisconnected as exc:
                     error = ConnectionClosed("connection_closed", f"{method} {target}: {exc}")
                 except OSError as exc:
@@ -279,8 +254,7 @@ class HttpClient(_HttpCommon):
                 except http.client.HTTPException as exc:
                     error = ProtocolError("http_protocol_error", f"{method} {target}: {exc!r}")
                 self._discard()
-                if (retried or not self.reconnect or (written and not safe)
-                        or isinstance(error, Timeout)):
+                if not self._may_retry(error, retried=retried, sent=written, safe=safe):
                     raise error
                 retried = True
 
@@ -289,13 +263,7 @@ class HttpClient(_HttpCommon):
     ) -> Any:
         """Send ``payload`` (JSON-encoded unless bytes) and return the decoded 200 body;
         other statuses raise ServerError."""
-        if payload is None:
-            body = b""
-        elif isinstance(payload, (bytes, bytearray, memoryview)):
-            body = bytes(payload)
-        else:
-            body = _json_encode(payload)
-        return decode_response(self.send(method, path, body, safe=safe))
+        return decode_response(self.send(method, path, self._body(payload), safe=safe))
 
     def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
@@ -342,7 +310,7 @@ class HttpClient(_HttpCommon):
                 except ServerError as err:
                     yield index, err
 
-        return _each_push_result(outcomes())
+        return merge_push_outcomes(outcomes())
 
     def push_many(
         self,
@@ -355,10 +323,7 @@ class HttpClient(_HttpCommon):
         A first answer ``not_found``/``method_not_allowed`` (a server without the
         extension) switches this client to ``push_each`` for good. A chunk rejected as a
         whole raises ServerError with ``acked_before``."""
-        rows = rows if isinstance(rows, list) else list(rows)
-        chunks = encode_push_many_chunks(
-            event, rows, chunk_size=chunk_size, max_payload=HTTP_MAX_BODY_BYTES, framed=False
-        )
+        rows, chunks = self._push_many_chunks(event, rows, chunk_size)
         if not chunks:
             return empty_push_result()
         if self._push_many_supported is False:
@@ -368,12 +333,8 @@ class HttpClient(_HttpCommon):
             try:
                 reply = self.request("POST", "/push_many", chunk.data, safe=False)
             except ServerError as err:
-                if (self._push_many_supported is None
-                        and err.code in HTTP_PUSH_MANY_UNSUPPORTED_CODES):
-                    self._push_many_supported = False
+                if self._lacks_push_many(err, tally):
                     return self.push_each(event, rows)
-                self._push_many_supported = True  # the route exists; this chunk was refused
-                err.acked_before = tally.acks
                 raise
             self._push_many_supported = True
             tally.add(reply, chunk.start)
@@ -393,35 +354,27 @@ class _StreamConn:
         self.writer.close()
 
 
-class AsyncHttpClient(_HttpCommon):
+class AsyncHttpClient(AsyncClient, _HttpCommon):
     """asyncio HTTP client with a keep-alive pool of up to ``pool_size`` connections;
     each request uses one connection exclusively. Same methods as ``HttpClient``, as
     coroutines."""
 
     def __init__(
         self,
-        host: str = "127.0.0.1",
+        host: str = DEFAULT_HTTP_HOST,
         port: int = DEFAULT_HTTP_PORT,
         *,
         base_path: str = "",
         tls: bool | ssl.SSLContext = False,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         reconnect: bool = False,
         pool_size: int = 1,
     ) -> None:
         super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
                          reconnect=reconnect)
-        if pool_size < 1:
-            raise ValueError("pool_size must be >= 1")
-        self.pool_size = pool_size
+        self.pool_size = check_count(pool_size, "pool_size")
         self._idle: list[_StreamConn] = []
         self._slots: asyncio.Semaphore | None = None
-
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> AsyncHttpClient:
-        """A client for ``http(s)://host[:port][/base]``."""
-        host, port, extra = cls._endpoint_args(url)
-        return cls(host, port, **{**extra, **kwargs})
 
     async def connect(self) -> None:
         """Open one connection now (otherwise the first call does)."""
@@ -436,29 +389,12 @@ class AsyncHttpClient(_HttpCommon):
         for conn in idle:
             conn.close()
 
-    async def __aenter__(self) -> AsyncHttpClient:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        scheme = "https" if self.tls else "http"
-        return f"<AsyncHttpClient {scheme}://{self._host_header}{self.base_path}>"
-
     async def _open(self) -> _StreamConn:
-        try:
+        with self._connect_errors():
             async with asyncio.timeout(self.timeout):
                 reader, writer = await asyncio.open_connection(
                     self.host, self.port, ssl=self._ssl_context(), limit=_MAX_HEADER_BYTES
                 )
-        except TimeoutError:
-            raise Timeout("timeout", f"connect to {self._host_header} timed out") from None
-        except OSError as exc:
-            raise TransportError(
-                "connect_failed", f"cannot connect to {self._host_header}: {exc}"
-            ) from exc
         return _StreamConn(reader, writer)
 
     async def send(
@@ -500,8 +436,7 @@ class AsyncHttpClient(_HttpCommon):
                 except BeavaError as exc:
                     error: BeavaError = exc
                 except TimeoutError:
-                    error = Timeout("timeout", f"{method} {target} timed out after "
-                                   f"{self.timeout}s")
+                    error = self._timeout(method, target)
                 except asyncio.IncompleteReadError:
                     error = ConnectionClosed("connection_closed",
                                              f"{method} {target}: connection closed mid-response")
@@ -511,8 +446,7 @@ class AsyncHttpClient(_HttpCommon):
                     error = TransportError("connection_failed", f"{method} {target}: {exc}")
                 if conn is not None:
                     conn.close()
-                if (retried or not self.reconnect or (written and not safe)
-                        or isinstance(error, Timeout)):
+                if not self._may_retry(error, retried=retried, sent=written, safe=safe):
                     raise error
                 retried = True
 
@@ -559,13 +493,7 @@ class AsyncHttpClient(_HttpCommon):
     ) -> Any:
         """Send ``payload`` (JSON-encoded unless bytes); the decoded 200 body, else
         ServerError."""
-        if payload is None:
-            body = b""
-        elif isinstance(payload, (bytes, bytearray, memoryview)):
-            body = bytes(payload)
-        else:
-            body = _json_encode(payload)
-        return decode_response(await self.send(method, path, body, safe=safe))
+        return decode_response(await self.send(method, path, self._body(payload), safe=safe))
 
     async def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
@@ -611,7 +539,7 @@ class AsyncHttpClient(_HttpCommon):
                 outcomes.append((index, await self.push(event, body)))
             except ServerError as err:
                 outcomes.append((index, err))
-        return _each_push_result(outcomes)
+        return merge_push_outcomes(outcomes)
 
     async def push_many(
         self,
@@ -621,10 +549,7 @@ class AsyncHttpClient(_HttpCommon):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> PushResult:
         """``POST /push_many`` in chunks; see ``HttpClient.push_many``."""
-        rows = rows if isinstance(rows, list) else list(rows)
-        chunks = encode_push_many_chunks(
-            event, rows, chunk_size=chunk_size, max_payload=HTTP_MAX_BODY_BYTES, framed=False
-        )
+        rows, chunks = self._push_many_chunks(event, rows, chunk_size)
         if not chunks:
             return empty_push_result()
         if self._push_many_supported is False:
@@ -634,12 +559,8 @@ class AsyncHttpClient(_HttpCommon):
             try:
                 reply = await self.request("POST", "/push_many", chunk.data, safe=False)
             except ServerError as err:
-                if (self._push_many_supported is None
-                        and err.code in HTTP_PUSH_MANY_UNSUPPORTED_CODES):
-                    self._push_many_supported = False
+                if self._lacks_push_many(err, tally):
                     return await self.push_each(event, rows)
-                self._push_many_supported = True  # the route exists; this chunk was refused
-                err.acked_before = tally.acks
                 raise
             self._push_many_supported = True
             tally.add(reply, chunk.start)

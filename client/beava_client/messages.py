@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from .codec import new_encoder
 from .frames import HEADER, HEADER_SIZE, MIN_LENGTH
 from .opcodes import CT_JSON, CT_MSGPACK, OP_PUSH, OP_PUSH_MANY
 
@@ -39,11 +40,6 @@ Batch = tuple[bytes | bytearray, int]
 def default_batch_size(max_in_flight: int) -> int:
     """Frames per write in bulk pipelines: a quarter of the window keeps the pipe full."""
     return max(1, min(256, max_in_flight // 4))
-
-
-def new_encoder(ct: int) -> msgspec.json.Encoder | msgspec.msgpack.Encoder:
-    """A msgspec encoder for content type ``ct``."""
-    return msgspec.msgpack.Encoder() if ct == CT_MSGPACK else msgspec.json.Encoder()
 
 
 def _msgpack_key(name: str) -> bytes:
@@ -143,6 +139,51 @@ class EnvelopeEncoder:
                 count = 0
         if count:
             yield buf, count
+
+
+class PushEncoders:
+    """A client's EnvelopeEncoders by event name (and content type), built on first use.
+    Emptied when it holds ``ENCODER_CACHE_LIMIT``: a flood of distinct names must not grow
+    memory."""
+
+    __slots__ = ("_by_key", "_field", "_ct", "_op", "_max_payload")
+
+    def __init__(
+        self,
+        *,
+        field: str = "body",
+        ct: int = CT_JSON,
+        op: int | None = OP_PUSH,
+        max_payload: int | None = None,
+    ) -> None:
+        self._by_key: dict[str, EnvelopeEncoder] = {}
+        self._field = field
+        self._ct = ct
+        self._op = op
+        self._max_payload = max_payload
+
+    def get(self, event: str, ct: int | None = None) -> EnvelopeEncoder:
+        """The encoder for ``event`` in content type ``ct`` (default: the cache's own)."""
+        ct = self._ct if ct is None else ct
+        key = event if ct == self._ct else f"{ct}:{event}"
+        enc = self._by_key.get(key)
+        if enc is None:
+            if len(self._by_key) >= ENCODER_CACHE_LIMIT:
+                self._by_key.clear()
+            enc = EnvelopeEncoder(
+                event, field=self._field, ct=ct, op=self._op, max_payload=self._max_payload
+            )
+            self._by_key[key] = enc
+        return enc
+
+
+def join_frames(frames: Sequence[bytes], size: int) -> list[Batch]:
+    """Complete frames as batches of at most ``size``, each one joined buffer."""
+    batches: list[Batch] = []
+    for i in range(0, len(frames), size):
+        group = frames[i : i + size]
+        batches.append((b"".join(group), len(group)))
+    return batches
 
 
 class PushManyChunk(msgspec.Struct, frozen=True):

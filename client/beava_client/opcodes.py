@@ -31,6 +31,16 @@ REPLY_OP: dict[int, int] = {
     OP_RESET: OP_GET_RESPONSE,
 }
 
+DEFAULT_REPLY_OP = -1
+"""``expect_op`` default of the TCP ``request`` methods: the reply opcode of REPLY_OP."""
+
+
+def expected_reply_op(op: int, expect_op: int | None) -> int | None:
+    """The success reply opcode for request ``op``: ``expect_op``, or REPLY_OP's when it is
+    DEFAULT_REPLY_OP (None, there or given: any opcode but 0xFFFF)."""
+    return REPLY_OP.get(op) if expect_op == DEFAULT_REPLY_OP else expect_op
+
+
 OP_NAMES: dict[int, str] = {
     OP_PING: "ping",
     OP_REGISTER: "register",

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from .http import HttpClient
+from .lifecycle import check_count
 from .results import PushResult
 from .tcp import TcpClient
 
@@ -20,8 +21,7 @@ class ClientPool(Generic[C]):
     recently used first). ``with pool.client() as c:`` checks one out for several calls."""
 
     def __init__(self, factory: Callable[[], C], size: int) -> None:
-        if size < 1:
-            raise ValueError("pool size must be >= 1")
+        check_count(size, "pool size")
         self._factory: Callable[[], C] = factory
         self.size = size
         self._idle: list[C] = []

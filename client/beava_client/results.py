@@ -7,25 +7,18 @@ row in the caller's sequence.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
+from .codec import decode_payload
 from .errors import ServerError, error_from_reply, unexpected_reply
 from .frames import Frame
-from .opcodes import CT_MSGPACK, OP_ERROR
+from .messages import PushManyChunk
+from .opcodes import OP_ERROR, OP_PUSH_MANY
 
 PushResult = dict[str, Any]
-
-_json_decode = msgspec.json.decode
-_msgpack_decode = msgspec.msgpack.decode
-
-
-def decode_payload(payload: bytes, ct: int) -> Any:
-    """Decode a reply body by its content type byte."""
-    if ct == CT_MSGPACK:
-        return _msgpack_decode(payload)
-    return _json_decode(payload)
 
 
 def empty_push_result() -> PushResult:
@@ -131,10 +124,42 @@ class PushManyTally:
         if "registry_version" in reply:
             self.registry_version = reply["registry_version"]
 
+    def add_frames(self, chunks: Sequence[PushManyChunk], frames: Sequence[Frame]) -> None:
+        """Merge the OP_PUSH_MANY reply frames of ``chunks``, in order. A chunk rejected as
+        a whole raises its ServerError with ``acked_before`` set."""
+        for chunk, frame in zip(chunks, frames, strict=True):
+            try:
+                reply = decode_reply(frame, OP_PUSH_MANY)
+            except ServerError as err:
+                err.acked_before = self.acks
+                raise
+            self.add(reply, chunk.start)
+
     def result(self) -> PushResult:
         """The merged result."""
         return {"acks": self.acks, "ack_lsn": self.ack_lsn, "errors": self.errors,
                 "registry_version": self.registry_version}
+
+
+def merge_push_outcomes(outcomes: Iterable[tuple[int, Any]]) -> PushResult:
+    """Merge ``(index, ack dict or ServerError)`` pairs of single pushes (HTTP
+    ``push_each``) into the push_many result shape."""
+    acks = 0
+    ack_lsn = None
+    errors: list[dict[str, Any]] = []
+    registry_version = None
+    for index, outcome in outcomes:
+        if isinstance(outcome, ServerError):
+            errors.append({"index": index, "error": outcome.error})
+            rv = outcome.body.get("registry_version")
+        else:
+            acks += 1
+            ack_lsn = outcome.get("ack_lsn", ack_lsn)
+            rv = outcome.get("registry_version")
+        if rv is not None:
+            registry_version = rv
+    return {"acks": acks, "ack_lsn": ack_lsn, "errors": errors,
+            "registry_version": registry_version}
 
 
 def decode_reply(frame: Frame, expect_op: int | None) -> Any:
@@ -152,3 +177,22 @@ def decode_reply(frame: Frame, expect_op: int | None) -> Any:
         raise error_from_reply(payload, op=op, ct=ct)
     raise unexpected_reply(op, expect_op if expect_op is not None else op, payload, ct)
 
+
+def decode_replies(
+    frames: Sequence[Frame], expect_ops: Sequence[int | None], raise_on_error: bool
+) -> list[Any]:
+    """Decode pipelined replies in order (see ``decode_reply``); a failed request's slot
+    holds its ServerError, and with ``raise_on_error`` the first one is raised once all
+    are decoded."""
+    results: list[Any] = []
+    first_error: ServerError | None = None
+    for frame, op in zip(frames, expect_ops, strict=True):
+        try:
+            results.append(decode_reply(frame, op))
+        except ServerError as err:
+            results.append(err)
+            if first_error is None:
+                first_error = err
+    if raise_on_error and first_error is not None:
+        raise first_error
+    return results

@@ -17,46 +17,41 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .errors import (
-    BeavaError,
-    ConnectionClosed,
-    ProtocolError,
-    ServerError,
-    Timeout,
-    TransportError,
-    error_from_reply,
-)
-from .frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, check_payload_size, encode_frame
+from .errors import BeavaError, ConnectionClosed, ProtocolError, Timeout, TransportError
+from .frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder
+from .lifecycle import DEFAULT_TIMEOUT, SyncClient, connect_errors
 from .messages import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
-    ENCODER_CACHE_LIMIT,
-    PUSH_MANY_UNSUPPORTED_CODES,
     UNSAFE_OPS,
     Batch,
-    EnvelopeEncoder,
     batch_get_body,
     default_batch_size,
-    encode_push_many_chunks,
     get_body,
-    new_encoder,
+    join_frames,
     register_body,
 )
 from .opcodes import (
     CT_JSON,
+    DEFAULT_REPLY_OP,
     OP_BATCH_GET,
-    OP_ERROR,
     OP_GET,
     OP_PING,
     OP_PUSH,
-    OP_PUSH_MANY,
     OP_REGISTER,
     OP_RESET,
-    REPLY_OP,
-    content_type_code,
+    expected_reply_op,
 )
-from .results import PushManyTally, PushResult, PushTally, decode_reply, empty_push_result
-from .urls import DEFAULT_TCP_HOST, DEFAULT_TCP_PORT, parse_url
+from .results import (
+    PushManyTally,
+    PushResult,
+    PushTally,
+    decode_replies,
+    decode_reply,
+    empty_push_result,
+)
+from .tcp_base import PipelineBase, TcpClientBase
+from .urls import DEFAULT_TCP_HOST, DEFAULT_TCP_PORT
 
 T = TypeVar("T")
 
@@ -65,7 +60,7 @@ _POLL_READ = select.POLLIN
 _POLL_READ_WRITE = select.POLLIN | select.POLLOUT
 
 
-class TcpClient:
+class TcpClient(SyncClient, TcpClientBase):
     """Framed TCP client for one server.
 
     The connection opens on ``connect()``, ``with``, or the first call, and is reused.
@@ -86,100 +81,37 @@ class TcpClient:
         host: str = DEFAULT_TCP_HOST,
         port: int = DEFAULT_TCP_PORT,
         *,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         content_type: int | str = CT_JSON,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         reconnect: bool = False,
     ) -> None:
-        if not timeout or timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        if max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-        self.host = host
-        self.port = port
-        self.timeout = float(timeout)
-        self.content_type = content_type_code(content_type)
-        self.max_in_flight = max_in_flight
-        self.max_frame_bytes = max_frame_bytes
-        self.reconnect = reconnect
+        super().__init__(
+            host, port, timeout=timeout, content_type=content_type,
+            max_in_flight=max_in_flight, max_frame_bytes=max_frame_bytes, reconnect=reconnect,
+        )
         self._sock: socket.socket | None = None
         self._poller: Any = None
         self._poll_mask = _POLL_READ
         self._decoder = FrameDecoder(max_frame_bytes)
         self._lock = threading.Lock()
-        self._closed = False
         self._committed = False
         self._in_exchange = False
-        self._push_many_supported: bool | None = None
-        self._encoder = new_encoder(self.content_type)
-        self._json_encoder = new_encoder(CT_JSON)
-        self._push_encoders: dict[str, EnvelopeEncoder] = {}
 
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> TcpClient:
-        """A client for ``tcp://host[:port]``."""
-        endpoint = parse_url(url)
-        if not endpoint.is_tcp:
-            raise ValueError(f"not a tcp:// URL: {url!r}")
-        return cls(endpoint.host, endpoint.port, **kwargs)
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        """True after ``close()``."""
-        return self._closed
+    # -- connection ----------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
         """True while a connection is open."""
         return self._sock is not None
 
-    @property
-    def push_many_supported(self) -> bool | None:
-        """Whether the server accepts OP_PUSH_MANY (None until the first push_many)."""
-        return self._push_many_supported
-
-    def connect(self) -> None:
-        """Open the connection now (otherwise the first call does)."""
-        with self._lock:
-            self._check_open()
-            if self._sock is None:
-                self._connect()
-
-    def close(self) -> None:
-        """Close the connection. Idempotent; later calls raise RuntimeError."""
-        self._closed = True
-        with self._lock:
-            self._discard()
-
-    def __enter__(self) -> TcpClient:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else ("connected" if self._sock else "idle")
-        return f"<TcpClient tcp://{self.host}:{self.port} {state}>"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("client is closed")
-
-    def _connect(self) -> None:
-        try:
+    def _ensure_connection(self) -> None:
+        if self._sock is not None:
+            return
+        address = self._address
+        with connect_errors(address, self._timeout_message(f"connect to {address}")):
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        except TimeoutError:
-            raise Timeout(
-                "timeout", f"connect to {self.host}:{self.port} timed out after {self.timeout}s"
-            ) from None
-        except OSError as exc:
-            raise TransportError(
-                "connect_failed", f"cannot connect to {self.host}:{self.port}: {exc}"
-            ) from exc
         with contextlib.suppress(OSError):  # latency only; never fatal
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Non-blocking: every wait goes through one poll() so reads and writes interleave.
@@ -260,7 +192,7 @@ class TcpClient:
                 if not events:
                     raise Timeout(
                         "timeout",
-                        f"no reply from {self.host}:{self.port} within {self.timeout}s",
+                        f"no reply from {self._address} within {self.timeout}s",
                     )
                 if events[0][1] & ~select.POLLOUT:
                     try:
@@ -270,7 +202,7 @@ class TcpClient:
                     if not data:
                         raise ConnectionClosed(
                             "connection_closed",
-                            f"{self.host}:{self.port} closed the connection with "
+                            f"{self._address} closed the connection with "
                             f"{in_flight} request(s) unanswered",
                         )
                     frames = decoder.feed(data)
@@ -285,7 +217,7 @@ class TcpClient:
             raise
         except OSError as exc:
             raise TransportError(
-                "connection_failed", f"connection to {self.host}:{self.port} failed: {exc}"
+                "connection_failed", f"connection to {self._address} failed: {exc}"
             ) from exc
         self._in_exchange = False
         if source_error is not None:
@@ -304,15 +236,15 @@ class TcpClient:
                         # Readable while nothing is in flight: the server closed this
                         # connection (e.g. after frame_too_large, or it restarted).
                         self._discard()
-                    if self._sock is None:
-                        self._connect()
+                    self._ensure_connection()
                     return job()
                 except Timeout:
                     self._discard()  # a reply may still come: FIFO matching is lost
                     raise
-                except TransportError:
+                except TransportError as exc:
                     self._discard()
-                    if retried or not self.reconnect or (self._committed and not safe):
+                    if not self._may_retry(exc, retried=retried, sent=self._committed,
+                                           safe=safe):
                         raise
                     retried = True
                 except BaseException:
@@ -326,33 +258,20 @@ class TcpClient:
     def _readable_while_idle(self) -> bool:
         return any(flags & ~select.POLLOUT for _, flags in self._poller.poll(0))
 
-    def _roundtrip(self, frame: bytes, safe: bool) -> Frame:
-        def job() -> Frame:
-            box: list[Frame] = []
-            self._exchange(iter(((frame, 1),)), box.extend)
-            return box[0]
+    def _replies(self, batches: Sequence[Batch], safe: bool) -> list[Frame]:
+        """Send ``batches`` pipelined (under ``_run``) and return every reply in order."""
+
+        def job() -> list[Frame]:
+            replies: list[Frame] = []
+            self._exchange(iter(batches), replies.extend)
+            return replies
 
         return self._run(job, safe)
 
-    # -- generic requests ----------------------------------------------------------------
+    def _roundtrip(self, frame: bytes, safe: bool) -> Frame:
+        return self._replies(((frame, 1),), safe)[0]
 
-    def _payload(self, payload: Any, ct: int) -> bytes:
-        if payload is None:
-            return b""
-        if isinstance(payload, (bytes, bytearray, memoryview)):
-            data = bytes(payload)
-        elif ct == self.content_type:
-            data = self._encoder.encode(payload)
-        else:
-            data = new_encoder(ct).encode(payload)
-        check_payload_size(len(data), self.max_frame_bytes)
-        return data
-
-    def encode_request(self, op: int, payload: Any = None, *, ct: int | None = None) -> bytes:
-        """One request frame; ``payload`` bytes are sent as is, other values encoded with
-        ``ct`` (default: the client's content type), None is an empty payload."""
-        ct = self.content_type if ct is None else ct
-        return encode_frame(op, ct, self._payload(payload, ct))
+    # -- requests ------------------------------------------------------------------------
 
     def request(
         self,
@@ -360,17 +279,16 @@ class TcpClient:
         payload: Any = None,
         *,
         ct: int | None = None,
-        expect_op: int | None = -1,
+        expect_op: int | None = DEFAULT_REPLY_OP,
     ) -> Any:
         """Send one request and return the decoded reply body.
 
         ``expect_op``: the success reply opcode (default: the table of wire.md §2.4; None
         accepts any opcode but 0xFFFF). Raises ServerError for error replies.
         """
-        if expect_op == -1:
-            expect_op = REPLY_OP.get(op)
         frame = self.encode_request(op, payload, ct=ct)
-        return decode_reply(self._roundtrip(frame, op not in UNSAFE_OPS), expect_op)
+        reply = self._roundtrip(frame, op not in UNSAFE_OPS)
+        return decode_reply(reply, expected_reply_op(op, expect_op))
 
     def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
@@ -384,12 +302,11 @@ class TcpClient:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Register ``{"nodes": [...]}`` (or a node list); returns the server's answer."""
-        body = self._json_encoder.encode(register_body(payload, force, dry_run))
-        return self.request(OP_REGISTER, body, ct=CT_JSON)
+        return self.request(OP_REGISTER, register_body(payload, force, dry_run), ct=CT_JSON)
 
     def reset(self) -> dict[str, Any]:
         """Reset the server (test mode only): ``{"registry_version": N, "reset": true}``."""
-        return self.request(OP_RESET, b"{}" if self.content_type == CT_JSON else b"\x80")
+        return self.request(OP_RESET, {})
 
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
         """The row of ``key`` (sent unchanged; None = global row ``""``) in ``table``."""
@@ -401,18 +318,6 @@ class TcpClient:
         return self.request(OP_BATCH_GET, batch_get_body(requests))["results"]
 
     # -- pushes --------------------------------------------------------------------------
-
-    def push_encoder(self, event: str, ct: int | None = None) -> EnvelopeEncoder:
-        """The (cached) OP_PUSH frame encoder for ``event``."""
-        ct = self.content_type if ct is None else ct
-        cache_key = event if ct == self.content_type else f"{ct}:{event}"
-        enc = self._push_encoders.get(cache_key)
-        if enc is None:
-            if len(self._push_encoders) >= ENCODER_CACHE_LIMIT:
-                self._push_encoders.clear()
-            enc = EnvelopeEncoder(event, ct=ct, op=OP_PUSH, max_payload=self.max_frame_bytes)
-            self._push_encoders[cache_key] = enc
-        return enc
 
     def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
@@ -435,11 +340,9 @@ class TcpClient:
     def push_frames(self, batches: Iterable[Batch]) -> PushResult:
         """Send pre-encoded OP_PUSH frames, ``(frames, count)`` per batch, pipelined; same
         result as ``push_pipelined`` (indexes count frames from 0)."""
-        tally = PushTally(OP_PUSH)
 
         def job() -> PushResult:
-            nonlocal tally
-            tally = PushTally(OP_PUSH)
+            tally = PushTally(OP_PUSH)  # a retry (nothing sent yet) starts afresh
             self._exchange(iter(batches), tally.feed)
             return tally.result()
 
@@ -459,44 +362,19 @@ class TcpClient:
         ``op_not_implemented`` (a server without the extension) switches this client to
         pipelined single pushes for good. A chunk rejected as a whole raises ServerError
         with ``acked_before`` set (replies of later chunks are read first)."""
-        rows = rows if isinstance(rows, list) else list(rows)
-        chunks = encode_push_many_chunks(
-            event, rows, ct=self.content_type, chunk_size=chunk_size,
-            max_payload=self.max_frame_bytes,
-        )
+        rows, chunks = self._push_many_chunks(event, rows, chunk_size)
         if not chunks:
             return empty_push_result()
         if self._push_many_supported is False:
             return self.push_pipelined(event, rows)
         tally = PushManyTally()
         if self._push_many_supported is None:
-            op, ct, payload = first = self._roundtrip(chunks[0].data, False)
-            if op == OP_ERROR:
-                err = error_from_reply(payload, op=op, ct=ct)
-                if err.code in PUSH_MANY_UNSUPPORTED_CODES:
-                    self._push_many_supported = False
-                    return self.push_pipelined(event, rows)
-                self._push_many_supported = True  # the op is known; this chunk was refused
-                err.acked_before = 0
-                raise err
-            tally.add(decode_reply(first, OP_PUSH_MANY), 0)
-            self._push_many_supported = True
+            if not self._probe_push_many(self._roundtrip(chunks[0].data, False), tally):
+                return self.push_pipelined(event, rows)
             chunks = chunks[1:]
             if not chunks:
                 return tally.result()
-
-        def job() -> list[Frame]:
-            replies: list[Frame] = []
-            self._exchange(iter([(c.data, 1) for c in chunks]), replies.extend)
-            return replies
-
-        for chunk, frame in zip(chunks, self._run(job, False), strict=True):
-            try:
-                reply = decode_reply(frame, OP_PUSH_MANY)
-            except ServerError as err:
-                err.acked_before = tally.acks
-                raise
-            tally.add(reply, chunk.start)
+        tally.add_frames(chunks, self._replies([(c.data, 1) for c in chunks], False))
         return tally.result()
 
     # -- generic pipelining ----------------------------------------------------------------
@@ -505,90 +383,23 @@ class TcpClient:
         """A queue of requests sent together (pipelined) by ``Pipeline.execute()``."""
         return Pipeline(self)
 
-    def _execute(self, frames: list[bytes], safe: bool) -> list[Frame]:
-        size = default_batch_size(self.max_in_flight)
 
-        def batches() -> Iterator[Batch]:
-            for i in range(0, len(frames), size):
-                group = frames[i : i + size]
-                yield b"".join(group), len(group)
-
-        def job() -> list[Frame]:
-            replies: list[Frame] = []
-            self._exchange(batches(), replies.extend)
-            return replies
-
-        return self._run(job, safe)
-
-
-class Pipeline:
+class Pipeline(PipelineBase):
     """Requests queued on a TcpClient and sent in one pipelined exchange.
 
     Each method queues one request and returns the pipeline (chainable). ``execute()``
     sends them, reads every reply, and returns the decoded bodies in order.
     """
 
-    def __init__(self, client: TcpClient) -> None:
-        self._client = client
-        self._frames: list[bytes] = []
-        self._expect: list[int | None] = []
-        self._safe = True
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def request(
-        self, op: int, payload: Any = None, *, ct: int | None = None, expect_op: int | None = -1
-    ) -> Pipeline:
-        """Queue any request (see ``TcpClient.request``)."""
-        self._frames.append(self._client.encode_request(op, payload, ct=ct))
-        self._expect.append(REPLY_OP.get(op) if expect_op == -1 else expect_op)
-        if op in UNSAFE_OPS:
-            self._safe = False
-        return self
-
-    def ping(self) -> Pipeline:
-        return self.request(OP_PING)
-
-    def register(
-        self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = False,
-        dry_run: bool = False,
-    ) -> Pipeline:
-        body = self._client._json_encoder.encode(register_body(payload, force, dry_run))
-        return self.request(OP_REGISTER, body, ct=CT_JSON)
-
-    def push(self, event: str, body: Mapping[str, Any]) -> Pipeline:
-        self._frames.append(self._client.push_encoder(event).encode(body))
-        self._expect.append(OP_PUSH)
-        self._safe = False
-        return self
-
-    def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Pipeline:
-        return self.request(OP_GET, get_body(table, key, features))
-
-    def batch_get(self, requests: Iterable[Any]) -> Pipeline:
-        return self.request(OP_BATCH_GET, batch_get_body(requests))
-
-    def reset(self) -> Pipeline:
-        return self.request(OP_RESET, {})
+    _client: TcpClient
 
     def execute(self, *, raise_on_error: bool = True) -> list[Any]:
         """Send the queued requests and return their replies in order. A failed request's
         slot holds its ServerError; with ``raise_on_error`` the first one is raised after
         every reply has been read. The queue is emptied either way."""
-        frames, expect, safe = self._frames, self._expect, self._safe
-        self._frames, self._expect, self._safe = [], [], True
+        frames, expect, safe = self._take()
         if not frames:
             return []
-        results: list[Any] = []
-        first_error: ServerError | None = None
-        for frame, op in zip(self._client._execute(frames, safe), expect, strict=True):
-            try:
-                results.append(decode_reply(frame, op))
-            except ServerError as err:
-                results.append(err)
-                if first_error is None:
-                    first_error = err
-        if raise_on_error and first_error is not None:
-            raise first_error
-        return results
+        client = self._client
+        batches = join_frames(frames, default_batch_size(client.max_in_flight))
+        return decode_replies(client._replies(batches, safe), expect, raise_on_error)

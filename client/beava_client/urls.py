@@ -66,3 +66,19 @@ def parse_url(url: str) -> Endpoint:
         raise ValueError(f"a base URL takes no query or fragment: {url!r}")
     base_path = parts.path.rstrip("/") if scheme != "tcp" else ""
     return Endpoint(scheme, host, _DEFAULT_PORTS[scheme] if port is None else port, base_path)
+
+
+def tcp_endpoint(url: str) -> Endpoint:
+    """``parse_url`` for a client that only speaks framed TCP."""
+    endpoint = parse_url(url)
+    if not endpoint.is_tcp:
+        raise ValueError(f"not a tcp:// URL: {url!r}")
+    return endpoint
+
+
+def http_endpoint(url: str) -> Endpoint:
+    """``parse_url`` for a client that only speaks HTTP."""
+    endpoint = parse_url(url)
+    if not endpoint.is_http:
+        raise ValueError(f"not an http:// or https:// URL: {url!r}")
+    return endpoint

@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from tests.reference_vectors import load_scenarios, reference_text
+from tests.register_payloads import table_node
 from tests.support import SHARED, BeavaProcess, FrameConn, http_request
 
 OP_PING, OP_REGISTER, OP_PUSH, OP_ERROR = 0x0000, 0x0001, 0x0010, 0xFFFF
@@ -119,15 +120,6 @@ def feat(op: str, **params: Any) -> dict[str, Any]:
     return {"op": op, "params": params}
 
 
-def table(agg: dict[str, Any], name: str = "T", keys: tuple[str, ...] = ("user",),
-          prefix: tuple[dict[str, Any], ...] = (), upstream: str = "Txn",
-          **extra: Any) -> dict[str, Any]:
-    """A shape-A table derivation (group_by as the last op)."""
-    return {"kind": "derivation", "name": name, "output_kind": "table", "upstreams": [upstream],
-            "ops": [*prefix, {"op": "group_by", "keys": list(keys), "agg": agg}],
-            "table_primary_key": list(keys), **extra}
-
-
 def table_b(agg: Any, name: str = "T", key: Any = ("user",), **extra: Any) -> dict[str, Any]:
     """A shape-B table derivation (node-level key and agg, registry.md §3.5)."""
     key = list(key) if isinstance(key, tuple) else key
@@ -216,22 +208,22 @@ SPEC_CASES = [
     reg("invalid_registration", "R3b-default-wrong-type", "nodes[0].schema.defaults.qty",
         {**TXN, "schema": {**TXN["schema"], "defaults": {"qty": 1.5}}}),
     reg("invalid_registration", "R4-two-upstreams", "nodes[2].upstreams",
-        TXN, event(name="Refund"), {**table(COUNT), "upstreams": ["Txn", "Refund"]}),
+        TXN, event(name="Refund"), {**table_node(COUNT), "upstreams": ["Txn", "Refund"]}),
     reg("invalid_registration", "R4-event-derivation-without-upstream", "nodes[1].upstreams",
         TXN, derived("D", [{"op": "filter", "expr": "(amount > 1)"}], upstreams=())),
     reg("invalid_registration", "R6a-empty-derived-schema", "nodes[1].schema.fields",
         TXN, derived("D", [], schema={"fields": {}, "optional_fields": []})),
     reg("invalid_registration", "R6b-shape-a-without-primary-key", "nodes[1].table_primary_key",
-        TXN, {k: v for k, v in table(COUNT).items() if k != "table_primary_key"}),
+        TXN, {k: v for k, v in table_node(COUNT).items() if k != "table_primary_key"}),
     reg("invalid_registration", "R6c-group-by-not-last", "nodes[1].ops[0]",
-        TXN, {**table(COUNT), "ops": [table(COUNT)["ops"][0],
+        TXN, {**table_node(COUNT), "ops": [table_node(COUNT)["ops"][0],
                                       {"op": "filter", "expr": "(amount > 1)"}]}),
     reg("invalid_registration", "R6d-table-without-aggregation", "nodes[1].ops",
-        TXN, {**table(COUNT), "ops": [{"op": "filter", "expr": "(amount > 1)"}]}),
+        TXN, {**table_node(COUNT), "ops": [{"op": "filter", "expr": "(amount > 1)"}]}),
     reg("invalid_registration", "R5-upstream-not-in-payload", "nodes[1].upstreams[0]",
-        TXN, table(COUNT, upstream="Gone")),
+        TXN, table_node(COUNT, up="Gone")),
     reg("invalid_registration", "R8-upstream-later-in-payload", "nodes[1].upstreams[0]",
-        TXN, table(COUNT, upstream="D"), derived("D", [{"op": "filter", "expr": "ok"}])),
+        TXN, table_node(COUNT, up="D"), derived("D", [{"op": "filter", "expr": "ok"}])),
     reg("invalid_registration", "R7-self-cycle", "nodes[1]",
         TXN, derived("D", [{"op": "filter", "expr": "ok"}], upstreams=("D",))),
     # registry.md §3.6 duration aliases
@@ -247,37 +239,37 @@ SPEC_CASES = [
     reg("invalid_registration", "shape-b-key-not-array", "nodes[1].key",
         TXN, table_b(COUNT, key="user")),
     reg("invalid_registration", "shape-b-with-group-by-op", "nodes[1].agg",
-        TXN, table_b(COUNT, ops=table(COUNT)["ops"])),
+        TXN, table_b(COUNT, ops=table_node(COUNT)["ops"])),
     reg("invalid_registration", "shape-b-output-kind-event", "nodes[1].output_kind",
         TXN, table_b(COUNT, output_kind="event")),
     # registry.md §7.3 R11.5 (half_life), shape A and B
     reg("invalid_registration", "R11.5-half-life-forever", f"{G}.agg.e.params.half_life",
-        TXN, table({"e": feat("ewma", field="amount", half_life="forever")})),
+        TXN, table_node({"e": feat("ewma", field="amount", half_life="forever")})),
     reg("invalid_registration", "R11.5-half-life-zero-shape-b", "nodes[1].agg.e.params.half_life",
         TXN, table_b({"e": feat("decayed_sum", field="amount", half_life="0s")})),
     # expressions.md §9 / §10: chain-op failures, checked against the previous op's schema
     reg("invalid_expression", "fillna-default-type", "nodes[1].ops[0]",
-        TXN, table(COUNT, prefix=({"op": "fillna", "defaults": {"qty": "many"}},))),
+        TXN, table_node(COUNT, ops=({"op": "fillna", "defaults": {"qty": "many"}},))),
     reg("invalid_expression", "fillna-null-default", "nodes[1].ops[0]",
-        TXN, table(COUNT, prefix=({"op": "fillna", "defaults": {"amount": None}},))),
+        TXN, table_node(COUNT, ops=({"op": "fillna", "defaults": {"amount": None}},))),
     reg("invalid_expression", "filter-type-error", "nodes[1].ops[0]",
-        TXN, table(COUNT, prefix=({"op": "filter", "expr": "(user > 1)"},))),
+        TXN, table_node(COUNT, ops=({"op": "filter", "expr": "(user > 1)"},))),
     reg("invalid_expression", "cast-unknown-field", "nodes[1].ops[0].expr",
-        TXN, table(COUNT, prefix=({"op": "cast", "type_map": {"zz": "int"}},))),
+        TXN, table_node(COUNT, ops=({"op": "cast", "type_map": {"zz": "int"}},))),
     reg("invalid_expression", "map-later-entry", "nodes[1].ops[0].expr",
         TXN, derived("D", [{"op": "map", "exprs": {"w": "(amount + y)", "y": "(qty + 1)"}}])),
     reg("invalid_expression", "second-op-after-select", "nodes[1].ops[1].expr",
-        TXN, table(COUNT, prefix=({"op": "select", "fields": ["user", "amount"]},
+        TXN, table_node(COUNT, ops=({"op": "select", "fields": ["user", "amount"]},
                                   {"op": "filter", "expr": "(qty > 1)"}))),
     reg("invalid_expression", "table-on-event-derivation", "nodes[2].ops[0].expr",
         TXN, derived("D", [{"op": "select", "fields": ["user"]}]),
-        table(COUNT, upstream="D", prefix=({"op": "filter", "expr": "(amount > 1)"},))),
+        table_node(COUNT, up="D", ops=({"op": "filter", "expr": "(amount > 1)"},))),
     # registry.md §5 prelude: names omitted when not a non-empty string, pass order
     reg("unsupported_node_kind", "nameless", "nodes[0].kind", {"kind": "upsert"}),
     reg("unsupported_node_kind", "non-string-name", "nodes[1].kind",
         TXN, {"kind": "table", "name": 5}),
     reg("unsupported_node_kind", "pass-c-before-pass-d", "nodes[2].X.kind",
-        TXN, table({"c": feat("first_n", field="amount")}), {"kind": "upsert", "name": "X"}),
+        TXN, table_node({"c": feat("first_n", field="amount")}), {"kind": "upsert", "name": "X"}),
     reg("feature_removed_no_joins_v0", "pass-a-before-pass-b", "nodes[1].J.ops[1]",
         event(event_time_field="ts"),
         derived("J", [{"op": "filter", "expr": "ok"}, {"op": "join", "with": "Other"}])),
@@ -299,85 +291,85 @@ SPEC_CASES = [
     reg("unbounded_op_in_lifetime_mode", "shape-b", "nodes[1].T.agg.c",
         TXN, table_b({"c": feat("first_n", field="amount")})),
     reg("unbounded_op_in_lifetime_mode", "float-n", "nodes[1].T.ops[0].agg.c",
-        TXN, table({"c": feat("lag", field="amount", n=5.0)})),
+        TXN, table_node({"c": feat("lag", field="amount", n=5.0)})),
     reg("unbounded_op_in_lifetime_mode", "bool-n", "nodes[1].T.ops[0].agg.c",
-        TXN, table({"c": feat("last_n", field="amount", n=True)})),
+        TXN, table_node({"c": feat("last_n", field="amount", n=True)})),
     reg("unbounded_op_in_lifetime_mode", "reservoir-k-alias", "nodes[1].T.ops[0].agg.c",
-        TXN, table({"c": feat("reservoir_sample", field="amount", k=10)})),
+        TXN, table_node({"c": feat("reservoir_sample", field="amount", k=10)})),
     reg("unbounded_op_in_lifetime_mode", "empty-buckets", "nodes[1].T.ops[0].agg.c",
-        TXN, table({"c": feat("histogram", field="amount", buckets=[])})),
+        TXN, table_node({"c": feat("histogram", field="amount", buckets=[])})),
     reg("unbounded_op_in_lifetime_mode", "deprecated-name", "nodes[1].T.ops[0].agg.c",
-        TXN, table({"c": feat("avg", field="amount")})),
+        TXN, table_node({"c": feat("avg", field="amount")})),
     reg("unbounded_op_in_lifetime_mode", "json-agg-order", "nodes[1].T.ops[0].agg.z",
-        TXN, table({"z": feat("first_n", field="amount"),
+        TXN, table_node({"z": feat("first_n", field="amount"),
                     "a": feat("histogram", field="amount")})),
     # registry.md §7.3 R11, §14
     reg("aggregation_on_table_not_supported", "R11.1-no-upstream", "nodes[1].upstreams",
-        TXN, {**table(COUNT), "upstreams": []}),
+        TXN, {**table_node(COUNT), "upstreams": []}),
     reg("aggregation_unknown_field", "shape-b-key", "nodes[1].key[0]",
         TXN, table_b(COUNT, key=("nope",))),
     reg("aggregation_unknown_field", "shape-b-float-key", "nodes[1].key[1]",
         TXN, table_b(COUNT, key=("user", "amount"))),
     reg("aggregation_unknown_field", "key-renamed-away", "nodes[1].ops[1].group_by[0]",
-        TXN, table(COUNT, prefix=({"op": "rename", "mapping": {"user": "u"}},))),
+        TXN, table_node(COUNT, ops=({"op": "rename", "mapping": {"user": "u"}},))),
     reg("aggregation_unknown_field", "R11.7a-first-without-field", f"{G}.agg.c.params.field",
-        TXN, table({"c": feat("first")})),
+        TXN, table_node({"c": feat("first")})),
     reg("aggregation_unknown_field", "field-dropped-by-select",
         "nodes[1].ops[1].agg.s.params.field",
-        TXN, table({"s": feat("sum", field="amount", window="1h")},
-                   prefix=({"op": "select", "fields": ["user", "qty"]},))),
+        TXN, table_node({"s": feat("sum", field="amount", window="1h")},
+                   ops=({"op": "select", "fields": ["user", "qty"]},))),
     reg("aggregation_unknown_field", "R11.8-n-missing-windowed", f"{G}.agg.c.params.n",
-        TXN, table({"c": feat("time_since_last_n", window="1h")})),
+        TXN, table_node({"c": feat("time_since_last_n", window="1h")})),
     reg("aggregation_unknown_op", "windowed-avg", f"{G}.agg.c.op",
-        TXN, table({"c": feat("avg", field="amount", window="1h")})),
+        TXN, table_node({"c": feat("avg", field="amount", window="1h")})),
     reg("aggregation_unknown_op", "shape-b", "nodes[1].agg.c.op",
         TXN, table_b({"c": feat("percentile", field="amount", window="1h")})),
     reg("aggregation_invalid_window", "shape-b-grammar", "nodes[1].agg.c.params.window",
         TXN, table_b({"c": feat("count", window="1w")})),
     reg("aggregation_invalid_window", "lifetime-op-forever", f"{G}.agg.c.params.window",
-        TXN, table({"c": feat("last_seen", window="forever")})),
+        TXN, table_node({"c": feat("last_seen", window="forever")})),
     reg("aggregation_invalid_window", "overflow", f"{G}.agg.c.params.window",
-        TXN, table({"c": feat("count", window="9999999999999999999d")})),
+        TXN, table_node({"c": feat("count", window="9999999999999999999d")})),
     reg("aggregation_invalid_where", "unknown-function", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where="(foo(amount) > 1)")})),
+        TXN, table_node({"c": feat("count", window="1h", where="(foo(amount) > 1)")})),
     reg("aggregation_invalid_where", "wrong-arity", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where="quadkey(1.0, 2.0)")})),
+        TXN, table_node({"c": feat("count", window="1h", where="quadkey(1.0, 2.0)")})),
     reg("aggregation_invalid_where", "operand-type", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where="(user + qty)")})),
+        TXN, table_node({"c": feat("count", window="1h", where="(user + qty)")})),
     reg("aggregation_invalid_where", "non-bool-result", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where="qty")})),
+        TXN, table_node({"c": feat("count", window="1h", where="qty")})),
     reg("aggregation_invalid_where", "null-result", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where="null")})),
+        TXN, table_node({"c": feat("count", window="1h", where="null")})),
     reg("aggregation_invalid_where", "depth", f"{G}.agg.c.params.where",
-        TXN, table({"c": feat("count", window="1h", where=nested_where(600))})),
+        TXN, table_node({"c": feat("count", window="1h", where=nested_where(600))})),
     reg("aggregation_invalid_where", "shape-b", "nodes[1].agg.c.params.where",
         TXN, table_b({"c": feat("count", window="1h", where="(zz > 1)")})),
     reg("aggregation_group_key_collides_with_feature", "second-key", f"{G}.agg.merchant",
-        TXN, table({"merchant": feat("count", window="1h")}, keys=("user", "merchant"))),
+        TXN, table_node({"merchant": feat("count", window="1h")}, keys=("user", "merchant"))),
     reg("aggregation_group_key_collides_with_feature", "shape-b", "nodes[1].agg.user",
         TXN, table_b({"user": feat("count", window="1h")})),
     reg("aggregation_feature_name_collision_across_aggregations", "shape-b",
         "nodes.T2.features.c", TXN, table_b(COUNT), table_b(COUNT, name="T2")),
     reg("aggregation_feature_name_collision_across_aggregations", "later-table",
-        "nodes.T3.features.c", TXN, table(COUNT),
-        table({"d": feat("count", window="1h")}, name="T2"), table(COUNT, name="T3")),
+        "nodes.T3.features.c", TXN, table_node(COUNT),
+        table_node({"d": feat("count", window="1h")}, name="T2"), table_node(COUNT, name="T3")),
     reg("window_not_supported", "forever", f"{G}.agg.c.params.window",
-        TXN, table({"c": feat("bloom_member", field="user", window="forever")})),
+        TXN, table_node({"c": feat("bloom_member", field="user", window="forever")})),
     reg("window_not_supported", "shape-b", "nodes[1].agg.c.params.window",
         TXN, table_b({"c": feat("bloom_member", field="user", window="1h")})),
     reg("invalid_percentile_q", "one", f"{G}.agg.c.params.q",
-        TXN, table({"c": feat("quantile", field="amount", q=1.0)})),
+        TXN, table_node({"c": feat("quantile", field="amount", q=1.0)})),
     reg("invalid_percentile_q", "shape-b-negative", "nodes[1].agg.c.params.q",
         TXN, table_b({"c": feat("quantile", field="amount", q=-0.5)})),
     reg("invalid_top_k_k", "above-1024", f"{G}.agg.c.params.k",
-        TXN, table({"c": feat("top_k", field="merchant", k=1025)})),
+        TXN, table_node({"c": feat("top_k", field="merchant", k=1025)})),
     reg("invalid_top_k_k", "ascending-feature-order", f"{G}.agg.a.params.k",
-        TXN, table({"z": feat("quantile", field="amount", q=1.5),
+        TXN, table_node({"z": feat("quantile", field="amount", q=1.5),
                     "a": feat("top_k", field="merchant", k=0)})),
     reg("invalid_bloom_fpr", "fpr-alias", f"{G}.agg.c.params.target_fpr",
-        TXN, table({"c": feat("bloom_member", field="user", fpr=0)})),
+        TXN, table_node({"c": feat("bloom_member", field="user", fpr=0)})),
     reg("invalid_bloom_fpr", "one", f"{G}.agg.c.params.target_fpr",
-        TXN, table({"c": feat("bloom_member", field="user", target_fpr=1.0)})),
+        TXN, table_node({"c": feat("bloom_member", field="user", target_fpr=1.0)})),
 ]
 
 REGISTER_CASES = reference_cases() + SPEC_CASES
@@ -426,17 +418,17 @@ def test_register_error(clean_server: BeavaProcess, conn: FrameConn, case: Regis
 def test_register_error_does_not_touch_the_registry(clean_server: BeavaProcess,
                                                     conn: FrameConn) -> None:
     """A rejected payload leaves the registered descriptors and their state in place."""
-    register_ok(clean_server, [TXN, table(COUNT)])
+    register_ok(clean_server, [TXN, table_node(COUNT)])
     row = {"user": "u1", "merchant": "m", "amount": 2.0, "qty": 1, "ok": True}
     assert http_post(clean_server, "/push", json.dumps({"event": "Txn", "data": row}).encode()
                      ).status == 200
     version = registry_version(conn)
-    bad = table({**COUNT, "k": feat("top_k", field="merchant", k=0)})
+    bad = table_node({**COUNT, "k": feat("top_k", field="merchant", k=0)})
     reply = tcp_send(conn, OP_REGISTER, CT_JSON, json.dumps({"nodes": [TXN, bad]}).encode())
     assert reply.body["error"]["code"] == "invalid_top_k_k"
     assert registry_version(conn) == version
     again = http_post(clean_server, "/register",
-                      json.dumps({"nodes": [TXN, table(COUNT)]}).encode())
+                      json.dumps({"nodes": [TXN, table_node(COUNT)]}).encode())
     assert again.body["already_present"] == ["T", "Txn"]
     assert again.body["registry_version"] == version
     assert http_post(clean_server, "/get", b'{"table":"T","key":"u1"}').body == {"c": 1}
@@ -444,8 +436,8 @@ def test_register_error_does_not_touch_the_registry(clean_server: BeavaProcess,
 
 # force_required (registry.md §4 P6, §12.4) ------------------------------------------------
 
-USER_TXN_1H = table({"cnt": feat("count", window="1h")}, name="UserTxn")
-USER_TXN_5M = table({"cnt": feat("count", window="5m")}, name="UserTxn")
+USER_TXN_1H = table_node({"cnt": feat("count", window="1h")}, name="UserTxn")
+USER_TXN_5M = table_node({"cnt": feat("count", window="5m")}, name="UserTxn")
 
 
 def _force_required_body(version: int, reason: Any) -> dict[str, Any]:
@@ -490,7 +482,7 @@ def test_force_required_wins_over_validation(clean_server: BeavaProcess, conn: F
     """Invalid and destructive without force is 409, not 400 (registry.md §4)."""
     register_ok(clean_server, [TXN, USER_TXN_1H])
     version = registry_version(conn)
-    invalid = table({"c": feat("count", window="1h", where="(zz > 1)")}, name="Bad")
+    invalid = table_node({"c": feat("count", window="1h", where="(zz > 1)")}, name="Bad")
     reply = send_register(clean_server, conn, transport,
                           json.dumps({"nodes": [TXN, invalid]}).encode())
     assert_error_transport(reply, transport, "force_required")
@@ -546,7 +538,7 @@ PUSH_SCHEMA = [
      "schema": {"fields": {"user": "str", "amount": "f64", "qty": "i64", "ok": "bool"},
                 "optional_fields": ["note"]}},
     derived("Big", [{"op": "filter", "expr": "(amount > 10.0)"}]),
-    table({"n": feat("count")}, name="Counts"),
+    table_node({"n": feat("count")}, name="Counts"),
 ]
 VALID = {"user": "u1", "amount": 1.5, "qty": 2, "ok": True}
 PUSH_TRANSPORTS = ("http", "http-legacy", "tcp-json", "tcp-msgpack")

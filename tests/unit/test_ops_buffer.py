@@ -12,21 +12,12 @@ from typing import Any
 import pytest
 
 from beava._fast import ops_buffer
-from beava.engine.operator_catalogue import lookup, normalise_params, resolve_params
+from tests.op_columns import engine_column
 
 COLUMNS = ops_buffer.COLUMNS
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, a Tuesday
 HOUR = 3_600_000
 INT32_MAX = 2**31 - 1
-
-
-def column(op: str, slots: int = 4, **wire: Any):
-    """A column built the way the engine builds it: wire params -> resolved params."""
-    spec = lookup(op)
-    params = resolve_params(spec, normalise_params(wire))
-    col = COLUMNS[spec.name](f"f_{op}", params.get("field"), None, params, None)
-    col.py_ensure(slots)
-    return col
 
 
 def feed(col, values, slot: int = 0, field: str = "x", matched: bool = True,
@@ -77,7 +68,7 @@ def test_columns_cover_family_g():
 # ---- histogram ------------------------------------------------------------------------
 
 def test_histogram_vector_11():
-    col = column("histogram", field="a", buckets=[0.5, 10, 100])
+    col = engine_column("histogram", field="a", buckets=[0.5, 10, 100])
     assert read(col) == {"0.5-10": 0, "10-100": 0, "<0.5": 0, ">=100": 0}
     feed(col, [0.25, 10, 3, 250], field="a")
     value = read(col)
@@ -87,10 +78,10 @@ def test_histogram_vector_11():
 
 def test_conformance_buffer_histogram():
     # ops_buffer.json ops.buffer.histogram
-    h_amt = column("histogram", field="amt", buckets=[10, 100])
-    h_n = column("histogram", field="n", buckets=[2.5])
-    h_where = column("histogram", field="amt", buckets=[10, 100])  # where n > 2
-    h_never = column("histogram", field="amt", buckets=[10, 100])  # where n > 999
+    h_amt = engine_column("histogram", field="amt", buckets=[10, 100])
+    h_n = engine_column("histogram", field="n", buckets=[2.5])
+    h_where = engine_column("histogram", field="amt", buckets=[10, 100])  # where n > 2
+    h_never = engine_column("histogram", field="amt", buckets=[10, 100])  # where n > 999
     for amt, n in [(5.0, 1), (10.0, 3), (99.99, 2), (100.0, 5), (250.5, 3), (0.0, 4)]:
         row = {"acct": "acc-1", "amt": amt, "n": n}
         for col, matched in ((h_amt, True), (h_n, True), (h_where, n > 2), (h_never, n > 999)):
@@ -102,28 +93,28 @@ def test_conformance_buffer_histogram():
 
 
 def test_histogram_labels():
-    col = column("histogram", field="x", buckets=[2.5e-7, -0.0, 1e21, math.inf])
+    col = engine_column("histogram", field="x", buckets=[2.5e-7, -0.0, 1e21, math.inf])
     assert sorted(read(col)) == sorted(["<0.00000025", "0.00000025-0", "0-9223372036854775807",
                                         "9223372036854775807-inf", ">=inf"])
-    assert read(column("histogram", field="x")) == {"all": 0}
-    assert read(column("histogram", field="x", buckets=[-3, 1.5])) == {
+    assert read(engine_column("histogram", field="x")) == {"all": 0}
+    assert read(engine_column("histogram", field="x", buckets=[-3, 1.5])) == {
         "-3-1.5": 0, "<-3": 0, ">=1.5": 0}
 
 
 def test_histogram_only_counts_numbers():
-    col = column("histogram", field="x", buckets=[1])
+    col = engine_column("histogram", field="x", buckets=[1])
     feed(col, [True, "0", None, 0, 0.5, 1, math.nan, -math.inf])
     col.py_update(0, {}, True, T0)
     assert read(col) == {"<1": 3, ">=1": 2}  # NaN lands in the last cell
     feed(col, [0, 5], matched=False)
     assert read(col) == {"<1": 3, ">=1": 2}
-    noedges = column("histogram", field="x")
+    noedges = engine_column("histogram", field="x")
     feed(noedges, [1, 2.5, "x"])
     assert read(noedges) == {"all": 2}
 
 
 def test_histogram_unsorted_edges_use_first_edge_above():
-    col = column("histogram", field="x", buckets=[10, 5])
+    col = engine_column("histogram", field="x", buckets=[10, 5])
     feed(col, [7, 3, 12])
     assert read(col) == {"<10": 2, "10-5": 0, ">=5": 1}
 
@@ -134,7 +125,7 @@ def test_histogram_cells_match_reference(ordered):
     edges = sorted(rng.uniform(-100, 100) for _ in range(40))
     if not ordered:
         rng.shuffle(edges)
-    col = column("histogram", field="x", buckets=edges)
+    col = engine_column("histogram", field="x", buckets=edges)
     values = [rng.uniform(-120, 120) for _ in range(2_000)] + edges
     feed(col, values)
     counts = [0] * (len(edges) + 1)
@@ -150,14 +141,14 @@ def test_histogram_cells_match_reference(ordered):
 # ---- hour / weekday histograms --------------------------------------------------------
 
 def test_hour_of_day_vector_25():
-    col = column("hour_of_day_histogram")
+    col = engine_column("hour_of_day_histogram")
     assert read(col) == [0] * 24
     col.py_update(0, {}, True, T0)
     assert read(col) == [0] * 22 + [1, 0]
 
 
 def test_dow_hour_vector_26():
-    col = column("dow_hour_histogram")
+    col = engine_column("dow_hour_histogram")
     empty = read(col)
     assert len(empty) == 168 and set(empty.values()) == {0}
     assert list(empty)[:2] == ["Fri-00", "Fri-01"] and list(empty) == sorted(empty)
@@ -167,7 +158,7 @@ def test_dow_hour_vector_26():
 
 
 def test_time_histograms_before_the_epoch_and_where():
-    hod, dow = column("hour_of_day_histogram"), column("dow_hour_histogram")
+    hod, dow = engine_column("hour_of_day_histogram"), engine_column("dow_hour_histogram")
     for col in (hod, dow):
         col.py_update(0, {}, True, -1)  # 1969-12-31 23:59:59.999 UTC, a Wednesday
         col.py_update(0, {}, False, T0)
@@ -177,7 +168,7 @@ def test_time_histograms_before_the_epoch_and_where():
 
 def test_time_histograms_count_every_cell():
     # Enough distinct cells to move past the sparse representation.
-    hod, dow = column("hour_of_day_histogram"), column("dow_hour_histogram")
+    hod, dow = engine_column("hour_of_day_histogram"), engine_column("dow_hour_histogram")
     monday = 1_699_833_600_000  # 2023-11-13 00:00 UTC
     for i in range(24 * 7 * 2 + 5):
         now = monday + (i % 168) * HOUR + 1_234
@@ -191,9 +182,10 @@ def test_time_histograms_count_every_cell():
 
 def test_conformance_buffer_time_histograms():
     # ops_buffer.json ops.buffer.time_histograms (v = 0..3, where v > 1), at a fixed time.
-    cols = {"hod": column("hour_of_day_histogram"), "dow": column("dow_hour_histogram"),
-            "hod_where": column("hour_of_day_histogram"),
-            "dow_where": column("dow_hour_histogram")}
+    cols = {"hod": engine_column("hour_of_day_histogram"),
+            "dow": engine_column("dow_hour_histogram"),
+            "hod_where": engine_column("hour_of_day_histogram"),
+            "dow_where": engine_column("dow_hour_histogram")}
     for v in range(4):
         for name, col in cols.items():
             col.py_update(0, {"dev": "d1", "v": v}, not name.endswith("where") or v > 1, T0)
@@ -212,20 +204,20 @@ def count_block(mode: int, ncells: int, cells: list[tuple[int, int]] | list[int]
 
 
 def test_counts_widen_past_int32():
-    hod = column("hour_of_day_histogram")
+    hod = engine_column("hour_of_day_histogram")
     hod.load([(0, count_block(0, 24, [(5, INT32_MAX - 1)], cap=2))], 1)
     for _ in range(2):
         hod.py_update(0, {}, True, 5 * HOUR)
     hod.py_update(0, {}, True, 6 * HOUR)
     assert read(hod)[5:7] == [2**31, 1]
-    hist = column("histogram", field="x", buckets=[1, 2])
+    hist = engine_column("histogram", field="x", buckets=[1, 2])
     hist.load([(0, count_block(1, 3, [INT32_MAX, 0, 7]))], 1)
     feed(hist, [0, 0, 5])
     assert read(hist) == {"1-2": 0, "<1": 2**31 + 1, ">=2": 8}
 
 
 def test_histogram_snapshot_rejects_bad_blocks():
-    hod = column("hour_of_day_histogram")
+    hod = engine_column("hour_of_day_histogram")
     with pytest.raises(ValueError):
         hod.load([(0, count_block(0, 24, [(30, 1)], cap=2))], 1)  # cell outside 24
     with pytest.raises(ValueError):
@@ -236,8 +228,8 @@ def test_histogram_snapshot_rejects_bad_blocks():
 
 def test_conformance_seasonal_deviation():
     # ops_geo.json ops.seasonal: all pushes in one UTC hour.
-    sd, sd_where = column("seasonal_deviation", field="kwh"), column("seasonal_deviation",
-                                                                      field="kwh")
+    sd = engine_column("seasonal_deviation", field="kwh")
+    sd_where = engine_column("seasonal_deviation", field="kwh")
     for i, kwh in enumerate([3.0, 4.5, 2.0, 8.0, 5.5]):
         for col, matched in ((sd, True), (sd_where, kwh > 2)):
             col.py_update(0, {"kwh": kwh}, matched, T0 + i)
@@ -248,7 +240,7 @@ def test_conformance_seasonal_deviation():
 
 
 def test_seasonal_deviation_uses_the_latest_values_hour():
-    col = column("seasonal_deviation", field="x")
+    col = engine_column("seasonal_deviation", field="x")
     feed(col, [1, 3], now=T0)                # hour 22
     assert read(col) == 1.0 / math.sqrt(2.0)  # bucket (1, 3): mean 2, var 2
     feed(col, [10], now=T0 + HOUR)           # hour 23: a bucket of one value
@@ -261,13 +253,13 @@ def test_seasonal_deviation_uses_the_latest_values_hour():
 
 
 def test_seasonal_deviation_zero_variance_is_null():
-    col = column("seasonal_deviation", field="x")
+    col = engine_column("seasonal_deviation", field="x")
     feed(col, [4.0, 4, 4.0])
     assert read(col) is None
 
 
 def test_seasonal_deviation_every_hour():
-    col = column("seasonal_deviation", field="x")
+    col = engine_column("seasonal_deviation", field="x")
     for day in range(3):
         for h in range(24):
             feed(col, [float(h + day)], now=h * HOUR + day * 24 * HOUR)
@@ -280,14 +272,15 @@ def test_seasonal_deviation_every_hour():
 def test_conformance_buffer_event_type_mix():
     # ops_buffer.json ops.buffer.event_type_mix
     cols = {
-        "mix": (column("event_type_mix", field="kind"), lambda r: True),
-        "mix_allow": (column("event_type_mix", field="kind",
-                             categories=["view", "buy", "ghost"]), lambda r: True),
-        "mix_cap": (column("event_type_mix", field="kind", max_categories=2), lambda r: True),
-        "mix_int": (column("event_type_mix", field="lvl"), lambda r: True),
-        "mix_bool": (column("event_type_mix", field="ok"), lambda r: True),
-        "mix_where": (column("event_type_mix", field="kind"), lambda r: r["lvl"] >= 2),
-        "mix_never": (column("event_type_mix", field="kind"), lambda r: r["lvl"] > 99),
+        "mix": (engine_column("event_type_mix", field="kind"), lambda r: True),
+        "mix_allow": (engine_column("event_type_mix", field="kind",
+                                    categories=["view", "buy", "ghost"]), lambda r: True),
+        "mix_cap": (engine_column("event_type_mix", field="kind", max_categories=2),
+                    lambda r: True),
+        "mix_int": (engine_column("event_type_mix", field="lvl"), lambda r: True),
+        "mix_bool": (engine_column("event_type_mix", field="ok"), lambda r: True),
+        "mix_where": (engine_column("event_type_mix", field="kind"), lambda r: r["lvl"] >= 2),
+        "mix_never": (engine_column("event_type_mix", field="kind"), lambda r: r["lvl"] > 99),
     }
     events = [("view", 1, True), ("buy", 2, True), ("view", 1, False), ("cart", 3, True),
               ("view", 2, True), ("share", 1, False), ("buy", 2, True), ("view", 3, True)]
@@ -308,45 +301,45 @@ def test_conformance_buffer_event_type_mix():
 
 
 def test_event_type_mix_vector_12():
-    col = column("event_type_mix", field="s", categories=["b", "zz"])
+    col = engine_column("event_type_mix", field="s", categories=["b", "zz"])
     feed(col, list("babcab"), field="s")
     assert read(col) == {"b": 0.5}
 
 
 def test_event_type_mix_ignores_floats_and_nulls():
     # ops_core.json ops.core.typed_values: ints and floats pushed into an f64 field.
-    col = column("event_type_mix", field="val")
+    col = engine_column("event_type_mix", field="val")
     feed(col, [1.0, 1, 2.5, 1.0, 2, 2.5, None], field="val")
     assert read(col) == {"1": 0.5, "2": 0.5}
-    only_floats = column("event_type_mix", field="val")
+    only_floats = engine_column("event_type_mix", field="val")
     feed(only_floats, [1.5, math.nan], field="val")
     assert read(only_floats) == {}
 
 
 def test_event_type_mix_category_text_identity():
-    col = column("event_type_mix", field="x")
+    col = engine_column("event_type_mix", field="x")
     feed(col, ["1", 1, -12, "-12", True, "true", "café", "caf" + "é", "日本", "".join("日本")])
     assert read(col) == {"-12": 0.2, "1": 0.2, "true": 0.2, "café": 0.2, "日本": 0.2}
-    allow = column("event_type_mix", field="x", categories=["7", "false", "日本"])
+    allow = engine_column("event_type_mix", field="x", categories=["7", "false", "日本"])
     feed(allow, [7, False, "".join(["日", "本"]), 8])
     assert read(allow) == {"7": 0.25, "false": 0.25, "日本": 0.25}
 
 
 def test_event_type_mix_caps_and_empty_allowlist():
-    none_admitted = column("event_type_mix", field="x", max_categories=0)
+    none_admitted = engine_column("event_type_mix", field="x", max_categories=0)
     feed(none_admitted, ["a", "b"])
     assert read(none_admitted) == {}
-    empty_allow = column("event_type_mix", field="x", categories=[])
+    empty_allow = engine_column("event_type_mix", field="x", categories=[])
     feed(empty_allow, ["a"])
     assert read(empty_allow) == {}
-    capped = column("event_type_mix", field="x", max_categories=300)
+    capped = engine_column("event_type_mix", field="x", max_categories=300)
     feed(capped, [f"c{i}" for i in range(400)] + ["c0"])
     value = read(capped)
     assert len(value) == 300 and value["c0"] == 2 / 401 and "c300" not in value
 
 
 def test_event_type_mix_shares_category_strings_between_entities():
-    col = column("event_type_mix", field="x")
+    col = engine_column("event_type_mix", field="x")
     feed(col, ["".join(["vi", "ew"])], slot=0)
     feed(col, ["".join(["v", "iew"])], slot=1)
     (_, _, [(key0, _)]), (_, _, [(key1, _)]) = col.dump(2)
@@ -354,12 +347,12 @@ def test_event_type_mix_shares_category_strings_between_entities():
 
 
 def test_event_type_mix_clear_and_snapshot():
-    col = column("event_type_mix", field="x", categories=["a", "b"])
+    col = engine_column("event_type_mix", field="x", categories=["a", "b"])
     feed(col, ["a", "c", "b", "a"], slot=0)
     feed(col, ["b"], slot=2)
     feed(col, ["a"], slot=3)
     col.py_clear(3)
-    copy = column("event_type_mix", slots=1, field="x", categories=["a", "b"])
+    copy = engine_column("event_type_mix", slots=1, field="x", categories=["a", "b"])
     copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
     assert [copy.py_read(s, 0) for s in range(4)] == [
         {"a": 0.5, "b": 0.25}, {}, {"b": 1.0}, {}]
@@ -371,9 +364,9 @@ def test_event_type_mix_clear_and_snapshot():
 
 def test_conformance_buffer_lists_buffer_ops():
     # ops_buffer.json ops.buffer.lists: recent, recent_where, sample.
-    recent = column("most_recent_n", field="item", n=3)
-    recent_where = column("most_recent_n", field="qty", n=2)  # where price > 5
-    sample = column("reservoir_sample", field="qty", samples=3)
+    recent = engine_column("most_recent_n", field="item", n=3)
+    recent_where = engine_column("most_recent_n", field="qty", n=2)  # where price > 5
+    sample = engine_column("reservoir_sample", field="qty", samples=3)
     c1 = [("apple", 1, 2.5), ("pear", 4, 7.0), ("fig", 2, 3.25), ("kiwi", 6, 12.0),
           ("plum", 3, 1.0), ("lime", 5, 9.5), ("date", 7, 6.0)]
     c2 = [("solo", 2, 4.0), ("duo", 3, 8.0)]
@@ -389,18 +382,18 @@ def test_conformance_buffer_lists_buffer_ops():
 
 
 def test_most_recent_n_defaults_and_types():
-    col = column("most_recent_n", field="x")  # n defaults to 10
+    col = engine_column("most_recent_n", field="x")  # n defaults to 10
     assert read(col) == []
     values = [1, 2.0, "3", True, None, *range(4, 12)]
     feed(col, values)
     assert same(read(col), ["3", True, 4, 5, 6, 7, 8, 9, 10, 11])
-    zero = column("most_recent_n", field="x", n=0)
+    zero = engine_column("most_recent_n", field="x", n=0)
     feed(zero, [1, 2])
     assert read(zero) == []
 
 
 def test_reservoir_vector_13():
-    col = column("reservoir_sample", field="x", samples=2)
+    col = engine_column("reservoir_sample", field="x", samples=2)
     feed(col, [10, 20, 30, 40, 50])
     assert same(read(col), [30, 20])
 
@@ -408,15 +401,15 @@ def test_reservoir_vector_13():
 def test_reservoir_matches_spec_algorithm_on_a_long_stream():
     values = [f"v{i}" if i % 3 else i * 0.5 for i in range(5_000)]
     for k in (1, 5, 64):
-        col = column("reservoir_sample", field="x", samples=k)
+        col = engine_column("reservoir_sample", field="x", samples=k)
         feed(col, values)
         assert same(read(col), reservoir_reference(values, k))
 
 
 def test_reservoir_size_param_and_skips():
-    aliased = column("reservoir_sample", field="x", k=2)
-    default = column("reservoir_sample", field="x")
-    zero = column("reservoir_sample", field="x", samples=0)
+    aliased = engine_column("reservoir_sample", field="x", k=2)
+    default = engine_column("reservoir_sample", field="x")
+    zero = engine_column("reservoir_sample", field="x", samples=0)
     values = list(range(1, 40))
     for col in (aliased, default, zero):
         for v in values:
@@ -430,12 +423,12 @@ def test_reservoir_size_param_and_skips():
 
 def test_value_buffers_clear_and_snapshot():
     for op, wire in (("most_recent_n", {"n": 3}), ("reservoir_sample", {"samples": 3})):
-        col = column(op, field="x", **wire)
+        col = engine_column(op, field="x", **wire)
         feed(col, [1, "b", 2.5, True, 5], slot=0)
         feed(col, [9], slot=2)
         feed(col, [7], slot=3)
         col.py_clear(3)
-        copy = column(op, slots=1, field="x", **wire)
+        copy = engine_column(op, slots=1, field="x", **wire)
         copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
         for c in (col, copy):
             feed(c, list(range(20)), slot=0)
@@ -448,16 +441,16 @@ def test_count_and_season_snapshot_roundtrip():
     cases = [("histogram", {"field": "x", "buckets": [1, 10]}), ("hour_of_day_histogram", {}),
              ("dow_hour_histogram", {}), ("seasonal_deviation", {"field": "x"})]
     for op, wire in cases:
-        col = column(op, **wire)
+        col = engine_column(op, **wire)
         for i in range(60):
             col.py_update(i % 3, {"x": i % 13}, True, T0 + i * 7 * HOUR)
         col.py_clear(1)
-        copy = column(op, slots=1, **wire)
+        copy = engine_column(op, slots=1, **wire)
         copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
         for c in (col, copy):
             c.py_update(0, {"x": 2}, True, T0)
         assert [copy.py_read(s, 0) for s in range(4)] == [col.py_read(s, 0) for s in range(4)]
-        assert copy.py_read(1, 0) == column(op, **wire).py_read(1, 0)
+        assert copy.py_read(1, 0) == engine_column(op, **wire).py_read(1, 0)
 
 
 @pytest.mark.parametrize("op", sorted(COLUMNS))
@@ -473,7 +466,7 @@ def test_memory_per_entity():
         rows = [{"x": float(i % 50), "s": "".join(["vi", "ew"])} for i in range(20_000 * events)]
         tracemalloc.start()
         try:
-            col = column(op, slots=20_000, **wire)
+            col = engine_column(op, slots=20_000, **wire)
             for i, row in enumerate(rows):
                 col.py_update(i % 20_000, row, True, T0 + i)
             return tracemalloc.get_traced_memory()[0] / 20_000

@@ -11,6 +11,8 @@ import math
 import pytest
 from beava._fast.ops_decay import COLUMNS
 
+from tests.op_columns import feed_events
+
 HL = 60_000  # half-life in ms used by most tests
 
 
@@ -20,13 +22,6 @@ def column(op: str, field: str | None = "x", params: dict | None = None, slots: 
                       window_ms)
     col.py_ensure(slots)
     return col
-
-
-def feed(col, events, slot: int = 0) -> None:
-    """events: (now, x) or (now, x, matched); x is the row's "x" (Ellipsis: absent)."""
-    for now, x, *matched in events:
-        row = {} if x is ... else {"x": x}
-        col.py_update(slot, row, matched[0] if matched else True, now)
 
 
 def test_columns_are_the_canonical_decay_ops():
@@ -55,8 +50,8 @@ def test_window_is_accepted_and_ignored(op):
     lifetime = column(op, params=params)
     assert windowed.window_ms is None
     events = [(0, 4.0), (60_000, 10.0), (60_000 + 10 * 3_600_000, 1.0)]
-    feed(windowed, events)
-    feed(lifetime, events)
+    feed_events(windowed, events)
+    feed_events(lifetime, events)
     assert windowed.py_read(0, 0) == lifetime.py_read(0, 0)
 
 
@@ -64,15 +59,15 @@ def test_window_is_accepted_and_ignored(op):
 @pytest.mark.parametrize("bad", [None, "5", True, False, [1], ...])
 def test_non_numeric_values_and_unmatched_events_change_nothing(op, bad):
     col = column(op, params={} if op == "twa" else None)
-    feed(col, [(0, bad), (5, 3.0, False)])
+    feed_events(col, [(0, bad), (5, 3.0, False)])
     assert col.py_read(0, 5) is None
-    feed(col, [(10, 2.0), (20, bad), (30, 9.0, False)])
+    feed_events(col, [(10, 2.0), (20, bad), (30, 9.0, False)])
     assert col.py_read(0, 30) == column_after(op, [(10, 2.0)])
 
 
 def column_after(op: str, events) -> object:
     col = column(op, params={} if op == "twa" else None)
-    feed(col, events)
+    feed_events(col, events)
     return col.py_read(0, 0)
 
 
@@ -81,26 +76,26 @@ def column_after(op: str, events) -> object:
 
 def test_ewma_vector_18_one_half_life():
     col = column("ewma")
-    feed(col, [(0, 0.0), (60_000, 100.0)])
+    feed_events(col, [(0, 0.0), (60_000, 100.0)])
     assert col.py_read(0, 60_000) == 50.0
 
 
 def test_ewma_vector_19_same_millisecond_averages():
     col = column("ewma")
-    feed(col, [(7, 10), (7, 250)])
+    feed_events(col, [(7, 10), (7, 250)])
     assert col.py_read(0, 7) == 130.0
 
 
 def test_ewma_first_value_and_integer_input_read_as_float():
     col = column("ewma")
-    feed(col, [(1_700_000_000_000, 42)])
+    feed_events(col, [(1_700_000_000_000, 42)])
     value = col.py_read(0, 0)
     assert value == 42.0 and type(value) is float
 
 
 def test_ewma_two_half_lives_and_no_decay_at_read():
     col = column("ewma")
-    feed(col, [(0, 0.0), (60_000, 100.0), (180_000, 10.0)])
+    feed_events(col, [(0, 0.0), (60_000, 100.0), (180_000, 10.0)])
     # alpha = 1 - 0.25 = 0.75: 0.75 * 10 + 0.25 * 50
     assert col.py_read(0, 180_000) == 20.0
     assert col.py_read(0, 10**12) == 20.0
@@ -108,17 +103,17 @@ def test_ewma_two_half_lives_and_no_decay_at_read():
 
 def test_ewma_clock_step_back_averages_and_keeps_last_t():
     col = column("ewma")
-    feed(col, [(0, 0.0), (60_000, 100.0), (30_000, 10.0)])
+    feed_events(col, [(0, 0.0), (60_000, 100.0), (30_000, 10.0)])
     assert col.py_read(0, 0) == 30.0  # 0.5 * 10 + 0.5 * 50
     # last_t stayed 60 000: one half-life to 120 000, so alpha = 0.5
-    feed(col, [(120_000, 70.0)])
+    feed_events(col, [(120_000, 70.0)])
     assert col.py_read(0, 0) == 50.0
 
 
 def test_ewma_slots_are_independent():
     col = column("ewma", slots=3)
-    feed(col, [(0, 1.0)], slot=0)
-    feed(col, [(0, 2.0)], slot=2)
+    feed_events(col, [(0, 1.0)], slot=0)
+    feed_events(col, [(0, 2.0)], slot=2)
     assert [col.py_read(s, 0) for s in range(3)] == [1.0, None, 2.0]
 
 
@@ -128,7 +123,7 @@ def test_ewma_slots_are_independent():
 def test_ewvar_first_value_reads_zero_and_zscore_null():
     var, z = column("ewvar"), column("ew_zscore")
     for col in (var, z):
-        feed(col, [(0, 42.5)])
+        feed_events(col, [(0, 42.5)])
     assert var.py_read(0, 0) == 0.0
     assert z.py_read(0, 0) is None
 
@@ -136,7 +131,7 @@ def test_ewvar_first_value_reads_zero_and_zscore_null():
 def test_ewvar_one_half_life():
     var, z = column("ewvar"), column("ew_zscore")
     for col in (var, z):
-        feed(col, [(0, 0.0), (60_000, 10.0)])
+        feed_events(col, [(0, 0.0), (60_000, 10.0)])
     # alpha 0.5, delta 10, mean 5, m2 = 0.5 * 0 + 0.5 * 10 * (10 - 5)
     assert var.py_read(0, 0) == 25.0
     assert z.py_read(0, 0) == 1.0  # (10 - 5) / 5
@@ -145,11 +140,11 @@ def test_ewvar_one_half_life():
 def test_ewvar_dt_not_positive_keeps_moments_and_time_but_moves_last_x():
     var, z = column("ewvar"), column("ew_zscore")
     for col in (var, z):
-        feed(col, [(0, 0.0), (60_000, 10.0), (60_000, 0.0), (30_000, 5.0)])
+        feed_events(col, [(0, 0.0), (60_000, 10.0), (60_000, 0.0), (30_000, 5.0)])
     assert var.py_read(0, 0) == 25.0  # alpha = 0: mean 5 and m2 25 unchanged
     assert z.py_read(0, 0) == 0.0  # last_x 5: (5 - 5) / 5
     for col in (var, z):
-        feed(col, [(120_000, 15.0)])  # last_t still 60 000: alpha 0.5
+        feed_events(col, [(120_000, 15.0)])  # last_t still 60 000: alpha 0.5
     # delta 10, mean 10, m2 = 0.5 * 25 + 0.5 * 10 * (15 - 10) = 37.5
     assert var.py_read(0, 0) == 37.5
     assert z.py_read(0, 0) == 5.0 / math.sqrt(37.5)
@@ -157,13 +152,13 @@ def test_ewvar_dt_not_positive_keeps_moments_and_time_but_moves_last_x():
 
 def test_ew_zscore_null_while_variance_is_zero():
     z = column("ew_zscore")
-    feed(z, [(0, 5.0), (60_000, 5.0), (120_000, 5)])
+    feed_events(z, [(0, 5.0), (60_000, 5.0), (120_000, 5)])
     assert z.py_read(0, 0) is None
 
 
 def test_ew_zscore_sign_follows_last_value():
     z = column("ew_zscore")
-    feed(z, [(0, 0.0), (60_000, 10.0), (120_000, 1.0)])
+    feed_events(z, [(0, 0.0), (60_000, 10.0), (120_000, 1.0)])
     # delta -4, mean 3, m2 = 0.5 * 25 + 0.5 * -4 * (1 - 3) = 16.5
     assert z.py_read(0, 0) == (1.0 - 3.0) / math.sqrt(16.5)
 
@@ -173,15 +168,15 @@ def test_ew_zscore_sign_follows_last_value():
 
 def test_decayed_sum_sequence_with_same_ms_and_step_back():
     col = column("decayed_sum")
-    feed(col, [(0, 8)])
+    feed_events(col, [(0, 8)])
     assert col.py_read(0, 0) == 8.0
-    feed(col, [(60_000, 2.0)])
+    feed_events(col, [(60_000, 2.0)])
     assert col.py_read(0, 0) == 6.0  # 8 * 0.5 + 2
-    feed(col, [(60_000, 1.0)])
+    feed_events(col, [(60_000, 1.0)])
     assert col.py_read(0, 0) == 7.0  # dt = 0: no decay
-    feed(col, [(0, 1.0)])
+    feed_events(col, [(0, 1.0)])
     assert col.py_read(0, 0) == 8.0  # step back: no decay, last_t stays 60 000
-    feed(col, [(120_000, 4.0)])
+    feed_events(col, [(120_000, 4.0)])
     assert col.py_read(0, 10**12) == 8.0  # 8 * 0.5 + 4; nothing decays at read
 
 
@@ -204,24 +199,24 @@ def test_decayed_count_counts_matched_events_without_a_field():
 
 def test_twa_two_and_three_events():
     col = column("twa", params={}, slots=2)
-    feed(col, [(0, 4.0), (25, 10.0)], slot=0)
-    feed(col, [(0, 2.0), (10, 6.0), (30, 1000.0)], slot=1)
+    feed_events(col, [(0, 4.0), (25, 10.0)], slot=0)
+    feed_events(col, [(0, 2.0), (10, 6.0), (30, 1000.0)], slot=1)
     assert col.py_read(0, 10**9) == 4.0
     assert col.py_read(1, 0) == (2.0 * 10 + 6.0 * 20) / 30
 
 
 def test_twa_same_millisecond_reads_last_value():
     col = column("twa", params={})
-    feed(col, [(5, 3.0), (5, 7)])
+    feed_events(col, [(5, 3.0), (5, 7)])
     value = col.py_read(0, 0)
     assert value == 7.0 and type(value) is float
 
 
 def test_twa_clock_step_back_moves_last_t_back():
     col = column("twa", params={})
-    feed(col, [(100, 1.0), (50, 5.0)])
+    feed_events(col, [(100, 1.0), (50, 5.0)])
     assert col.py_read(0, 0) == 5.0  # d = 0: nothing accumulated yet
-    feed(col, [(150, 9.0), (200, 0.0)])
+    feed_events(col, [(150, 9.0), (200, 0.0)])
     # last_t went back to 50: 5 over 100 ms, then 9 over 50 ms
     assert col.py_read(0, 0) == (5.0 * 100 + 9.0 * 50) / 150
 
@@ -234,15 +229,15 @@ def test_dump_load_round_trip(op):
     params = {} if op == "twa" else None
     events = [(0, 1.0), (30_000, 3.0), (90_000, -2.0)]
     col = column(op, params=params, slots=3)
-    feed(col, events, slot=0)
-    feed(col, events[:1], slot=2)
+    feed_events(col, events, slot=0)
+    feed_events(col, events[:1], slot=2)
     state = col.dump(3)
     restored = COLUMNS[op](op, "x", None, {} if op == "twa" else {"half_life": HL}, None)
     restored.load(state, 3)
     for slot in range(3):
         assert restored.py_read(slot, 0) == col.py_read(slot, 0)
     for c in (col, restored):
-        feed(c, [(150_000, 7.0)], slot=2)
+        feed_events(c, [(150_000, 7.0)], slot=2)
     assert restored.py_read(2, 0) == col.py_read(2, 0)
     with pytest.raises(ValueError):
         restored.load(state[:-1], 3)
@@ -250,11 +245,11 @@ def test_dump_load_round_trip(op):
 
 def test_clear_and_growth_keep_other_slots():
     col = column("ewvar", slots=1)
-    feed(col, [(0, 0.0), (60_000, 10.0)], slot=0)
+    feed_events(col, [(0, 0.0), (60_000, 10.0)], slot=0)
     col.py_ensure(1000)
     assert col.py_read(0, 0) == 25.0
     assert col.py_read(999, 0) is None
-    feed(col, [(0, 3.0)], slot=999)
+    feed_events(col, [(0, 3.0)], slot=999)
     col.py_clear(0)
     assert col.py_read(0, 0) is None
     assert col.py_read(999, 0) == 0.0

@@ -9,19 +9,10 @@ from typing import Any
 import pytest
 
 from beava._fast import ops_point
-from beava.engine.operator_catalogue import lookup, normalise_params, resolve_params
+from tests.op_columns import engine_column
 
 COLUMNS = ops_point.COLUMNS
 T0 = 1_700_000_000_000
-
-
-def column(op: str, slots: int = 4, **wire: Any):
-    """A column built the way the engine builds it: wire params -> resolved params."""
-    spec = lookup(op)
-    params = resolve_params(spec, normalise_params(wire))
-    col = COLUMNS[spec.name](f"f_{op}", params.get("field"), None, params, None)
-    col.py_ensure(slots)
-    return col
 
 
 def feed(col, values, slot: int = 0, field: str = "x", matched: bool = True) -> None:
@@ -42,7 +33,7 @@ def same(a: Any, b: Any) -> bool:
 
 def roundtrip(col, op: str, nslots: int = 4, **wire: Any):
     """A fresh column loaded from ``col``'s pickled snapshot."""
-    copy = column(op, slots=1, **wire)
+    copy = engine_column(op, slots=1, **wire)
     copy.load(pickle.loads(pickle.dumps(col.dump(nslots))), nslots)
     return copy
 
@@ -54,11 +45,11 @@ def test_columns_cover_family_c():
 # ---- first / last ---------------------------------------------------------------------
 
 def test_first_keeps_first_present_value_with_its_type():
-    col = column("first", field="x")
+    col = engine_column("first", field="x")
     assert read(col) is None
     feed(col, [None, 7, 2.5, "s"])
     assert same(read(col), 7)
-    absent = column("first", field="x")
+    absent = engine_column("first", field="x")
     absent.py_update(0, {"other": 1}, True, T0)
     absent.py_update(0, {"x": 1.0}, True, T0 + 1)
     assert same(read(absent), 1.0)
@@ -67,13 +58,13 @@ def test_first_keeps_first_present_value_with_its_type():
 @pytest.mark.parametrize("value", [True, False, "m1", 3.25, -12, 0, 2**70, -(2**63)])
 def test_first_and_last_inherit_the_row_type(value):
     for op in ("first", "last"):
-        col = column(op, field="x")
+        col = engine_column(op, field="x")
         feed(col, [value])
         assert same(read(col), value)
 
 
 def test_last_overwrites_and_skips_nulls():
-    col = column("last", field="x")
+    col = engine_column("last", field="x")
     assert read(col) is None
     feed(col, ["a", 1, None, 2.0])
     assert same(read(col), 2.0)
@@ -84,7 +75,7 @@ def test_last_overwrites_and_skips_nulls():
 
 
 def test_first_last_where_false_changes_nothing():
-    first, last = column("first", field="x"), column("last", field="x")
+    first, last = engine_column("first", field="x"), engine_column("last", field="x")
     for col in (first, last):
         feed(col, [1, 2], matched=False)
         assert read(col) is None
@@ -95,7 +86,7 @@ def test_first_last_where_false_changes_nothing():
 
 
 def test_first_last_slots_are_independent_and_clear():
-    col = column("last", field="x")
+    col = engine_column("last", field="x")
     feed(col, ["a"], slot=0)
     feed(col, [5], slot=2)
     assert read(col, 0) == "a" and read(col, 1) is None and read(col, 2) == 5
@@ -107,8 +98,9 @@ def test_first_last_slots_are_independent_and_clear():
 
 def test_conformance_core_lifetime_first_last():
     # ops_core.json ops.core.lifetime and ops.core.typed_values (first/last keep their type).
-    first_m, last_m = column("first", field="merchant"), column("last", field="merchant")
-    last_x, last_q = column("last", field="amount"), column("last", field="qty")
+    first_m = engine_column("first", field="merchant")
+    last_m = engine_column("last", field="merchant")
+    last_x, last_q = engine_column("last", field="amount"), engine_column("last", field="qty")
     rows = [("m1", 12.5, 3), ("m2", 40.25, 1), ("m1", 7.75, 5), ("m3", 100.0, 2),
             ("m2", 0.5, 5)]
     for i, (m, amount, qty) in enumerate(rows):
@@ -117,8 +109,9 @@ def test_conformance_core_lifetime_first_last():
             col.py_update(0, row, True, T0 + i)
     assert (read(first_m), read(last_m)) == ("m1", "m2")
     assert same(read(last_x), 0.5) and same(read(last_q), 5)
-    ifirst, ilast, blast = (column("first", field="cnt"), column("last", field="cnt"),
-                            column("last", field="flag"))
+    ifirst, ilast, blast = (engine_column("first", field="cnt"),
+                            engine_column("last", field="cnt"),
+                            engine_column("last", field="flag"))
     for i, (cnt, flag) in enumerate([(4, True), (9, False), (1, True), (7, True), (7, False),
                                      (3, False)]):
         for col in (ifirst, ilast, blast):
@@ -128,7 +121,7 @@ def test_conformance_core_lifetime_first_last():
 
 def test_first_last_snapshot_roundtrip():
     for op in ("first", "last"):
-        col = column(op, field="x")
+        col = engine_column(op, field="x")
         feed(col, ["txt"], slot=0)
         feed(col, [2.5], slot=1)
         feed(col, [2**70], slot=3)
@@ -139,7 +132,7 @@ def test_first_last_snapshot_roundtrip():
 
 
 def test_first_last_snapshot_is_deterministic():
-    col = column("last", field="x")
+    col = engine_column("last", field="x")
     feed(col, ["a", "b"], slot=1)
     assert pickle.dumps(col.dump(3)) == pickle.dumps(roundtrip(col, "last", 3, field="x")
                                                      .dump(3))
@@ -148,7 +141,7 @@ def test_first_last_snapshot_is_deterministic():
 # ---- first_n / last_n -----------------------------------------------------------------
 
 def test_first_n_appends_then_freezes():
-    col = column("first_n", field="x", n=3)
+    col = engine_column("first_n", field="x", n=3)
     assert read(col) == []
     feed(col, [1, None, "b"])
     assert same(read(col), [1, "b"])
@@ -157,7 +150,7 @@ def test_first_n_appends_then_freezes():
 
 
 def test_first_n_where_false_and_absent_values_skip():
-    col = column("first_n", field="x", n=2)
+    col = engine_column("first_n", field="x", n=2)
     feed(col, [1, 2], matched=False)
     col.py_update(0, {}, True, T0)
     assert read(col) == []
@@ -166,7 +159,7 @@ def test_first_n_where_false_and_absent_values_skip():
 
 
 def test_last_n_keeps_last_n_oldest_to_newest():
-    col = column("last_n", field="x", n=3)
+    col = engine_column("last_n", field="x", n=3)
     assert read(col) == []
     feed(col, [1.0])
     assert same(read(col), [1.0])
@@ -181,21 +174,21 @@ def test_last_n_keeps_last_n_oldest_to_newest():
 
 
 def test_last_n_n1_and_n1024():
-    one = column("last_n", field="x", n=1)
+    one = engine_column("last_n", field="x", n=1)
     feed(one, [1, 2, 3])
     assert read(one) == [3]
-    big = column("last_n", field="x", n=1024)
+    big = engine_column("last_n", field="x", n=1024)
     feed(big, list(range(3000)))
     assert read(big) == list(range(3000 - 1024, 3000))
 
 
 def test_conformance_buffer_lists_point_ops():
     # ops_buffer.json ops.buffer.lists: firsts, firsts_where, lasts, lag_a, lag_b.
-    firsts = column("first_n", field="qty", n=2)
-    firsts_where = column("first_n", field="item", n=2)  # where qty > 1
-    lasts = column("last_n", field="price", n=3)
-    lag_a = column("lag", field="price", n=1)
-    lag_b = column("lag", field="item", n=3)
+    firsts = engine_column("first_n", field="qty", n=2)
+    firsts_where = engine_column("first_n", field="item", n=2)  # where qty > 1
+    lasts = engine_column("last_n", field="price", n=3)
+    lag_a = engine_column("lag", field="price", n=1)
+    lag_b = engine_column("lag", field="item", n=3)
     c1 = [("apple", 1, 2.5), ("pear", 4, 7.0), ("fig", 2, 3.25), ("kiwi", 6, 12.0),
           ("plum", 3, 1.0), ("lime", 5, 9.5), ("date", 7, 6.0)]
     c2 = [("solo", 2, 4.0), ("duo", 3, 8.0)]
@@ -215,7 +208,7 @@ def test_conformance_buffer_lists_point_ops():
 
 def test_ring_ops_snapshot_roundtrip():
     for op, n in (("first_n", 2), ("last_n", 3), ("lag", 2)):
-        col = column(op, field="x", n=n)
+        col = engine_column(op, field="x", n=n)
         feed(col, [1, "b", 2.5, True, 5], slot=0)
         feed(col, [9], slot=2)
         copy = roundtrip(col, op, field="x", n=n)
@@ -229,7 +222,7 @@ def test_ring_ops_snapshot_roundtrip():
 
 
 def test_ring_clear_frees_the_slot():
-    col = column("last_n", field="x", n=2)
+    col = engine_column("last_n", field="x", n=2)
     feed(col, ["a", "b", "c"], slot=1)
     col.py_clear(1)
     assert read(col, 1) == []
@@ -241,7 +234,7 @@ def test_ring_clear_frees_the_slot():
 # ---- lag ------------------------------------------------------------------------------
 
 def test_lag_spec_example():
-    col = column("lag", field="x", n=1)
+    col = engine_column("lag", field="x", n=1)
     feed(col, [10.0])
     assert read(col) is None
     feed(col, [25.0, 50.0])
@@ -250,7 +243,7 @@ def test_lag_spec_example():
 
 def test_lag_vector_7():
     # operators.md §19 vector 7: lag(x, n=2) over 2.0, 1, 2, 5.5, -1.25, 2.0 => 5.5
-    col = column("lag", field="x", n=2)
+    col = engine_column("lag", field="x", n=2)
     feed(col, [2.0, 1, 2])
     assert same(read(col), 2.0)
     feed(col, [5.5, -1.25, 2.0])
@@ -258,7 +251,7 @@ def test_lag_vector_7():
 
 
 def test_lag_skips_nulls_and_unmatched():
-    col = column("lag", field="x", n=1)
+    col = engine_column("lag", field="x", n=1)
     feed(col, ["a", None])
     feed(col, ["z"], matched=False)
     assert read(col) is None
@@ -283,7 +276,7 @@ def test_n_out_of_range_is_rejected(op, n):
 
 
 def test_dump_needs_storage_for_every_slot():
-    col = column("last_n", field="x", n=2)
+    col = engine_column("last_n", field="x", n=2)
     with pytest.raises(ValueError, match="cannot dump"):
         col.dump(10_000)
 
@@ -303,7 +296,7 @@ def bytes_per_slot(build, events_per_slot: int, slots: int = 20_000) -> float:
 
 def test_memory_per_entity():
     # first/last: one tag byte and one 8-byte payload; rings only for slots with values.
-    assert bytes_per_slot(lambda n: column("last", slots=n, field="x"), 2) <= 9.5
-    assert bytes_per_slot(lambda n: column("last_n", slots=n, field="x", n=1024), 0) <= 8.5
-    assert bytes_per_slot(lambda n: column("last_n", slots=n, field="x", n=1024), 2) <= 44
-    assert bytes_per_slot(lambda n: column("lag", slots=n, field="x", n=1), 2) <= 44
+    assert bytes_per_slot(lambda n: engine_column("last", slots=n, field="x"), 2) <= 9.5
+    assert bytes_per_slot(lambda n: engine_column("last_n", slots=n, field="x", n=1024), 0) <= 8.5
+    assert bytes_per_slot(lambda n: engine_column("last_n", slots=n, field="x", n=1024), 2) <= 44
+    assert bytes_per_slot(lambda n: engine_column("lag", slots=n, field="x", n=1), 2) <= 44

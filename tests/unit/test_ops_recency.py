@@ -9,19 +9,10 @@ from typing import Any
 import pytest
 
 from beava._fast import ops_recency
-from beava.engine.operator_catalogue import lookup, normalise_params, resolve_params
+from tests.op_columns import engine_column
 
 COLUMNS = ops_recency.COLUMNS
 T0 = 1_700_000_000_000
-
-
-def column(op: str, slots: int = 4, **wire: Any):
-    """A column built the way the engine builds it: wire params -> resolved params."""
-    spec = lookup(op)
-    params = resolve_params(spec, normalise_params(wire))
-    col = COLUMNS[spec.name](f"f_{op}", None, None, params, None)
-    col.py_ensure(slots)
-    return col
 
 
 def push(col, now: int, matched: bool = True, slot: int = 0) -> None:
@@ -43,13 +34,13 @@ def test_empty_values():
         wire = {"n": 2} if op == "time_since_last_n" else {}
         if op == "first_seen_in_window":
             wire = {"window": "1h"}
-        col = column(op, **wire)
+        col = engine_column(op, **wire)
         value = col.py_read(1, T0)
         assert value == empty and type(value) is type(empty), op
 
 
 def test_first_last_seen_age_time_since_at_explicit_T():
-    cols = {op: column(op) for op in ("first_seen", "last_seen", "age", "time_since")}
+    cols = {op: engine_column(op) for op in ("first_seen", "last_seen", "age", "time_since")}
     for now in (T0, T0 + 40, T0 + 100):
         for col in cols.values():
             push(col, now)
@@ -59,7 +50,7 @@ def test_first_last_seen_age_time_since_at_explicit_T():
 
 
 def test_elapsed_reads_clamp_at_zero():
-    age, since = column("age"), column("time_since")
+    age, since = engine_column("age"), engine_column("time_since")
     for col in (age, since):
         push(col, T0 + 500)
         assert col.py_read(0, T0 + 500) == 0
@@ -68,13 +59,14 @@ def test_elapsed_reads_clamp_at_zero():
 
 
 def test_elapsed_does_not_overflow():
-    age = column("age")
+    age = engine_column("age")
     push(age, -(2**63) + 1)
     assert age.py_read(0, 2**63 - 1) == 2**64 - 2
 
 
 def test_unmatched_events_do_not_count_for_times():
-    cols = [column(op) for op in ("first_seen", "last_seen", "age", "time_since", "has_seen")]
+    ops = ("first_seen", "last_seen", "age", "time_since", "has_seen")
+    cols = [engine_column(op) for op in ops]
     for col in cols:
         push(col, T0, matched=False)
         push(col, T0 + 10)
@@ -84,8 +76,8 @@ def test_unmatched_events_do_not_count_for_times():
 
 def test_clock_step_back_keeps_arrival_order():
     # now_ms is not monotonic (operators.md §4): first/last follow arrival order.
-    first, last, age, since = (column(op) for op in ("first_seen", "last_seen", "age",
-                                                     "time_since"))
+    first, last, age, since = (engine_column(op)
+                               for op in ("first_seen", "last_seen", "age", "time_since"))
     for col in (first, last, age, since):
         push(col, T0 + 1_000)
         push(col, T0 + 400)  # wall clock stepped back
@@ -97,7 +89,7 @@ def test_clock_step_back_keeps_arrival_order():
 
 
 def test_has_seen():
-    col = column("has_seen")
+    col = engine_column("has_seen")
     push(col, T0, matched=False)
     assert col.py_read(0, T0) is False
     push(col, T0 + 1)
@@ -106,7 +98,7 @@ def test_has_seen():
 
 
 def test_time_since_last_n():
-    col = column("time_since_last_n", n=3)
+    col = engine_column("time_since_last_n", n=3)
     push(col, T0)
     push(col, T0 + 10)
     assert col.py_read(0, T0 + 100) is None
@@ -123,7 +115,7 @@ def test_time_since_last_n():
 
 
 def test_time_since_last_n_one_equals_time_since():
-    tsn, ts = column("time_since_last_n", n=1), column("time_since")
+    tsn, ts = engine_column("time_since_last_n", n=1), engine_column("time_since")
     for now in (T0, T0 + 7, T0 + 3):
         for col in (tsn, ts):
             push(col, now)
@@ -131,7 +123,7 @@ def test_time_since_last_n_one_equals_time_since():
 
 
 def test_time_since_last_n_same_millisecond():
-    col = column("time_since_last_n", n=2)
+    col = engine_column("time_since_last_n", n=2)
     push(col, T0)
     push(col, T0)
     assert col.py_read(0, T0) == 0
@@ -139,7 +131,7 @@ def test_time_since_last_n_same_millisecond():
 
 
 def test_time_since_last_n_large_n_grows_lazily():
-    col = column("time_since_last_n", n=1024)
+    col = engine_column("time_since_last_n", n=1024)
     for i in range(1500):
         push(col, T0 + i)
     assert col.py_read(0, T0 + 2_000) == 2_000 - (1500 - 1024)
@@ -148,7 +140,7 @@ def test_time_since_last_n_large_n_grows_lazily():
 def test_streaks_vector_14_and_16():
     # operators.md §19: where=ok over ok = false, true, true => streak 2, max 2, negative 0;
     # one event with ok = false => negative_streak 1.
-    st, mx, neg = column("streak"), column("max_streak"), column("negative_streak")
+    st, mx, neg = (engine_column(op) for op in ("streak", "max_streak", "negative_streak"))
     for i, ok in enumerate([False, True, True]):
         for col in (st, mx, neg):
             push(col, T0 + i, matched=ok)
@@ -167,7 +159,7 @@ def test_conformance_recency_streaks():
         "mx_fail": ("max_streak", lambda r: r["ok"] is False),
         "neg_never": ("negative_streak", lambda r: r["code"] > 99),
     }
-    cols = {name: (column(op), pred) for name, (op, pred) in features.items()}
+    cols = {name: (engine_column(op), pred) for name, (op, pred) in features.items()}
     p1 = [True, True, False, True, True, True, False, False]
     events = [(0, {"ok": ok, "code": i}) for i, ok in enumerate(p1)]
     events += [(1, {"ok": True, "code": i}) for i in range(3)]
@@ -180,7 +172,7 @@ def test_conformance_recency_streaks():
 
 
 def test_first_seen_in_window_tests_latest_match():
-    col = column("first_seen_in_window", window="1s")
+    col = engine_column("first_seen_in_window", window="1s")
     push(col, T0)
     push(col, T0 + 5_000, matched=False)
     assert col.py_read(0, T0) is True
@@ -193,7 +185,7 @@ def test_first_seen_in_window_tests_latest_match():
 
 def test_first_seen_in_window_forever_is_always_false():
     # operators.md §19 vector 21
-    col = column("first_seen_in_window", window="forever")
+    col = engine_column("first_seen_in_window", window="forever")
     push(col, T0)
     assert col.py_read(0, T0) is False
     assert col.py_read(0, T0 + 1) is False
@@ -211,7 +203,8 @@ def test_conformance_recency_seen_at_explicit_times():
         "fsiw_never": ("first_seen_in_window", {"window": "1h"}, 99),
         "fs_where": ("first_seen", {}, 5), "ls_never": ("last_seen", {}, 99),
     }
-    cols = {name: (column(op, **wire), above) for name, (op, wire, above) in features.items()}
+    cols = {name: (engine_column(op, **wire), above)
+            for name, (op, wire, above) in features.items()}
     events = [(0, 3), (0, 7), (0, 1), (1, 1)]  # (slot, risk)
     for i, (slot, risk) in enumerate(events):
         for col, above in cols.values():
@@ -231,17 +224,17 @@ def test_clear_and_snapshot_roundtrip():
     wires = {"time_since_last_n": {"n": 2}, "first_seen_in_window": {"window": "1m"}}
     for op in COLUMNS:
         wire = wires.get(op, {})
-        col = column(op, **wire)
+        col = engine_column(op, **wire)
         pattern = [(0, T0, True), (0, T0 + 5, False), (0, T0 + 9, True), (2, T0 + 3, True),
                    (3, T0 + 1, True)]
         for slot, now, matched in pattern:
             push(col, now, matched, slot)
         col.py_clear(3)
-        copy = column(op, slots=1, **wire)
+        copy = engine_column(op, slots=1, **wire)
         copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
         T = T0 + 20
         assert [copy.py_read(s, T) for s in range(4)] == [col.py_read(s, T) for s in range(4)]
-        assert copy.py_read(3, T) == column(op, **wire).py_read(3, T), op
+        assert copy.py_read(3, T) == engine_column(op, **wire).py_read(3, T), op
         for c in (col, copy):
             push(c, T0 + 30, True, 0)
             push(c, T0 + 31, False, 1)
@@ -249,7 +242,7 @@ def test_clear_and_snapshot_roundtrip():
 
 
 def test_growth_keeps_state():
-    col = column("max_streak", slots=2)
+    col = engine_column("max_streak", slots=2)
     push(col, T0)
     push(col, T0 + 1)
     col.py_ensure(50_000)
@@ -271,14 +264,14 @@ def test_time_since_last_n_bounds(n):
 
 def test_dump_needs_storage_for_every_slot():
     with pytest.raises(ValueError, match="cannot dump"):
-        column("streak").dump(10_000)
+        engine_column("streak").dump(10_000)
 
 
 def test_memory_per_entity():
     def per_slot(op: str, **wire: Any) -> float:
         tracemalloc.start()
         try:
-            col = column(op, slots=20_000, **wire)
+            col = engine_column(op, slots=20_000, **wire)
             for i in range(40_000):
                 push(col, T0 + i, slot=i % 20_000)
             return tracemalloc.get_traced_memory()[0] / 20_000

@@ -7,6 +7,8 @@ import math
 import pytest
 from beava._fast.ops_velocity import COLUMNS
 
+from tests.op_columns import feed_events
+
 FIELDLESS = {"inter_arrival_stats", "burst_count"}
 EMPTY = {"rate_of_change": None, "inter_arrival_stats": None, "burst_count": 0,
          "delta_from_prev": None, "trend": None, "trend_residual": None, "outlier_count": 0,
@@ -20,13 +22,6 @@ def column(op: str, field: str | None = "x", params: dict | None = None, slots: 
     col = COLUMNS[op](op, None if op in FIELDLESS else field, None, params, window_ms)
     col.py_ensure(slots)
     return col
-
-
-def feed(col, events, slot: int = 0) -> None:
-    """events: (now, x) or (now, x, matched); x is the row's "x" (Ellipsis: absent)."""
-    for now, x, *matched in events:
-        row = {} if x is ... else {"x": x}
-        col.py_update(slot, row, matched[0] if matched else True, now)
 
 
 def values(col, slots) -> list:
@@ -47,7 +42,7 @@ def test_empty_value(op):
 @pytest.mark.parametrize("op", sorted(EMPTY))
 def test_unmatched_events_change_nothing(op):
     col = column(op)
-    feed(col, [(t, float(t * t), False) for t in range(10)])
+    feed_events(col, [(t, float(t * t), False) for t in range(10)])
     assert col.py_read(0, 100) == EMPTY[op]
 
 
@@ -56,8 +51,8 @@ def test_window_is_accepted_and_ignored(op):
     windowed, lifetime = column(op, window_ms=60_000), column(op)
     assert windowed.window_ms is None
     events = [(0, 1.0), (10, 5.0), (10_000_000, 2.0), (10_000_001, 2.5), (10_000_002, 9.0)]
-    feed(windowed, events)
-    feed(lifetime, events)
+    feed_events(windowed, events)
+    feed_events(lifetime, events)
     assert windowed.py_read(0, 10**9) == lifetime.py_read(0, 10**9)
 
 
@@ -66,8 +61,8 @@ def test_window_is_accepted_and_ignored(op):
 def test_numeric_ops_skip_non_numeric_values(op, bad):
     good = [(0, 1.0), (10, 4.0), (30, 5.0), (40, 2), (50, 3.0), (60, 100.0)]
     col, ref = column(op), column(op)
-    feed(col, [e for now, x in good for e in ((now, x), (now + 5, bad))])
-    feed(ref, good)
+    feed_events(col, [e for now, x in good for e in ((now, x), (now + 5, bad))])
+    feed_events(ref, good)
     assert col.py_read(0, 0) == ref.py_read(0, 0)
     assert col.py_read(0, 0) != EMPTY[op]
 
@@ -77,23 +72,23 @@ def test_numeric_ops_skip_non_numeric_values(op, bad):
 
 def test_rate_of_change_per_millisecond_with_dt_not_positive():
     col = column("rate_of_change")
-    feed(col, [(0, 10)])
+    feed_events(col, [(0, 10)])
     assert col.py_read(0, 0) is None
-    feed(col, [(30, 20)])
+    feed_events(col, [(30, 20)])
     assert col.py_read(0, 0) == 10 / 30
-    feed(col, [(30, 50.0)])  # same ms: rate kept, point replaced
+    feed_events(col, [(30, 50.0)])  # same ms: rate kept, point replaced
     assert col.py_read(0, 0) == 10 / 30
-    feed(col, [(60, 80.0)])
+    feed_events(col, [(60, 80.0)])
     assert col.py_read(0, 0) == 1.0  # (80 - 50) / 30
-    feed(col, [(20, 0.0)])  # clock stepped back: rate kept, point replaced
+    feed_events(col, [(20, 0.0)])  # clock stepped back: rate kept, point replaced
     assert col.py_read(0, 0) == 1.0
-    feed(col, [(30, 5.0)])
+    feed_events(col, [(30, 5.0)])
     assert col.py_read(0, 0) == 0.5  # (5 - 0) / (30 - 20)
 
 
 def test_rate_of_change_same_millisecond_only_stays_null():
     col = column("rate_of_change")
-    feed(col, [(5, 1.0), (5, 2.0), (3, 9.0)])
+    feed_events(col, [(5, 1.0), (5, 2.0), (3, 9.0)])
     assert col.py_read(0, 0) is None
 
 
@@ -102,17 +97,17 @@ def test_rate_of_change_same_millisecond_only_stays_null():
 
 def test_inter_arrival_mean_gap():
     col = column("inter_arrival_stats")
-    feed(col, [(0, ...)])
+    feed_events(col, [(0, ...)])
     assert col.py_read(0, 0) is None
-    feed(col, [(30, ...), (90, ...)])
+    feed_events(col, [(30, ...), (90, ...)])
     assert col.py_read(0, 0) == 45.0
 
 
 def test_inter_arrival_clamps_negative_gaps_and_skips_unmatched():
     col = column("inter_arrival_stats")
-    feed(col, [(0, ...), (100, ...), (40, ...)])  # gaps 100 and max(-60, 0)
+    feed_events(col, [(0, ...), (100, ...), (40, ...)])  # gaps 100 and max(-60, 0)
     assert col.py_read(0, 0) == 50.0
-    feed(col, [(70, ..., False), (100, ...)])  # gap from 40, not from 70
+    feed_events(col, [(70, ..., False), (100, ...)])  # gap from 40, not from 70
     assert col.py_read(0, 0) == 50.0 + (60.0 - 50.0) / 3
 
 
@@ -126,55 +121,55 @@ def test_burst_count_requires_sub_window():
 
 def test_burst_count_max_events_in_one_sub_window():
     col = column("burst_count")
-    feed(col, [(0, ...), (500, ...), (999, ...)])
+    feed_events(col, [(0, ...), (500, ...), (999, ...)])
     assert col.py_read(0, 0) == 3
-    feed(col, [(1000, ...), (1500, ...), (2999, ...), (3000, ..., False)])
+    feed_events(col, [(1000, ...), (1500, ...), (2999, ...), (3000, ..., False)])
     assert col.py_read(0, 0) == 3
-    feed(col, [(2000, ...), (2001, ...), (2500, ...)])
+    feed_events(col, [(2000, ...), (2001, ...), (2500, ...)])
     assert col.py_read(0, 0) == 4  # sub-window [2000, 3000) holds 4
 
 
 def test_burst_count_clock_step_back_resumes_a_kept_slot():
     col = column("burst_count")
-    feed(col, [(0, ...), (1, ...), (2, ...), (1000, ...), (5, ...)])
+    feed_events(col, [(0, ...), (1, ...), (2, ...), (1000, ...), (5, ...)])
     assert col.py_read(0, 0) == 4  # ring slot 0 still holds sub-window 0 with 3
-    feed(col, [(64_000, ...)])  # sub-window 64 takes ring slot 0
-    feed(col, [(10, ...)])  # so sub-window 0 restarts at 1
+    feed_events(col, [(64_000, ...)])  # sub-window 64 takes ring slot 0
+    feed_events(col, [(10, ...)])  # so sub-window 0 restarts at 1
     assert col.py_read(0, 0) == 4
-    feed(col, [(1001, ...), (1002, ...), (1003, ...)])  # ring slot 1 kept sub-window 1
+    feed_events(col, [(1001, ...), (1002, ...), (1003, ...)])  # ring slot 1 kept sub-window 1
     assert col.py_read(0, 0) == 4
-    feed(col, [(1004, ...)])
+    feed_events(col, [(1004, ...)])
     assert col.py_read(0, 0) == 5
 
 
 def test_burst_count_full_ring():
     col = column("burst_count")
-    feed(col, [(q * 1000, ...) for q in range(64)])
+    feed_events(col, [(q * 1000, ...) for q in range(64)])
     assert col.py_read(0, 0) == 1
-    feed(col, [(0, ...)])  # every residue is held once: sub-window 0 is still there
+    feed_events(col, [(0, ...)])  # every residue is held once: sub-window 0 is still there
     assert col.py_read(0, 0) == 2
-    feed(col, [(64_000, ...), (64_001, ...), (1, ...)])  # 64 evicted 0 again
+    feed_events(col, [(64_000, ...), (64_001, ...), (1, ...)])  # 64 evicted 0 again
     assert col.py_read(0, 0) == 2
-    feed(col, [(63_000, ...), (63_500, ...)])
+    feed_events(col, [(63_000, ...), (63_500, ...)])
     assert col.py_read(0, 0) == 3
 
 
 def test_burst_count_floors_negative_times():
     col = column("burst_count")
-    feed(col, [(-1, ...), (-1000, ...), (-1001, ...), (0, ...)])
+    feed_events(col, [(-1, ...), (-1000, ...), (-1001, ...), (0, ...)])
     assert col.py_read(0, 0) == 2  # -1 and -1000 share [-1000, 0)
 
 
 def test_burst_count_snapshot_keeps_spilled_slots():
     col = column("burst_count", slots=3)
-    feed(col, [(q * 1000, ...) for q in range(40)] + [(0, ...)], slot=0)
-    feed(col, [(7, ...), (8, ...)], slot=2)
+    feed_events(col, [(q * 1000, ...) for q in range(40)] + [(0, ...)], slot=0)
+    feed_events(col, [(7, ...), (8, ...)], slot=2)
     state = col.dump(3)
     restored = COLUMNS["burst_count"]("b", None, None, {"sub_window": 1000}, None)
     restored.load(state, 3)
     assert values(restored, range(3)) == values(col, range(3)) == [2, 0, 2]
     for c in (col, restored):
-        feed(c, [(5000, ...), (39_000, ...), (39_001, ...)], slot=0)
+        feed_events(c, [(5000, ...), (39_000, ...), (39_001, ...)], slot=0)
     assert restored.py_read(0, 0) == col.py_read(0, 0) == 3
     structs, records = state
     with pytest.raises(ValueError):
@@ -187,28 +182,28 @@ def test_burst_count_snapshot_keeps_spilled_slots():
 
 def test_delta_from_prev_vector_8():
     col = column("delta_from_prev")
-    feed(col, [(0, 2.0)])
+    feed_events(col, [(0, 2.0)])
     assert col.py_read(0, 0) is None
-    feed(col, [(1, 1), (2, 2), (3, 5.5), (4, -1.25), (5, 2.0)])
+    feed_events(col, [(1, 1), (2, 2), (3, 5.5), (4, -1.25), (5, 2.0)])
     assert col.py_read(0, 0) == 3.25
 
 
 def test_delta_from_prev_of_integers_is_float_and_ignores_time():
     col = column("delta_from_prev")
-    feed(col, [(9, 1), (9, 4), (3, 7)])
+    feed_events(col, [(9, 1), (9, 4), (3, 7)])
     value = col.py_read(0, 0)
     assert value == 3.0 and type(value) is float
 
 
 def test_delta_from_prev_nan_values():
     col = column("delta_from_prev")
-    feed(col, [(0, math.nan), (1, 5.0)])
+    feed_events(col, [(0, math.nan), (1, 5.0)])
     assert col.py_read(0, 0) is None  # 5 - NaN: NaN, which reads null
-    feed(col, [(2, 7.0)])
+    feed_events(col, [(2, 7.0)])
     assert col.py_read(0, 0) == 2.0
-    feed(col, [(3, math.nan), (4, 8.0)])
+    feed_events(col, [(3, math.nan), (4, 8.0)])
     assert col.py_read(0, 0) is None
-    feed(col, [(5, 8.5)])
+    feed_events(col, [(5, 8.5)])
     assert col.py_read(0, 0) == 0.5
 
 
@@ -217,8 +212,8 @@ def test_delta_from_prev_nan_values():
 
 def trend_pair(events):
     trend, residual = column("trend"), column("trend_residual")
-    feed(trend, events)
-    feed(residual, events)
+    feed_events(trend, events)
+    feed_events(residual, events)
     return trend.py_read(0, 0), residual.py_read(0, 0)
 
 
@@ -262,26 +257,26 @@ def test_trend_clock_step_back_gives_negative_x():
 
 def test_outlier_count_needs_five_prior_values_and_positive_variance():
     col = column("outlier_count", params={"sigma": 1})
-    feed(col, [(0, 0.0), (1, 1000.0), (2, -1000.0), (3, 0.0), (4, 5e6)])
+    feed_events(col, [(0, 0.0), (1, 1000.0), (2, -1000.0), (3, 0.0), (4, 5e6)])
     assert col.py_read(0, 0) == 0  # fewer than 5 values before each of these
     flat = column("outlier_count", params={"sigma": 1})
-    feed(flat, [(t, 2.0) for t in range(5)] + [(5, 100.0)])
+    feed_events(flat, [(t, 2.0) for t in range(5)] + [(5, 100.0)])
     assert flat.py_read(0, 0) == 0  # variance 0 before the jump
 
 
 def test_outlier_count_compares_before_the_update():
     # 1..5: mean 3, sample variance 2.5 (std 1.5811...)
     col = column("outlier_count", params={"sigma": 1.0})
-    feed(col, [(t, float(t + 1)) for t in range(5)] + [(5, 4.5)])
+    feed_events(col, [(t, float(t + 1)) for t in range(5)] + [(5, 4.5)])
     assert col.py_read(0, 0) == 0  # |4.5 - 3| = 1.5 <= 1.58
     col = column("outlier_count", params={"sigma": 1.0})
-    feed(col, [(t, t + 1) for t in range(5)] + [(5, 4.6)])
+    feed_events(col, [(t, t + 1) for t in range(5)] + [(5, 4.6)])
     assert col.py_read(0, 0) == 1  # |4.6 - 3| = 1.6 > 1.58
 
 
 def test_outlier_count_default_sigma_is_three():
     col = column("outlier_count", params={"sigma": None})
-    feed(col, [(t, float(t + 1)) for t in range(5)] + [(5, 7.7), (6, -100.0)])
+    feed_events(col, [(t, float(t + 1)) for t in range(5)] + [(5, 7.7), (6, -100.0)])
     # 7.7: |4.7| <= 3 * 1.5811 = 4.74; -100 is far out
     assert col.py_read(0, 0) == 1
 
@@ -368,15 +363,15 @@ def test_value_change_count_clear_frees_long_text():
 
 def test_z_score_vector_8():
     col = column("z_score")
-    feed(col, [(i, v) for i, v in enumerate([2.0, 1, 2, 5.5, -1.25, 2.0])])
+    feed_events(col, [(i, v) for i, v in enumerate([2.0, 1, 2, 5.5, -1.25, 2.0])])
     assert col.py_read(0, 0) == 0.057391703595848484
 
 
 def test_z_score_null_cases():
     col = column("z_score", slots=3)
-    feed(col, [(0, 4.0)], slot=0)
-    feed(col, [(0, 4.0), (1, 4)], slot=1)
-    feed(col, [(0, 1.0), (1, 3.0)], slot=2)
+    feed_events(col, [(0, 4.0)], slot=0)
+    feed_events(col, [(0, 4.0), (1, 4)], slot=1)
+    feed_events(col, [(0, 1.0), (1, 3.0)], slot=2)
     # one value; zero variance; two values: (3 - 2) / sqrt(2)
     assert values(col, range(3)) == [None, None, 1.0 / math.sqrt(2.0)]
 
@@ -436,13 +431,13 @@ def test_conformance_trend():
 def test_dump_load_round_trip(op):
     events = [(0, 1.0), (10, 3.0), (20, -2.0), (25, 8.0), (40, 0.5), (70, 9.5), (80, 1.0)]
     col = column(op, slots=3)
-    feed(col, events, slot=0)
-    feed(col, events[:2], slot=2)
+    feed_events(col, events, slot=0)
+    feed_events(col, events[:2], slot=2)
     restored = column(op, slots=0)
     restored.load(col.dump(3), 3)
     assert values(restored, range(3)) == values(col, range(3))
     for c in (col, restored):
-        feed(c, [(100, 50.0), (2000, 2.0)], slot=2)
+        feed_events(c, [(100, 50.0), (2000, 2.0)], slot=2)
     assert restored.py_read(2, 0) == col.py_read(2, 0)
 
 
@@ -450,12 +445,12 @@ def test_dump_load_round_trip(op):
 def test_clear_and_growth(op):
     events = [(0, 1.0), (1500, 3.0), (1600, -2.0), (1700, 8.0), (4000, 0.5), (9000, 9.5)]
     col, ref = column(op, slots=1), column(op, slots=1)
-    feed(col, events)
-    feed(ref, events)
+    feed_events(col, events)
+    feed_events(ref, events)
     col.py_ensure(500)
     assert col.py_read(0, 0) == ref.py_read(0, 0)
     assert col.py_read(499, 0) == EMPTY[op]
-    feed(col, events, slot=499)
+    feed_events(col, events, slot=499)
     col.py_clear(0)
     assert col.py_read(0, 0) == EMPTY[op]
     assert col.py_read(499, 0) == ref.py_read(0, 0)

@@ -17,6 +17,7 @@ from beava.engine.registry import (
     register,
     registry_from_record,
 )
+from tests.register_payloads import table_node
 
 
 def txn(name: str = "Txn", **extra: Any) -> dict[str, Any]:
@@ -28,13 +29,6 @@ def txn(name: str = "Txn", **extra: Any) -> dict[str, Any]:
     return node
 
 
-def table(agg: dict[str, Any], *, name: str, keys: list[str], up: str = "Txn",
-          ops: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"kind": "derivation", "name": name, "output_kind": "table", "upstreams": [up],
-            "ops": [*(ops or []), {"op": "group_by", "keys": keys, "agg": agg}],
-            "table_primary_key": keys}
-
-
 BIG = {"kind": "derivation", "name": "Big", "output_kind": "event", "upstreams": ["Txn"],
        "ops": [{"op": "filter", "expr": "(amount > 100)"},
                {"op": "with_columns", "exprs": {"x": "(amount * 2)"}}]}
@@ -44,12 +38,12 @@ PAYLOAD = {"nodes": [
     txn(cold_after="1d", dedupe_key="user", dedupe_window="5m"),
     BIG,
     BIGGER,
-    table({"sx": {"op": "sum", "params": {"field": "x"}},
+    table_node({"sx": {"op": "sum", "params": {"field": "x"}},
            "c": {"op": "count", "params": {"window": "1h"}},
            "q": {"op": "quantile", "params": {"field": "x", "q": 0.9, "window": "forever"}}},
           name="BigByUser", keys=["user"], up="Bigger",
           ops=[{"op": "select", "fields": ["user", "x"]}]),
-    table({"total": {"op": "count", "params": {}},
+    table_node({"total": {"op": "count", "params": {}},
            "home": {"op": "distance_from_home", "params": {"lat": "lat"}}},
           name="Global", keys=[]),
     txn("Other"),

@@ -3,12 +3,12 @@ with its exact path, and the order in which the checks run."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from beava.engine.registry import RegisterOutcome, Registry, empty_registry, register
+from beava.engine.registry import RegisterOutcome
+from tests.register_payloads import event_derivation, register_json, table_node
 
 
 def txn(name: str = "Txn", **extra: Any) -> dict[str, Any]:
@@ -20,22 +20,6 @@ def txn(name: str = "Txn", **extra: Any) -> dict[str, Any]:
     return node
 
 
-def table(agg: dict[str, Any], *, name: str = "T", keys: list[str] | None = None,
-          ops: list[dict[str, Any]] | None = None, up: str = "Txn") -> dict[str, Any]:
-    keys = ["user"] if keys is None else keys
-    return {"kind": "derivation", "name": name, "output_kind": "table", "upstreams": [up],
-            "ops": [*(ops or []), {"op": "group_by", "keys": keys, "agg": agg}],
-            "table_primary_key": keys}
-
-
-def event_derivation(name: str, ops: list[dict[str, Any]], up: str = "Txn",
-                     **extra: Any) -> dict[str, Any]:
-    node = {"kind": "derivation", "name": name, "output_kind": "event", "upstreams": [up],
-            "ops": ops}
-    node.update(extra)
-    return node
-
-
 def feature(op: str, **params: Any) -> dict[str, Any]:
     return {"c": {"op": op, "params": params}}
 
@@ -43,12 +27,8 @@ def feature(op: str, **params: Any) -> dict[str, Any]:
 COUNT = feature("count")
 
 
-def call(payload: Any, current: Registry | None = None, **kw: Any) -> RegisterOutcome:
-    return register(current or empty_registry(), json.dumps(payload), **kw)
-
-
 def error(payload: Any, **kw: Any) -> tuple[str, str]:
-    out = call(payload, **kw)
+    out = register_json(payload, **kw)
     assert out.status == 400, out.body
     assert out.registry is None and out.record is None
     assert isinstance(out.body["error"]["reason"], str)
@@ -56,13 +36,13 @@ def error(payload: Any, **kw: Any) -> tuple[str, str]:
 
 
 def ok(payload: Any, **kw: Any) -> RegisterOutcome:
-    out = call(payload, **kw)
+    out = register_json(payload, **kw)
     assert out.status == 200, out.body
     return out
 
 
 def agg_error(agg: dict[str, Any], **kw: Any) -> tuple[str, str]:
-    return error({"nodes": [txn(), table(agg)]}, **kw)
+    return error({"nodes": [txn(), table_node(agg)]}, **kw)
 
 
 F = "nodes[1].ops[0].agg.c"
@@ -109,7 +89,7 @@ def test_unsupported_node_kind(kind: str) -> None:
 
 def test_prelude_passes_run_in_order_over_all_nodes() -> None:
     join = event_derivation("J", [{"op": "join"}])
-    unbounded = table(feature("first_n", field="qty"))
+    unbounded = table_node(feature("first_n", field="qty"))
     # a join in node 3 wins over event_time_field in node 0
     nodes = [txn(event_time_field="t"), {"kind": "table", "name": "X"}, unbounded, join]
     assert error({"nodes": nodes}) == ("feature_removed_no_joins_v0", "nodes[3].J.ops[0]")
@@ -146,7 +126,7 @@ def test_prelude_runs_before_decoding() -> None:
     {"c": {"op": "percentile", "params": None}},
 ])
 def test_unbounded_lifetime_ops(agg: dict[str, Any]) -> None:
-    assert error({"nodes": [txn(), table(agg)]}) == (
+    assert error({"nodes": [txn(), table_node(agg)]}) == (
         "unbounded_op_in_lifetime_mode", "nodes[1].T.ops[0].agg.c")
 
 
@@ -165,22 +145,22 @@ def test_unbounded_lifetime_ops(agg: dict[str, Any]) -> None:
     feature("count", window="forever"),
 ])
 def test_bounded_lifetime_ops(agg: dict[str, Any]) -> None:
-    ok({"nodes": [txn(), table(agg)]})
+    ok({"nodes": [txn(), table_node(agg)]})
 
 
 def test_any_window_string_exempts_from_governance() -> None:
     # windowed: governance skips it, later rules judge the op
-    assert error({"nodes": [txn(), table(feature("avg", field="amount", window="1h"))]}) == (
+    assert error({"nodes": [txn(), table_node(feature("avg", field="amount", window="1h"))]}) == (
         "aggregation_unknown_op", f"{F}.op")
-    assert error({"nodes": [txn(), table(feature("first_n", field="qty", window="x"))]}) == (
+    assert error({"nodes": [txn(), table_node(feature("first_n", field="qty", window="x"))]}) == (
         "aggregation_unknown_field", f"{F}.params.n")
 
 
 def test_governance_reports_the_first_feature_in_payload_order() -> None:
     agg = {"z": {"op": "first_n", "params": {"field": "qty"}},
            "a": {"op": "avg", "params": {}}}
-    t2 = table(feature("lag", field="qty"), name="T2")
-    assert error({"nodes": [txn(), table(agg), t2]}) == (
+    t2 = table_node(feature("lag", field="qty"), name="T2")
+    assert error({"nodes": [txn(), table_node(agg), t2]}) == (
         "unbounded_op_in_lifetime_mode", "nodes[1].T.ops[0].agg.z")
 
 
@@ -192,7 +172,7 @@ def test_governance_shape_b_path() -> None:
 
 
 def test_governance_is_the_last_prelude_pass() -> None:
-    nodes = [txn(), table(feature("first_n", field="qty")), {"kind": "upsert", "name": "X"}]
+    nodes = [txn(), table_node(feature("first_n", field="qty")), {"kind": "upsert", "name": "X"}]
     assert error({"nodes": nodes})[0] == "unsupported_node_kind"
 
 
@@ -202,7 +182,7 @@ def test_governance_off() -> None:
                                                                 f"{F}.op")
     assert agg_error(feature("first_n", field="qty"), **off) == ("aggregation_unknown_field",
                                                                  f"{F}.params.n")
-    out = ok({"nodes": [txn(), table({"h": {"op": "histogram", "params": {"field": "amount"}},
+    out = ok({"nodes": [txn(), table_node({"h": {"op": "histogram", "params": {"field": "amount"}},
                                       "m": {"op": "most_recent_n", "params": {"field": "qty"}},
                                       "r": {"op": "reservoir_sample",
                                             "params": {"field": "qty", "k": 4}}})]}, **off)
@@ -215,12 +195,12 @@ def test_governance_off() -> None:
 # R1-R9 ---------------------------------------------------------------------------------------
 
 def test_r1_duplicate_name() -> None:
-    out = call({"nodes": [txn(), txn(), txn()]})
+    out = register_json({"nodes": [txn(), txn(), txn()]})
     assert (out.body["error"]["code"], out.body["error"]["path"]) == ("invalid_registration",
                                                                        "nodes[1].name")
     assert "nodes[0]" in out.body["error"]["reason"]
     # across kinds too
-    assert error({"nodes": [txn(), table(COUNT, name="Txn")]}) == ("invalid_registration",
+    assert error({"nodes": [txn(), table_node(COUNT, name="Txn")]}) == ("invalid_registration",
                                                                    "nodes[1].name")
 
 
@@ -243,7 +223,7 @@ def test_r1_runs_over_all_nodes_before_r2() -> None:
 
 def test_r4_upstream_count() -> None:
     refund = txn("Refund")
-    two = table(COUNT)
+    two = table_node(COUNT)
     two["upstreams"] = ["Txn", "Refund"]
     assert error({"nodes": [txn(), refund, two]}) == ("invalid_registration",
                                                       "nodes[2].upstreams")
@@ -301,7 +281,7 @@ def test_r6a_derivation_without_ops_needs_a_schema() -> None:
 
 
 def test_r6b_table_primary_key() -> None:
-    node = table(COUNT)
+    node = table_node(COUNT)
     del node["table_primary_key"]
     assert error({"nodes": [txn(), node]}) == ("invalid_registration",
                                                "nodes[1].table_primary_key")
@@ -314,10 +294,10 @@ def test_r6b_table_primary_key() -> None:
 
 def test_r6c_group_by_position() -> None:
     gb = {"op": "group_by", "keys": ["user"], "agg": COUNT}
-    misplaced = table(COUNT)
+    misplaced = table_node(COUNT)
     misplaced["ops"] = [gb, {"op": "filter", "expr": "ok"}]
     assert error({"nodes": [txn(), misplaced]}) == ("invalid_registration", "nodes[1].ops[0]")
-    twice = table(COUNT)
+    twice = table_node(COUNT)
     twice["ops"] = [{"op": "filter", "expr": "ok"}, gb, gb]
     assert error({"nodes": [txn(), twice]}) == ("invalid_registration", "nodes[1].ops[1]")
 
@@ -329,12 +309,12 @@ def test_r6d_featureless_table() -> None:
 
 
 def test_r5_r8_r7_upstreams() -> None:
-    assert error({"nodes": [txn(), table(COUNT, up="Nope")]}) == ("invalid_registration",
+    assert error({"nodes": [txn(), table_node(COUNT, up="Nope")]}) == ("invalid_registration",
                                                                   "nodes[1].upstreams[0]")
-    later = call({"nodes": [table(COUNT, up="Txn"), txn()]})
+    later = register_json({"nodes": [table_node(COUNT, up="Txn"), txn()]})
     assert later.body["error"]["path"] == "nodes[0].upstreams[0]"
     assert "later" in later.body["error"]["reason"]
-    cycle = call({"nodes": [txn(), event_derivation("D", [{"op": "filter", "expr": "ok"}],
+    cycle = register_json({"nodes": [txn(), event_derivation("D", [{"op": "filter", "expr": "ok"}],
                                                     up="D")]})
     assert (cycle.body["error"]["code"], cycle.body["error"]["path"]) == (
         "invalid_registration", "nodes[1]")
@@ -343,68 +323,69 @@ def test_r5_r8_r7_upstreams() -> None:
 
 def test_r5_only_looks_at_the_payload() -> None:
     current = ok({"nodes": [txn()]}).registry
-    out = call({"nodes": [table(COUNT)]}, current, )
+    out = register_json({"nodes": [table_node(COUNT)]}, current, )
     assert out.status == 409  # Txn removed: destructive wins over validation (P6)
-    out = call({"nodes": [table(COUNT)], "force": True}, current)
+    out = register_json({"nodes": [table_node(COUNT)], "force": True}, current)
     assert (out.status, out.body["error"]["path"]) == (400, "nodes[0].upstreams[0]")
 
 
 def test_structural_rule_order() -> None:
     # per node R2 -> R4 -> R3/R6/R9; then R5 over all nodes; then R8; then R7
-    bad_name_and_upstreams = table(COUNT, name="bad name")
+    bad_name_and_upstreams = table_node(COUNT, name="bad name")
     bad_name_and_upstreams["upstreams"] = ["Txn", "X"]
     assert error({"nodes": [txn(), bad_name_and_upstreams]}) == ("invalid_registration",
                                                                  "nodes[1].name")
-    no_tpk_two_ups = table(COUNT)
+    no_tpk_two_ups = table_node(COUNT)
     no_tpk_two_ups["upstreams"] = ["Txn", "X"]
     del no_tpk_two_ups["table_primary_key"]
     assert error({"nodes": [txn(), no_tpk_two_ups]})[1] == "nodes[1].upstreams"
     # R5 at node 1 loses against R3 at node 2
-    assert error({"nodes": [txn(), table(COUNT, up="Nope"),
+    assert error({"nodes": [txn(), table_node(COUNT, up="Nope"),
                             {"kind": "event", "name": "E", "schema": {"fields": {}}}]}) == (
         "invalid_registration", "nodes[2].schema.fields")
     # R5 at node 2 beats R8 at node 1
-    assert error({"nodes": [txn(), table(COUNT, up="E2"), table(feature("count"), name="U",
-                                                                 up="Nope"),
+    assert error({"nodes": [txn(), table_node(COUNT, up="E2"),
+                            table_node(feature("count"), name="U", up="Nope"),
                             txn("E2")]}) == ("invalid_registration", "nodes[2].upstreams[0]")
     # R8 beats R7
     cycle = event_derivation("D", [{"op": "filter", "expr": "ok"}], up="D")
-    assert error({"nodes": [txn(), cycle, table(COUNT, up="Z"), txn("Z")]})[1] == (
+    assert error({"nodes": [txn(), cycle, table_node(COUNT, up="Z"), txn("Z")]})[1] == (
         "nodes[2].upstreams[0]")
 
 
 # R10 -----------------------------------------------------------------------------------------
 
 def test_r10_chain_errors_use_the_chain_op_paths() -> None:
-    out = call({"nodes": [txn(), table(COUNT, ops=[{"op": "filter", "expr": "(nope > 1)"}])]})
+    bad_filter = {"op": "filter", "expr": "(nope > 1)"}
+    out = register_json({"nodes": [txn(), table_node(COUNT, ops=[bad_filter])]})
     assert out.body["error"]["code"] == "invalid_expression"
     assert out.body["error"]["path"] == "nodes[1].ops[0].expr"
     assert out.body["error"]["detail"] == "unknown_field_reference"
     ops = [{"op": "filter", "expr": "ok"}, {"op": "with_columns", "exprs": {"x": "foo(qty)"}}]
-    assert error({"nodes": [txn(), table(COUNT, ops=ops)]}) == ("invalid_expression",
+    assert error({"nodes": [txn(), table_node(COUNT, ops=ops)]}) == ("invalid_expression",
                                                                 "nodes[1].ops[1]")
     rename = [{"op": "rename", "mapping": {"qty": "amount"}}]
-    assert error({"nodes": [txn(), table(COUNT, ops=rename)]}) == ("invalid_expression",
+    assert error({"nodes": [txn(), table_node(COUNT, ops=rename)]}) == ("invalid_expression",
                                                                    "nodes[1].ops[0].mapping")
     fill = [{"op": "fillna", "defaults": {"qty": "zero"}}]
-    assert error({"nodes": [txn(), table(COUNT, ops=fill)]}) == ("invalid_expression",
+    assert error({"nodes": [txn(), table_node(COUNT, ops=fill)]}) == ("invalid_expression",
                                                                  "nodes[1].ops[0]")
 
 
 def test_r10_schemas_flow_through_event_derivations() -> None:
     narrow = event_derivation("Narrow", [{"op": "select", "fields": ["user", "qty"]}])
-    over = table(COUNT, up="Narrow", ops=[{"op": "filter", "expr": "(amount > 1)"}])
+    over = table_node(COUNT, up="Narrow", ops=[{"op": "filter", "expr": "(amount > 1)"}])
     assert error({"nodes": [txn(), narrow, over]}) == ("invalid_expression",
                                                        "nodes[2].ops[0].expr")
     # an event derivation without ops outputs its declared schema
     declared = event_derivation("D", [], schema={"fields": {"user": "str", "x": "i64"}})
-    ok({"nodes": [txn(), declared, table(feature("sum", field="x"), up="D")]})
-    assert error({"nodes": [txn(), declared, table(feature("sum", field="qty"), up="D")]}) == (
+    ok({"nodes": [txn(), declared, table_node(feature("sum", field="x"), up="D")]})
+    assert error({"nodes": [txn(), declared, table_node(feature("sum", field="qty"), up="D")]}) == (
         "aggregation_unknown_field", "nodes[2].ops[0].agg.c.params.field")
 
 
 def test_r10_runs_before_r11() -> None:
-    node = table(feature("avg"), ops=[{"op": "filter", "expr": "(nope > 1)"}])
+    node = table_node(feature("avg"), ops=[{"op": "filter", "expr": "(nope > 1)"}])
     assert error({"nodes": [txn(), node]}, memory_governance_enforce=False)[0] == (
         "invalid_expression")
 
@@ -412,26 +393,26 @@ def test_r10_runs_before_r11() -> None:
 # R11 -----------------------------------------------------------------------------------------
 
 def test_r11_1_table_without_upstream_or_over_a_table() -> None:
-    orphan = table(COUNT)
+    orphan = table_node(COUNT)
     orphan["upstreams"] = []
     assert error({"nodes": [txn(), orphan]}) == ("aggregation_on_table_not_supported",
                                                  "nodes[1].upstreams")
-    assert error({"nodes": [txn(), table(COUNT), table(feature("count"), name="T2",
+    assert error({"nodes": [txn(), table_node(COUNT), table_node(feature("count"), name="T2",
                                                       up="T")]}) == (
         "aggregation_on_table_not_supported", "nodes[2].upstreams[0]")
 
 
 def test_r11_2_group_keys() -> None:
-    assert error({"nodes": [txn(), table(COUNT, keys=["nope"])]}) == (
+    assert error({"nodes": [txn(), table_node(COUNT, keys=["nope"])]}) == (
         "aggregation_unknown_field", "nodes[1].ops[0].group_by[0]")
-    assert error({"nodes": [txn(), table(COUNT, keys=["user", "amount"])]}) == (
+    assert error({"nodes": [txn(), table_node(COUNT, keys=["user", "amount"])]}) == (
         "aggregation_unknown_field", "nodes[1].ops[0].group_by[1]")
     renamed = [{"op": "rename", "mapping": {"user": "who"}}]
-    ok({"nodes": [txn(), table(COUNT, keys=["who"], ops=renamed)]})
-    assert error({"nodes": [txn(), table(COUNT, keys=["user"], ops=renamed)]}) == (
+    ok({"nodes": [txn(), table_node(COUNT, keys=["who"], ops=renamed)]})
+    assert error({"nodes": [txn(), table_node(COUNT, keys=["user"], ops=renamed)]}) == (
         "aggregation_unknown_field", "nodes[1].ops[1].group_by[0]")
     cast = [{"op": "cast", "type_map": {"amount": "int"}}]
-    ok({"nodes": [txn(), table(COUNT, keys=["amount"], ops=cast)]})
+    ok({"nodes": [txn(), table_node(COUNT, keys=["amount"], ops=cast)]})
     shape_b = {"kind": "derivation", "name": "B", "upstreams": ["Txn"], "key": ["user", "lat"],
                "agg": COUNT}
     assert error({"nodes": [txn(), shape_b]}) == ("aggregation_unknown_field", "nodes[1].key[1]")
@@ -458,7 +439,7 @@ def test_r11_5_half_life(op: str, half_life: Any) -> None:
     if half_life is not None:
         params["half_life"] = half_life
     assert agg_error(feature(op, **params)) == ("invalid_registration", f"{F}.params.half_life")
-    ok({"nodes": [txn(), table(feature(op, field="amount", half_life="90s"))]})
+    ok({"nodes": [txn(), table_node(feature(op, field="amount", half_life="90s"))]})
 
 
 @pytest.mark.parametrize("sub_window", [None, "0ms", "forever", "x"])
@@ -500,7 +481,7 @@ def test_unchecked_fields_and_types_register() -> None:
         "o": {"op": "outlier_count", "params": {"field": "amount", "sigma": -1}},
         "f": {"op": "first_seen_in_window", "params": {"window": "forever"}},
     }
-    ok({"nodes": [txn(), table(agg)]})
+    ok({"nodes": [txn(), table_node(agg)]})
 
 
 @pytest.mark.parametrize("op", ["first_n", "last_n", "lag"])
@@ -508,13 +489,13 @@ def test_unchecked_fields_and_types_register() -> None:
 def test_r11_8_n_range(op: str, n: int) -> None:
     assert agg_error(feature(op, field="qty", n=n), memory_governance_enforce=False) == (
         "aggregation_unknown_field", f"{F}.params.n")
-    ok({"nodes": [txn(), table(feature(op, field="qty", n=1024))]})
+    ok({"nodes": [txn(), table_node(feature(op, field="qty", n=1024))]})
 
 
 def test_r11_8_time_since_last_n() -> None:
     assert agg_error(feature("time_since_last_n", n=1025)) == ("aggregation_unknown_field",
                                                               f"{F}.params.n")
-    ok({"nodes": [txn(), table(feature("time_since_last_n", n=1))]})
+    ok({"nodes": [txn(), table_node(feature("time_since_last_n", n=1))]})
 
 
 @pytest.mark.parametrize("op", [
@@ -536,7 +517,7 @@ def test_r11_10_first_seen_in_window_needs_a_window() -> None:
                                                           f"{F}.params.window")
     assert agg_error(feature("first_seen_in_window", window="2x")) == (
         "aggregation_invalid_window", f"{F}.params.window")
-    spec = ok({"nodes": [txn(), table(feature("first_seen_in_window", window="1h"))]})
+    spec = ok({"nodes": [txn(), table_node(feature("first_seen_in_window", window="1h"))]})
     feat = spec.registry.tables["T"].features["c"]
     assert feat.window_ms is None and feat.params["window"] == 3_600_000
 
@@ -561,7 +542,7 @@ def test_r11_13_quantile_q(q: float) -> None:
 
 
 def test_r11_13_q_of_the_wrong_type_is_absent() -> None:
-    out = ok({"nodes": [txn(), table(feature("quantile", field="amount", q="0.9"))]})
+    out = ok({"nodes": [txn(), table_node(feature("quantile", field="amount", q="0.9"))]})
     assert out.registry.tables["T"].features["c"].params["q"] == 0.5
 
 
@@ -572,7 +553,7 @@ def test_r11_14_top_k_k(k: int) -> None:
 
 
 def test_r11_14_negative_k_is_absent() -> None:
-    out = ok({"nodes": [txn(), table(feature("top_k", field="user", k=-1))]})
+    out = ok({"nodes": [txn(), table_node(feature("top_k", field="user", k=-1))]})
     assert out.registry.tables["T"].features["c"].params["k"] == 10
 
 
@@ -592,7 +573,7 @@ def test_windows_on_decay_and_velocity_ops_are_ignored() -> None:
     agg = {"e": {"op": "ewma", "params": {"field": "amount", "half_life": "1m",
                                           "window": "1h"}},
            "r": {"op": "rate_of_change", "params": {"field": "amount", "window": "forever"}}}
-    features = ok({"nodes": [txn(), table(agg)]}).registry.tables["T"].features
+    features = ok({"nodes": [txn(), table_node(agg)]}).registry.tables["T"].features
     assert features["e"].window_ms is None and features["r"].window_ms is None
 
 
@@ -606,7 +587,7 @@ def test_r11_16_where() -> None:
         "null": None,
     }
     for where, needle in cases.items():
-        out = call({"nodes": [txn(), table(feature("count", where=where))]})
+        out = register_json({"nodes": [txn(), table_node(feature("count", where=where))]})
         assert out.status == 400, where
         assert out.body["error"]["code"] == "aggregation_invalid_where", where
         assert out.body["error"]["path"] == f"{F}.params.where"
@@ -615,12 +596,12 @@ def test_r11_16_where() -> None:
     legal = {"a": {"op": "count", "params": {"where": "(merchant > 1)"}},
              "b": {"op": "count", "params": {"where": "ok"}},
              "d": {"op": "count", "params": {"where": "(quadkey(lat, lon, 3) > 1)"}}}
-    ok({"nodes": [txn(), table(legal)]})
+    ok({"nodes": [txn(), table_node(legal)]})
 
 
 def test_r11_16_where_sees_the_post_prefix_schema() -> None:
     ops = [{"op": "with_columns", "exprs": {"big": "(amount > 100)"}}]
-    ok({"nodes": [txn(), table(feature("count", where="big"), ops=ops)]})
+    ok({"nodes": [txn(), table_node(feature("count", where="big"), ops=ops)]})
     assert agg_error(feature("count", where="big")) == ("aggregation_invalid_where",
                                                         f"{F}.params.where")
 
@@ -654,24 +635,24 @@ def test_r11_shape_b_paths() -> None:
 
 def test_r11_group_by_path_uses_its_index() -> None:
     ops = [{"op": "filter", "expr": "ok"}, {"op": "select", "fields": ["user", "qty"]}]
-    assert error({"nodes": [txn(), table(feature("sum", field="amount"), ops=ops)]}) == (
+    assert error({"nodes": [txn(), table_node(feature("sum", field="amount"), ops=ops)]}) == (
         "aggregation_unknown_field", "nodes[1].ops[2].agg.c.params.field")
 
 
 # R12 -----------------------------------------------------------------------------------------
 
 def test_r12_feature_name_uniqueness() -> None:
-    t1 = table(COUNT)
-    t2 = table({"a": {"op": "count", "params": {}}, "c": {"op": "count", "params": {}}},
+    t1 = table_node(COUNT)
+    t2 = table_node({"a": {"op": "count", "params": {}}, "c": {"op": "count", "params": {}}},
                name="T2", keys=["merchant"])
-    out = call({"nodes": [txn(), t1, t2]})
+    out = register_json({"nodes": [txn(), t1, t2]})
     assert (out.body["error"]["code"], out.body["error"]["path"]) == (
         "aggregation_feature_name_collision_across_aggregations", "nodes.T2.features.c")
     assert "'T'" in out.body["error"]["reason"]
 
 
 def test_r12_runs_after_r11() -> None:
-    t2 = table({"c": {"op": "count", "params": {}}, "z": {"op": "nope", "params": {"window":
+    t2 = table_node({"c": {"op": "count", "params": {}}, "z": {"op": "nope", "params": {"window":
                                                                               "1h"}}},
                name="T2")
-    assert error({"nodes": [txn(), table(COUNT), t2]})[0] == "aggregation_unknown_op"
+    assert error({"nodes": [txn(), table_node(COUNT), t2]})[0] == "aggregation_unknown_op"

@@ -4,12 +4,14 @@ and the transition plan (registry.md §4 P4-P9, §8-§12; durability.md §5 REGI
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
 import pytest
 
-from beava.engine.registry import RegisterOutcome, Registry, empty_registry, register
+from beava.engine.registry import RegisterOutcome, Registry, register
+from tests.register_payloads import event_derivation, register_json, table_node
 
 
 def txn(name: str = "Txn", fields: dict[str, str] | None = None, optional: list[str] = (),
@@ -25,50 +27,37 @@ def txn(name: str = "Txn", fields: dict[str, str] | None = None, optional: list[
     return node
 
 
-def table(agg: dict[str, Any], *, name: str = "UserTxn", keys: list[str] | None = None,
-          ops: list[dict[str, Any]] | None = None, up: str = "Txn") -> dict[str, Any]:
-    keys = ["user"] if keys is None else keys
-    return {"kind": "derivation", "name": name, "output_kind": "table", "upstreams": [up],
-            "ops": [*(ops or []), {"op": "group_by", "keys": keys, "agg": agg}],
-            "table_primary_key": keys}
-
-
-def derived(name: str, ops: list[dict[str, Any]], up: str = "Txn") -> dict[str, Any]:
-    return {"kind": "derivation", "name": name, "output_kind": "event", "upstreams": [up],
-            "ops": ops}
+# The diffs below start from the table UserTxn.
+table = functools.partial(table_node, name="UserTxn")
 
 
 AGG = {"txn_count": {"op": "count", "params": {}},
        "txn_sum": {"op": "sum", "params": {"field": "amount"}}}
 
 
-def call(payload: Any, current: Registry | None = None, **kw: Any) -> RegisterOutcome:
-    return register(current or empty_registry(), json.dumps(payload), **kw)
-
-
 def install(*nodes: dict[str, Any]) -> Registry:
-    out = call({"nodes": list(nodes)})
+    out = register_json({"nodes": list(nodes)})
     assert out.status == 200, out.body
     return out.registry
 
 
 def conflict(current: Registry, *nodes: dict[str, Any]) -> dict[str, Any]:
     """The diff of a destructive call (409)."""
-    out = call({"nodes": list(nodes)}, current)
+    out = register_json({"nodes": list(nodes)}, current)
     assert out.status == 409, out.body
     assert out.registry is None and out.record is None
     return out.body["error"]["diff"]
 
 
 def dry(current: Registry, *nodes: dict[str, Any]) -> dict[str, Any]:
-    out = call({"nodes": list(nodes), "dry_run": True}, current)
+    out = register_json({"nodes": list(nodes), "dry_run": True}, current)
     assert out.status == 200, out.body
     assert out.registry is None and out.record is None
     return out.body
 
 
 def applied(current: Registry, *nodes: dict[str, Any], force: bool = False) -> RegisterOutcome:
-    out = call({"nodes": list(nodes), "force": force}, current)
+    out = register_json({"nodes": list(nodes), "force": force}, current)
     assert out.status == 200, out.body
     assert out.registry is not None and out.registry.version == current.version + 1
     assert out.record["new_version"] == out.registry.version
@@ -86,7 +75,7 @@ def base() -> Registry:
 # bodies and registry_version ------------------------------------------------------------------
 
 def test_first_register_body(base: Registry) -> None:
-    out = call({"nodes": [txn(), table(AGG)]})
+    out = register_json({"nodes": [txn(), table(AGG)]})
     assert out.body == {
         "added": ["Txn", "UserTxn"], "already_present": [], "changed": [],
         "registered_descriptors": ["Txn", "UserTxn"], "registry_version": 1, "removed": [],
@@ -104,20 +93,20 @@ def test_first_register_body(base: Registry) -> None:
 
 
 def test_added_is_in_payload_order() -> None:
-    out = call({"nodes": [txn("Zeta"), txn("Alpha"), table(AGG, up="Zeta")]})
+    out = register_json({"nodes": [txn("Zeta"), txn("Alpha"), table(AGG, up="Zeta")]})
     assert out.body["added"] == ["Zeta", "Alpha", "UserTxn"]
     assert out.body["registered_descriptors"] == ["Zeta", "Alpha", "UserTxn"]
 
 
 def test_identical_re_register_is_a_noop(base: Registry) -> None:
-    out = call({"nodes": list(BASE)}, base)
+    out = register_json({"nodes": list(BASE)}, base)
     assert out.body == {
         "added": [], "already_present": ["Txn", "UserTxn"], "changed": [],
         "registered_descriptors": ["Txn", "UserTxn"], "registry_version": 1, "removed": [],
         "status": "ok",
     }
     assert out.registry is None and out.record is None
-    forced = call({"nodes": list(BASE), "force": True}, base)
+    forced = register_json({"nodes": list(BASE), "force": True}, base)
     assert forced.status == 200 and forced.registry is None
     assert forced.body["registry_version"] == 1
 
@@ -137,7 +126,7 @@ def test_additive_new_descriptors(base: Registry) -> None:
 
 @pytest.mark.parametrize("force", [False, True])
 def test_empty_nodes_is_always_a_noop(base: Registry, force: bool) -> None:
-    out = call({"nodes": [], "force": force}, install(txn("Zed"), txn("Alpha")))
+    out = register_json({"nodes": [], "force": force}, install(txn("Zed"), txn("Alpha")))
     assert out.body == {
         "added": [], "already_present": [], "changed": [],
         "registered_descriptors": ["Alpha", "Zed"], "registry_version": 1, "removed": [],
@@ -147,7 +136,7 @@ def test_empty_nodes_is_always_a_noop(base: Registry, force: bool) -> None:
 
 
 def test_empty_nodes_dry_run(base: Registry) -> None:
-    out = call({"nodes": [], "dry_run": True, "force": True}, base)
+    out = register_json({"nodes": [], "dry_run": True, "force": True}, base)
     assert out.body == {
         "added": [], "changed": [],
         "diff": {"additive": [], "already_present": [], "destructive": []},
@@ -156,7 +145,7 @@ def test_empty_nodes_dry_run(base: Registry) -> None:
 
 
 def test_empty_nodes_skips_the_registry_checks() -> None:
-    out = call({"nodes": [], "extra": {"descriptors": 1}})
+    out = register_json({"nodes": [], "extra": {"descriptors": 1}})
     assert out.status == 200 and out.body["registered_descriptors"] == []
 
 
@@ -174,7 +163,8 @@ def test_version_counts_only_applied_calls(base: Registry) -> None:
         assert out.body["registry_version"] == 1 and out.registry is None
     current = applied(current, *BASE, txn("Refund")).registry
     current = applied(current, *BASE, force=True).registry
-    assert current.version == 3 and call({"nodes": []}, current).body["registry_version"] == 3
+    assert current.version == 3
+    assert register_json({"nodes": []}, current).body["registry_version"] == 3
 
 
 # dry run ---------------------------------------------------------------------------------------
@@ -192,7 +182,7 @@ def test_dry_run_body(base: Registry) -> None:
 
 def test_dry_run_reports_destructive_changes_with_200(base: Registry) -> None:
     for force in (False, True):
-        out = call({"nodes": [txn()], "dry_run": True, "force": force}, base)
+        out = register_json({"nodes": [txn()], "dry_run": True, "force": force}, base)
         assert out.status == 200 and out.registry is None
         assert out.body["diff"]["destructive"] == [{"agg": "", "kind": "agg_removal",
                                                     "table": "UserTxn"}]
@@ -202,17 +192,17 @@ def test_dry_run_reports_destructive_changes_with_200(base: Registry) -> None:
 def test_dry_run_validates() -> None:
     bad = table({"x": {"op": "count", "params": {}}}, keys=["nope"])
     for dry_run in (False, True):
-        out = call({"nodes": [txn(), bad], "dry_run": dry_run})
+        out = register_json({"nodes": [txn(), bad], "dry_run": dry_run})
         assert out.status == 400
         assert out.body["error"]["path"] == "nodes[1].ops[0].group_by[0]"
 
 
 def test_invalid_and_destructive_is_409(base: Registry) -> None:
     bad = table({"x": {"op": "count", "params": {}}}, keys=["nope"], name="Bad")
-    out = call({"nodes": [txn(), bad]}, base)
+    out = register_json({"nodes": [txn(), bad]}, base)
     assert out.status == 409
     # with force validation runs
-    out = call({"nodes": [txn(), bad], "force": True}, base)
+    out = register_json({"nodes": [txn(), bad], "force": True}, base)
     assert out.status == 400 and out.body["registry_version"] == 1
 
 
@@ -220,7 +210,7 @@ def test_invalid_and_destructive_is_409(base: Registry) -> None:
 
 def test_409_body(base: Registry) -> None:
     changed = table({**AGG, "txn_count": {"op": "count", "params": {"window": "5m"}}})
-    out = call({"nodes": [txn(), changed]}, base)
+    out = register_json({"nodes": [txn(), changed]}, base)
     assert out.body == {
         "added": [],
         "changed": [{"changed_features": [{"from": {"op": "count", "params": {}},
@@ -249,17 +239,18 @@ def test_removed_descriptors_and_rename_pairing() -> None:
             {"agg": "", "kind": "agg_removal", "table": "B"},
         ],
     }
-    body = call({"nodes": [txn(), txn("C"), table(AGG, name="Renamed")]}, current).body
+    body = register_json({"nodes": [txn(), txn("C"), table(AGG, name="Renamed")]}, current).body
     assert body["added"] == ["C", "Renamed"] and body["removed"] == ["A", "B", "UserTxn"]
 
 
 def test_kind_change(base: Registry) -> None:
     current = install(txn(), txn("X"))
-    diff = conflict(current, txn(), derived("X", [{"op": "filter", "expr": "(amount > 1)"}]))
+    diff = conflict(current, txn(),
+                    event_derivation("X", [{"op": "filter", "expr": "(amount > 1)"}]))
     assert diff["destructive"] == [{"agg": "", "kind": "agg_removal", "table": "X"}]
     assert diff["additive"] == [{"descriptor_kind": "derivation", "kind": "new_descriptor",
                                  "name": "X"}]
-    out = applied(current, txn(), derived("X", [{"op": "filter", "expr": "(amount > 1)"}]),
+    out = applied(current, txn(), event_derivation("X", [{"op": "filter", "expr": "(amount > 1)"}]),
                   force=True)
     assert out.body["added"] == ["X"] and out.body["removed"] == []
     assert out.record["plan"]["replace"] == ["X"]
@@ -366,7 +357,7 @@ def test_feature_entries(base: Registry) -> None:
             {"agg": "UserTxn.txn_count", "from": "", "kind": "window_change", "to": "1h"},
         ],
     }
-    body = call({"nodes": [txn(), table(agg)]}, base).body
+    body = register_json({"nodes": [txn(), table(agg)]}, base).body
     assert body["changed"] == [{
         "added_features": ["mx"],
         "changed_features": [{"from": {"op": "count", "params": {}}, "name": "txn_count",
@@ -405,7 +396,7 @@ def test_table_primary_key_and_declared_schema_are_not_compared(base: Registry) 
     node = table(AGG)
     node["table_primary_key"] = ["whatever"]
     node["schema"] = {"fields": {"user": "str", "txn_count": "i64"}}
-    out = call({"nodes": [txn(), node]}, base)
+    out = register_json({"nodes": [txn(), node]}, base)
     assert out.status == 200 and out.registry is None
     assert out.body["already_present"] == ["Txn", "UserTxn"]
 
@@ -424,7 +415,7 @@ def test_prefix_op_entries() -> None:
     # appended
     diff = conflict(current, txn(), table(AGG, ops=[f1, sel, f2]))
     assert diff["destructive"] == [{"kind": "op_change", "op": "filter[2]", "table": "UserTxn"}]
-    body = call({"nodes": [txn(), table(AGG, ops=[f2])]}, current).body
+    body = register_json({"nodes": [txn(), table(AGG, ops=[f2])]}, current).body
     assert body["changed"] == [{"name": "UserTxn", "ops_changed": ["filter[0]", "select[1]"]}]
     # numbers compare numerically and key order is irrelevant
     fill = [{"op": "fillna", "defaults": {"amount": 1, "user": "u"}}]
@@ -435,9 +426,10 @@ def test_prefix_op_entries() -> None:
 
 
 def test_upstreams_and_output_kind_entries() -> None:
-    current = install(txn(), txn("Other"), derived("D", [{"op": "filter", "expr": "(amount > 1)"}]))
+    current = install(txn(), txn("Other"),
+                      event_derivation("D", [{"op": "filter", "expr": "(amount > 1)"}]))
     diff = conflict(current, txn(), txn("Other"),
-                    derived("D", [{"op": "filter", "expr": "(amount > 1)"}], up="Other"))
+                    event_derivation("D", [{"op": "filter", "expr": "(amount > 1)"}], up="Other"))
     assert diff["destructive"] == [{"from": ["Txn"], "kind": "upstreams_change", "table": "D",
                                     "to": ["Other"]}]
     as_table = table({"n": {"op": "count", "params": {}}}, name="D",
@@ -445,7 +437,7 @@ def test_upstreams_and_output_kind_entries() -> None:
     diff = conflict(current, txn(), txn("Other"), as_table)
     assert diff["destructive"] == [{"from": "event", "kind": "output_kind_change", "table": "D",
                                     "to": "table"}]
-    body = call({"nodes": [txn(), txn("Other"), as_table]}, current).body
+    body = register_json({"nodes": [txn(), txn("Other"), as_table]}, current).body
     assert body["changed"] == [{"name": "D", "output_kind": {"from": "event", "to": "table"}}]
 
 
@@ -471,7 +463,7 @@ def test_changed_summary_for_events() -> None:
                           defaults={"c": "x"}, dedupe_key="user", cold_after_ms=1))
     new = txn(fields={"user": "str", "new": "str", "n": "f64", "c": "str"}, optional=["user"],
               defaults={"new": "d", "c": "y"}, cold_after_ms=2)
-    body = call({"nodes": [new], "dry_run": True}, current).body
+    body = register_json({"nodes": [new], "dry_run": True}, current).body
     assert body["changed"] == [{
         "changed_defaults": [{"from": "x", "name": "c", "to": "y"}],
         "changed_fields": [{"from": "i64", "name": "n", "to": "f64"}],
@@ -488,7 +480,7 @@ def test_changed_summary_added_and_removed_fields() -> None:
     current = install(txn(fields={"user": "str", "a": "str", "b": "i64"}))
     new = txn(fields={"user": "str", "c": "str", "d": "f64"}, optional=["c"],
               defaults={"d": 1.5})
-    body = call({"nodes": [new], "dry_run": True}, current).body
+    body = register_json({"nodes": [new], "dry_run": True}, current).body
     assert body["changed"] == [{
         "added_fields": [{"name": "c", "required": False, "type": "str"},
                          {"default": 1.5, "name": "d", "required": True, "type": "f64"}],
@@ -569,7 +561,7 @@ def test_force_rename_a_table_keeping_feature_names(base: Registry) -> None:
 
 
 def test_force_type_change_cascades_downstream() -> None:
-    mid = derived("Big", [{"op": "filter", "expr": "(amount > 10)"}])
+    mid = event_derivation("Big", [{"op": "filter", "expr": "(amount > 10)"}])
     current = install(txn(dedupe_key="user"), mid, table(AGG, up="Big"), txn("Other"),
                       table({"o": {"op": "count", "params": {}}}, name="OT", up="Other"))
     new_txn = txn(fields={"user": "str", "amount": "f64", "merchant": "i64"}, dedupe_key="user")
@@ -606,7 +598,7 @@ def test_force_dropped_event_with_dependents_removed() -> None:
 
 
 def test_force_required_body_summary_keys(base: Registry) -> None:
-    out = call({"nodes": [txn(fields={"user": "str", "amount": "i64", "merchant": "str"}),
+    out = register_json({"nodes": [txn(fields={"user": "str", "amount": "i64", "merchant": "str"}),
                           table(AGG)]}, base)
     assert out.status == 409
     assert out.body["error"]["diff"] == {
@@ -621,6 +613,6 @@ def test_force_required_body_summary_keys(base: Registry) -> None:
 def test_register_does_not_mutate_the_current_registry(base: Registry) -> None:
     nodes_before = copy.deepcopy(base.nodes)
     applied(base, txn(), table({"n": {"op": "count", "params": {}}}), force=True)
-    call({"nodes": [txn()], "dry_run": True}, base)
+    register_json({"nodes": [txn()], "dry_run": True}, base)
     assert base.nodes == nodes_before and base.version == 1
     assert set(base.tables["UserTxn"].features) == {"txn_count", "txn_sum"}

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from beava.engine.registry import RegisterOutcome, Registry, empty_registry, register
+from beava.engine.registry import RegisterOutcome
+from tests.register_payloads import register_json, table_node
 
 
 def txn(**extra: Any) -> dict[str, Any]:
@@ -18,20 +19,7 @@ def txn(**extra: Any) -> dict[str, Any]:
     return node
 
 
-def table(agg: dict[str, Any], *, name: str = "T", keys: list[str] | None = None,
-          ops: list[dict[str, Any]] | None = None, up: str = "Txn") -> dict[str, Any]:
-    keys = ["user"] if keys is None else keys
-    return {"kind": "derivation", "name": name, "output_kind": "table", "upstreams": [up],
-            "ops": [*(ops or []), {"op": "group_by", "keys": keys, "agg": agg}],
-            "table_primary_key": keys}
-
-
 COUNT = {"c": {"op": "count", "params": {}}}
-
-
-def call(payload: Any, current: Registry | None = None, **kw: Any) -> RegisterOutcome:
-    body = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
-    return register(current or empty_registry(), body, **kw)
 
 
 def error(outcome: RegisterOutcome) -> tuple[str, str]:
@@ -41,7 +29,7 @@ def error(outcome: RegisterOutcome) -> tuple[str, str]:
 
 
 def assert_body_error(payload: Any, *needles: str) -> None:
-    out = call(payload)
+    out = register_json(payload)
     assert error(out) == ("invalid_registration", "<body>")
     assert out.body["registry_version"] == 0
     for needle in needles:
@@ -61,8 +49,8 @@ def test_top_level_must_be_an_object(raw: bytes) -> None:
 
 
 def test_error_bodies_carry_the_current_version() -> None:
-    current = call({"nodes": [txn()]}).registry
-    out = call(b"{", current)
+    current = register_json({"nodes": [txn()]}).registry
+    out = register_json(b"{", current)
     assert out.body == {
         "error": {"code": "invalid_registration", "path": "<body>",
                   "reason": out.body["error"]["reason"]},
@@ -114,10 +102,10 @@ def test_descriptors_instead_of_nodes() -> None:
                                                       "exprs": {"x": 5}}]}]},
     {"nodes": [txn(), {"kind": "derivation", "name": "D", "output_kind": "event",
                        "upstreams": ["Txn"], "ops": [{"op": "select", "fields": "user"}]}]},
-    {"nodes": [txn(), table({"c": 5})]},
-    {"nodes": [txn(), table({"c": {"params": {}}})]},
-    {"nodes": [txn(), table({"c": {"op": "count", "params": [1]}})]},
-    {"nodes": [txn(), table(COUNT, keys=None) | {"ops": [{"op": "group_by", "agg": COUNT}]}]},
+    {"nodes": [txn(), table_node({"c": 5})]},
+    {"nodes": [txn(), table_node({"c": {"params": {}}})]},
+    {"nodes": [txn(), table_node({"c": {"op": "count", "params": [1]}})]},
+    {"nodes": [txn(), table_node(COUNT, keys=None) | {"ops": [{"op": "group_by", "agg": COUNT}]}]},
 ])
 def test_strict_decode_failures(payload: dict[str, Any]) -> None:
     assert_body_error(payload)
@@ -133,13 +121,13 @@ def test_field_types_are_exact(typ: str) -> None:
 def test_every_declared_type_is_accepted() -> None:
     fields = {t: t for t in ("str", "i64", "f64", "bool", "bytes", "datetime", "json")}
     node = {"kind": "event", "name": "E", "schema": {"fields": fields}}
-    out = call({"nodes": [node]})
+    out = register_json({"nodes": [node]})
     assert out.status == 200
     assert dict(out.registry.events["E"].fields) == fields
 
 
 def test_unknown_chain_op_lists_the_valid_ops() -> None:
-    node = table(COUNT, ops=[{"op": "explode", "field": "x"}])
+    node = table_node(COUNT, ops=[{"op": "explode", "field": "x"}])
     assert_body_error({"nodes": [txn(), node]}, "explode", "filter", "with_columns", "fillna")
 
 
@@ -147,13 +135,14 @@ def test_decode_errors_of_any_node_win_over_normalisation_errors() -> None:
     # node 0 fails normalisation (bad alias), node 1 fails decoding
     bad_alias = txn(cold_after="soon")
     broken = {"kind": "event", "name": "E", "schema": {"fields": {"a": "nope"}}}
-    assert error(call({"nodes": [bad_alias, broken]})) == ("invalid_registration", "<body>")
+    assert error(register_json({"nodes": [bad_alias, broken]})) == (
+        "invalid_registration", "<body>")
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None, "true", [True], {"x": True}])
 def test_force_and_dry_run_need_the_literal_true(value: Any) -> None:
-    current = call({"nodes": [txn(), table(COUNT)]}).registry
-    out = call({"nodes": [txn()], "force": value, "dry_run": value}, current)
+    current = register_json({"nodes": [txn(), table_node(COUNT)]}).registry
+    out = register_json({"nodes": [txn()], "force": value, "dry_run": value}, current)
     assert out.status == 409  # neither force nor dry_run took effect
     assert out.body["status"] == "conflict"
 
@@ -161,10 +150,10 @@ def test_force_and_dry_run_need_the_literal_true(value: Any) -> None:
 def test_unknown_keys_are_ignored_and_dropped() -> None:
     ev = txn(color="red", owner={"x": 1})
     ev["schema"]["comment"] = "x"
-    tb = table({"c": {"op": "count", "params": {"baseline_window": "1h"}, "extra": 1}},
+    tb = table_node({"c": {"op": "count", "params": {"baseline_window": "1h"}, "extra": 1}},
                ops=[{"op": "filter", "expr": "ok", "note": "n"}])
     tb["whatever"] = [1]
-    out = call({"nodes": [ev, tb], "other": 1})
+    out = register_json({"nodes": [ev, tb], "other": 1})
     assert out.status == 200
     nodes = out.record["nodes"]
     assert set(nodes[0]) == {"kind", "name", "schema", "dedupe_key", "dedupe_window_ms",
@@ -181,7 +170,8 @@ def test_unknown_keys_are_ignored_and_dropped() -> None:
 # normalisation -----------------------------------------------------------------------------
 
 def test_normalised_event_node_fills_defaults() -> None:
-    out = call({"nodes": [{"kind": "event", "name": "E", "schema": {"fields": {"a": "str"}}}]})
+    node = {"kind": "event", "name": "E", "schema": {"fields": {"a": "str"}}}
+    out = register_json({"nodes": [node]})
     assert out.record["nodes"] == [{
         "kind": "event", "name": "E",
         "schema": {"fields": {"a": "str"}, "optional_fields": [], "defaults": {}},
@@ -199,7 +189,7 @@ def test_normalised_params_and_ema() -> None:
         "k": {"op": "top_k", "params": {"field": "user", "k": "3"}},
         "n": {"op": "count", "params": None},
     }
-    out = call({"nodes": [txn(), table(agg)]})
+    out = register_json({"nodes": [txn(), table_node(agg)]})
     assert out.status == 200, out.body
     assert out.record["nodes"][1]["ops"][0]["agg"] == {
         "e": {"op": "ewma", "params": {"field": "amount", "half_life": "1m"}},
@@ -211,14 +201,14 @@ def test_normalised_params_and_ema() -> None:
 
 
 def test_payloads_that_normalise_identically_are_identical() -> None:
-    first = call({"nodes": [txn(), table({"e": {"op": "ema",
+    first = register_json({"nodes": [txn(), table_node({"e": {"op": "ema",
                                                 "params": {"field": "amount",
                                                            "half_life": "1m"}}})]})
     again = {"nodes": [txn(cold_after_ms=None, junk=1),
-                       table({"e": {"op": "ewma", "params": {"half_life": "1m", "x": 2,
+                       table_node({"e": {"op": "ewma", "params": {"half_life": "1m", "x": 2,
                                                              "field": "amount",
                                                              "window": 60}}})]}
-    out = call(again, first.registry)
+    out = register_json(again, first.registry)
     assert out.status == 200 and out.registry is None
     assert out.body["already_present"] == ["T", "Txn"]
 
@@ -232,7 +222,7 @@ def test_payloads_that_normalise_identically_are_identical() -> None:
 ])
 def test_duration_aliases(alias: str, ms_key: str, text: str, ms: int | None) -> None:
     node = txn(dedupe_key="user", **{alias: text})
-    out = call({"nodes": [node]})
+    out = register_json({"nodes": [node]})
     assert out.status == 200, out.body
     normalised = out.record["nodes"][0]
     assert normalised[ms_key] == ms and alias not in normalised
@@ -243,18 +233,19 @@ def test_duration_aliases(alias: str, ms_key: str, text: str, ms: int | None) ->
     ("keep_events_for", "1.5d"), ("cold_after", ""), ("keep_events_for", "0ms"),
 ])
 def test_invalid_duration_alias(alias: str, text: str) -> None:
-    assert error(call({"nodes": [txn(), txn(name="E2", **{alias: text})]})) == (
+    assert error(register_json({"nodes": [txn(), txn(name="E2", **{alias: text})]})) == (
         "invalid_registration", f"nodes[1].{alias}",
     )
 
 
 def test_duration_alias_must_agree_with_ms_key() -> None:
-    ok = call({"nodes": [txn(cold_after="1h", cold_after_ms=3_600_000)]})
+    ok = register_json({"nodes": [txn(cold_after="1h", cold_after_ms=3_600_000)]})
     assert ok.status == 200 and ok.record["nodes"][0]["cold_after_ms"] == 3_600_000
-    assert error(call({"nodes": [txn(cold_after="1h", cold_after_ms=60_000)]})) == (
+    assert error(register_json({"nodes": [txn(cold_after="1h", cold_after_ms=60_000)]})) == (
         "invalid_registration", "nodes[0].cold_after",
     )
-    assert error(call({"nodes": [txn(keep_events_for="forever", keep_events_for_ms=5)]})) == (
+    both = txn(keep_events_for="forever", keep_events_for_ms=5)
+    assert error(register_json({"nodes": [both]})) == (
         "invalid_registration", "nodes[0].keep_events_for",
     )
 
@@ -262,7 +253,7 @@ def test_duration_alias_must_agree_with_ms_key() -> None:
 def test_optional_fields_may_name_untyped_fields() -> None:
     node = txn()
     node["schema"]["optional_fields"] = ["note", "ok"]
-    out = call({"nodes": [node]})
+    out = register_json({"nodes": [node]})
     spec = out.registry.events["Txn"]
     assert spec.optional == frozenset({"note", "ok"})
     assert spec.required == frozenset({"user", "amount", "qty"})
@@ -282,17 +273,17 @@ def shape_b(agg: Any, **extra: Any) -> dict[str, Any]:
 def test_shape_b_normalises_to_shape_a() -> None:
     ops = [{"op": "filter", "expr": "(amount > 0)"}]
     agg = {"c": {"op": "count", "params": {"window": "1h"}}}
-    a = call({"nodes": [txn(), table(agg, ops=ops)]})
-    b = call({"nodes": [txn(), shape_b(agg, ops=ops, output_kind="table")]})
+    a = register_json({"nodes": [txn(), table_node(agg, ops=ops)]})
+    b = register_json({"nodes": [txn(), shape_b(agg, ops=ops, output_kind="table")]})
     assert a.status == b.status == 200
     assert a.record["nodes"] == b.record["nodes"]
-    again = call({"nodes": [txn(), shape_b(agg, ops=ops)]}, a.registry)
+    again = register_json({"nodes": [txn(), shape_b(agg, ops=ops)]}, a.registry)
     assert again.status == 200 and again.registry is None  # identical: no-op
 
 
 def test_shape_b_defaults() -> None:
     node = {"kind": "derivation", "name": "G", "upstreams": ["Txn"], "agg": COUNT}
-    out = call({"nodes": [txn(), node]})
+    out = register_json({"nodes": [txn(), node]})
     assert out.status == 200, out.body
     normalised = out.record["nodes"][1]
     assert normalised["output_kind"] == "table"
@@ -303,7 +294,7 @@ def test_shape_b_defaults() -> None:
 
 
 def test_shape_b_keeps_an_explicit_table_primary_key() -> None:
-    out = call({"nodes": [txn(), shape_b(COUNT, table_primary_key=["x"])]})
+    out = register_json({"nodes": [txn(), shape_b(COUNT, table_primary_key=["x"])]})
     assert out.record["nodes"][1]["table_primary_key"] == ["x"]
 
 
@@ -316,7 +307,7 @@ def test_shape_b_keeps_an_explicit_table_primary_key() -> None:
     (shape_b(COUNT, output_kind="event"), "nodes[1].output_kind"),
 ])
 def test_shape_b_normalisation_errors(node: dict[str, Any], path: str) -> None:
-    assert error(call({"nodes": [txn(), node]})) == ("invalid_registration", path)
+    assert error(register_json({"nodes": [txn(), node]})) == ("invalid_registration", path)
 
 
 def test_shape_b_decode_errors_inside_agg_are_body_errors() -> None:
@@ -325,9 +316,9 @@ def test_shape_b_decode_errors_inside_agg_are_body_errors() -> None:
 
 
 def test_group_by_with_output_kind_event_is_a_table() -> None:
-    node = table(COUNT)
+    node = table_node(COUNT)
     node["output_kind"] = "event"
-    out = call({"nodes": [txn(), node]})
+    out = register_json({"nodes": [txn(), node]})
     assert out.status == 200
     assert out.record["nodes"][1]["output_kind"] == "table"
     assert "T" in out.registry.tables
@@ -339,7 +330,7 @@ def test_nesting_depth_is_capped() -> None:
         return b'{"nodes":' + b"[" * depth + b"]" * depth + b"}"
 
     # 64 levels decode (and fail later as a non-object node); deeper is rejected up front
-    assert "Expected `object`" in call(nested(63)).body["error"]["reason"]
+    assert "Expected `object`" in register_json(nested(63)).body["error"]["reason"]
     assert_body_error(nested(64), "nesting")
     assert_body_error(nested(5000), "nesting")
     deep_default = txn()

@@ -107,14 +107,28 @@ def test_async_max_in_flight() -> None:
 
 
 def test_test_mode_with_url_warns() -> None:
-    with pytest.warns(UserWarning, match="test_mode"):
+    with pytest.warns(UserWarning, match="test_mode") as sync_caught:
         bv.App("http://127.0.0.1:1", test_mode=True)
-    with pytest.warns(UserWarning):
+    with pytest.warns(UserWarning) as async_caught:
         bv.AsyncApp("tcp://127.0.0.1:1", test_mode=True)
+    # the warning points at the line that built the App
+    assert [w.filename for w in (*sync_caught, *async_caught)] == [__file__, __file__]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         bv.App(test_mode=True)
         bv.App("http://127.0.0.1:1")
+
+
+async def test_repr_names_the_class_the_endpoint_and_closed() -> None:
+    app = bv.App("tcp://127.0.0.1:1")
+    assert repr(app) == "<bv.App tcp://127.0.0.1:1>"
+    app.close()
+    assert repr(app) == "<bv.App tcp://127.0.0.1:1 closed>"
+    assert repr(bv.App()) == "<bv.App embed>"
+    async_app = bv.AsyncApp("http://127.0.0.1:1")
+    assert repr(async_app) == "<bv.AsyncApp http://127.0.0.1:1>"
+    await async_app.close()
+    assert repr(async_app) == "<bv.AsyncApp http://127.0.0.1:1 closed>"
 
 
 def test_embed_mode_requires_with() -> None:

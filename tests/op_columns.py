@@ -1,0 +1,28 @@
+"""State columns for the op-family tests, built and fed the way the engine does it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from beava.engine.columns import make_column
+from beava.engine.operator_catalogue import lookup, normalise_params, resolve_params
+from beava.engine.registry import FeatureSpec
+
+
+def engine_column(op: str, slots: int = 4, **wire: Any) -> Any:
+    """A lifetime column of ``op`` as a register payload makes it: the wire params resolved
+    by the operator catalogue, the column made by the engine's ``make_column``."""
+    spec = lookup(op)
+    params = resolve_params(spec, normalise_params(wire))
+    col = make_column(FeatureSpec(f"f_{op}", spec.name, params, None), None)
+    col.py_ensure(slots)
+    return col
+
+
+def feed_events(col: Any, events: Iterable[tuple[Any, ...]], slot: int = 0) -> None:
+    """Update ``slot`` with rows ``{"x": x}``; events are ``(now, x)`` or
+    ``(now, x, matched)``, and an Ellipsis ``x`` leaves the field absent."""
+    for now, x, *matched in events:
+        row = {} if x is ... else {"x": x}
+        col.py_update(slot, row, matched[0] if matched else True, now)
