@@ -11,8 +11,7 @@ holds, and the value buffers are value rings grown geometrically up to their bou
 
 import math
 
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.long cimport PyLong_AsDouble, PyLong_AsLongLongAndOverflow
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -21,21 +20,21 @@ from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
+from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.ops_point cimport RingColumn
+from beava._fast.op_params cimport lifetime_only
+from beava._fast.ops_point cimport LatestRingColumn, RingColumn
 from beava._fast.slot_buffers cimport (
     ValueRing,
-    buffer_bytes,
     check_dump_slots,
-    grow_zeroed,
-    grown_capacity,
+    release_blocks,
     ring_append,
     ring_get,
-    ring_oldest_to_newest,
-    ring_push_latest,
     ring_replace,
+    row_number,
     row_value,
 )
+from beava._fast.window cimport floor_div
 
 from beava.engine.expression_runtime import fmt_f64_display
 
@@ -50,20 +49,6 @@ I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
 
-cdef int lifetime_only(str op, object window_ms) except -1:
-    if window_ms is not None:
-        raise ValueError(f"{op} is lifetime-only, got window_ms={window_ms!r}")
-    return 0
-
-
-cdef inline int64_t floor_div(int64_t a, int64_t b) noexcept nogil:
-    # Floor division for b > 0 (cdivision truncates toward zero).
-    cdef int64_t q = a // b
-    if a % b != 0 and a < 0:
-        q -= 1
-    return q
-
-
 cdef inline int32_t utc_hour(int64_t now) noexcept nogil:
     cdef int64_t h = floor_div(now, MS_PER_HOUR) % 24
     return <int32_t>(h + 24 if h < 0 else h)
@@ -73,18 +58,6 @@ cdef inline int32_t utc_weekday(int64_t now) noexcept nogil:
     # Monday = 0; 1970-01-01 was a Thursday.
     cdef int64_t d = (floor_div(now, MS_PER_DAY) + 3) % 7
     return <int32_t>(d + 7 if d < 0 else d)
-
-
-cdef inline int numeric(PyObject* v, double* out) except -1:
-    # 1 and the value as a double for an I64 or F64 (never a bool), else 0.
-    cdef type t = type(<object>v)
-    if t is float:
-        out[0] = PyFloat_AS_DOUBLE(<object>v)
-        return 1
-    if t is int:
-        out[0] = PyLong_AsDouble(<object>v)
-        return 1
-    return 0
 
 
 # ---- count blocks (histograms) --------------------------------------------------------
@@ -225,35 +198,13 @@ cdef list count_block_cells(CountBlock* b, int32_t ncells):
     return out
 
 
-cdef class CountColumn(Column):
+cdef class CountColumn(BlockColumn):
     """Per-slot counts over ``ncells`` cells in a lazily allocated count block."""
 
-    cdef CountBlock** blocks
     cdef int32_t ncells
 
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.capacity):
-            PyMem_Free(self.blocks[i])
-        PyMem_Free(self.blocks)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Py_ssize_t new
-        if capacity <= self.capacity:
-            return 0
-        new = grown_capacity(self.capacity, capacity)
-        self.blocks = <CountBlock**>grow_zeroed(self.blocks, self.capacity, new,
-                                                 sizeof(CountBlock*))
-        self.capacity = new
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        PyMem_Free(self.blocks[slot])
-        self.blocks[slot] = NULL
-        return 0
-
     cdef int count(self, Py_ssize_t slot, int32_t cell) except -1:
-        cdef CountBlock* b = self.blocks[slot]
+        cdef CountBlock* b = <CountBlock*>self.blocks[slot]
         if b == NULL:
             b = count_block_new(self.ncells)
             self.blocks[slot] = b
@@ -261,44 +212,31 @@ cdef class CountColumn(Column):
         return 0
 
     cdef list cells(self, Py_ssize_t slot):
-        return count_block_cells(self.blocks[slot], self.ncells)
+        return count_block_cells(<CountBlock*>self.blocks[slot], self.ncells)
 
-    cpdef object dump(self, Py_ssize_t nslots):
-        # [(slot, raw block bytes)] for the slots holding a block.
-        cdef Py_ssize_t i
-        cdef CountBlock* b
-        cdef list out = []
-        check_dump_slots(nslots, self.capacity)
-        for i in range(nslots):
-            b = self.blocks[i]
-            if b != NULL:
-                out.append((i, buffer_bytes(b, count_block_size(b.mode, b.cap, b.ncells))))
-        return out
+    cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
+        cdef const CountBlock* b = <const CountBlock*>block
+        return count_block_size(b.mode, b.cap, b.ncells)
 
-    cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t slot, i
-        cdef bytes raw
+    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
         cdef CountBlock header
-        cdef CountBlock* b
-        self.ensure(nslots)
-        for slot in range(nslots):
-            self.clear(slot)
-        for slot, raw in state:
-            if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(CountBlock):
-                raise ValueError(f"bad histogram snapshot entry for slot {slot}")
-            memcpy(&header, <const char*>raw, sizeof(CountBlock))
-            if (header.ncells != self.ncells or header.mode < SPARSE or header.mode > DENSE64
-                    or header.used < 0 or header.used > header.cap
-                    or <size_t>len(raw) != count_block_size(header.mode, header.cap,
-                                                             header.ncells)):
-                raise ValueError(f"bad histogram block header for slot {slot}")
-            b = count_block_alloc(header.mode, header.cap, header.ncells)
-            self.blocks[slot] = b
-            memcpy(b, <const char*>raw, len(raw))
-            if b.mode == SPARSE:
-                for i in range(b.used):
-                    if not 0 <= sparse_cells(b)[i].cell < self.ncells:
-                        raise ValueError(f"bad histogram cell in slot {slot}")
+        cdef SparseCell e
+        cdef int32_t i
+        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(CountBlock):
+            raise ValueError(f"bad histogram snapshot entry for slot {slot}")
+        memcpy(&header, <const char*>raw, sizeof(CountBlock))
+        if (header.ncells != self.ncells or header.mode < SPARSE or header.mode > DENSE64
+                or header.used < 0 or header.used > header.cap
+                or <size_t>len(raw) != count_block_size(header.mode, header.cap,
+                                                         header.ncells)):
+            raise ValueError(f"bad histogram block header for slot {slot}")
+        if header.mode == SPARSE:
+            for i in range(header.used):
+                memcpy(&e, <const char*>raw + sizeof(CountBlock) + i * sizeof(SparseCell),
+                       sizeof(SparseCell))
+                if not 0 <= e.cell < self.ncells:
+                    raise ValueError(f"bad histogram cell in slot {slot}")
+        return 0
 
 
 def edge_text(edge: int | float) -> str:
@@ -375,12 +313,8 @@ cdef class HistogramColumn(CountColumn):
         return self.nedges
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
         cdef double x
-        if not matched:
-            return 0
-        v = row_value(row, self.field)
-        if v != NULL and numeric(v, &x):
+        if matched and row_number(row, self.field, &x):
             self.count(slot, self.cell_of(x))
         return 0
 
@@ -456,49 +390,22 @@ cdef inline size_t season_size(int32_t cap) noexcept nogil:
     return sizeof(SeasonBlock) + <size_t>cap * sizeof(HourStats)
 
 
-cdef class SeasonalDeviationColumn(Column):
+cdef class SeasonalDeviationColumn(BlockColumn):
     """seasonal_deviation (§16.4): z of the latest value within its own UTC-hour bucket."""
-
-    cdef SeasonBlock** blocks
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only("seasonal_deviation", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
 
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.capacity):
-            PyMem_Free(self.blocks[i])
-        PyMem_Free(self.blocks)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Py_ssize_t new
-        if capacity <= self.capacity:
-            return 0
-        new = grown_capacity(self.capacity, capacity)
-        self.blocks = <SeasonBlock**>grow_zeroed(self.blocks, self.capacity, new,
-                                                  sizeof(SeasonBlock*))
-        self.capacity = new
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        PyMem_Free(self.blocks[slot])
-        self.blocks[slot] = NULL
-        return 0
-
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
         cdef double x
         cdef int32_t h, i, cap
         cdef SeasonBlock* b
         cdef HourStats* e
-        if not matched:
-            return 0
-        v = row_value(row, self.field)
-        if v == NULL or not numeric(v, &x):
+        if not matched or not row_number(row, self.field, &x):
             return 0
         h = utc_hour(now)
-        b = self.blocks[slot]
+        b = <SeasonBlock*>self.blocks[slot]
         if b == NULL:
             b = <SeasonBlock*>PyMem_Malloc(season_size(1))
             if b == NULL:
@@ -533,7 +440,7 @@ cdef class SeasonalDeviationColumn(Column):
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef SeasonBlock* b = self.blocks[slot]
+        cdef SeasonBlock* b = <SeasonBlock*>self.blocks[slot]
         cdef HourStats* e
         cdef double n, mean, var
         cdef int32_t i
@@ -553,33 +460,18 @@ cdef class SeasonalDeviationColumn(Column):
             return (b.last_x - mean) / sqrt(var)
         return None
 
-    cpdef object dump(self, Py_ssize_t nslots):
-        cdef Py_ssize_t i
-        cdef list out = []
-        check_dump_slots(nslots, self.capacity)
-        for i in range(nslots):
-            if self.blocks[i] != NULL:
-                out.append((i, buffer_bytes(self.blocks[i], season_size(self.blocks[i].cap))))
-        return out
+    cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
+        return season_size((<const SeasonBlock*>block).cap)
 
-    cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t slot
-        cdef bytes raw
+    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
         cdef SeasonBlock header
-        self.ensure(nslots)
-        for slot in range(nslots):
-            self.clear(slot)
-        for slot, raw in state:
-            if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(SeasonBlock):
-                raise ValueError(f"bad seasonal_deviation snapshot entry for slot {slot}")
-            memcpy(&header, <const char*>raw, sizeof(SeasonBlock))
-            if (header.cap < 1 or header.cap > 24 or header.used < 0
-                    or header.used > header.cap or <size_t>len(raw) != season_size(header.cap)):
-                raise ValueError(f"bad seasonal_deviation block header for slot {slot}")
-            self.blocks[slot] = <SeasonBlock*>PyMem_Malloc(len(raw))
-            if self.blocks[slot] == NULL:
-                raise MemoryError()
-            memcpy(self.blocks[slot], <const char*>raw, len(raw))
+        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(SeasonBlock):
+            raise ValueError(f"bad seasonal_deviation snapshot entry for slot {slot}")
+        memcpy(&header, <const char*>raw, sizeof(SeasonBlock))
+        if (header.cap < 1 or header.cap > 24 or header.used < 0
+                or header.used > header.cap or <size_t>len(raw) != season_size(header.cap)):
+            raise ValueError(f"bad seasonal_deviation block header for slot {slot}")
+        return 0
 
 
 # ---- event_type_mix -------------------------------------------------------------------
@@ -616,13 +508,26 @@ cdef inline bint same_text(PyObject* key, const void* data, int kind,
 cdef Py_ssize_t MAX_SHARED_NAMES = 4096
 
 
-cdef class EventTypeMixColumn(Column):
+cdef void mix_free(void* block) noexcept:
+    # The BlockRelease of event_type_mix: drops the category references, then the block.
+    cdef MixBlock* b = <MixBlock*>block
+    cdef int32_t i
+    if b == NULL:
+        return
+    for i in range(b.used):
+        Py_XDECREF(mix_entries(b)[i].key)
+    PyMem_Free(b)
+
+
+cdef class EventTypeMixColumn(BlockColumn):
     """event_type_mix (§16.5): proportion of each held category among categorisable events."""
 
-    cdef MixBlock** blocks
     cdef object allow           # tuple of allowed categories, or None
     cdef int64_t max_categories
     cdef dict shared_names
+
+    def __cinit__(self, *args, **kwargs):
+        self.release = mix_free
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only("event_type_mix", window_ms)
@@ -639,36 +544,6 @@ cdef class EventTypeMixColumn(Column):
                              f"got {max_categories!r}")
         self.max_categories = min(max_categories, INT32_MAX)
         self.shared_names = {}
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.capacity):
-            self.free_block(i)
-        PyMem_Free(self.blocks)
-
-    cdef void free_block(self, Py_ssize_t slot) noexcept:
-        cdef MixBlock* b = self.blocks[slot]
-        cdef int32_t i
-        if b == NULL:
-            return
-        for i in range(b.used):
-            Py_XDECREF(mix_entries(b)[i].key)
-        PyMem_Free(b)
-        self.blocks[slot] = NULL
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Py_ssize_t new
-        if capacity <= self.capacity:
-            return 0
-        new = grown_capacity(self.capacity, capacity)
-        self.blocks = <MixBlock**>grow_zeroed(self.blocks, self.capacity, new,
-                                               sizeof(MixBlock*))
-        self.capacity = new
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        self.free_block(slot)
-        return 0
 
     cdef object shared(self, object key):
         # One str object per distinct category of this column (bounded).
@@ -732,7 +607,7 @@ cdef class EventTypeMixColumn(Column):
             data = uni_data(<PyObject*>text)
             kind = uni_kind(<PyObject*>text)
             length = uni_length(<PyObject*>text)
-        b = self.blocks[slot]
+        b = <MixBlock*>self.blocks[slot]
         if b == NULL:
             b = <MixBlock*>PyMem_Malloc(mix_size(0))
             if b == NULL:
@@ -760,9 +635,8 @@ cdef class EventTypeMixColumn(Column):
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef MixBlock* b = self.blocks[slot]
+        cdef MixBlock* b = <MixBlock*>self.blocks[slot]
         cdef int32_t i
-        cdef CatCount* e
         if b == NULL or b.total == 0:
             return {}
         held = sorted((<object>mix_entries(b)[i].key, mix_entries(b)[i].count)
@@ -778,7 +652,7 @@ cdef class EventTypeMixColumn(Column):
         cdef list out = []
         check_dump_slots(nslots, self.capacity)
         for i in range(nslots):
-            b = self.blocks[i]
+            b = <MixBlock*>self.blocks[i]
             if b != NULL:
                 out.append((i, b.total, [(<object>mix_entries(b)[k].key, mix_entries(b)[k].count)
                                          for k in range(b.used)]))
@@ -789,8 +663,7 @@ cdef class EventTypeMixColumn(Column):
         cdef MixBlock* b
         cdef int32_t cap
         self.ensure(nslots)
-        for slot in range(nslots):
-            self.free_block(slot)
+        release_blocks(self.blocks, nslots, self.release)
         for slot, total, entries in state:
             if slot < 0 or slot >= nslots:
                 raise ValueError(f"event_type_mix snapshot slot {slot} outside [0, {nslots})")
@@ -822,7 +695,7 @@ cdef int32_t ring_bound(str op, object n) except -1:
     return min(n, INT32_MAX)
 
 
-cdef class MostRecentNColumn(RingColumn):
+cdef class MostRecentNColumn(LatestRingColumn):
     """most_recent_n (§16.6): the last n non-null matched values, oldest -> newest."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -830,18 +703,6 @@ cdef class MostRecentNColumn(RingColumn):
         Column.__init__(self, name, field, where, params, window_ms)
         n = params.get("n")
         self.limit = ring_bound("most_recent_n", 10 if n is None else n)
-
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        if not matched or self.limit == 0:
-            return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            self.rings[slot] = ring_push_latest(self.rings[slot], <object>v, self.limit)
-        return 0
-
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return ring_oldest_to_newest(self.rings[slot], self.limit)
 
 
 cdef inline uint64_t reservoir_draw(uint64_t seen) noexcept nogil:
@@ -874,11 +735,11 @@ cdef class ReservoirSampleColumn(RingColumn):
         v = row_value(row, self.field)
         if v == NULL:
             return 0
-        r = self.rings[slot]
+        r = <ValueRing*>self.blocks[slot]
         seen = (0 if r == NULL else r.seen) + 1
         if r == NULL or r.held < self.limit:
             r = ring_append(r, <object>v, self.limit)
-            self.rings[slot] = r
+            self.blocks[slot] = r
         else:
             j = reservoir_draw(<uint64_t>seen)
             if j < <uint64_t>self.limit:
@@ -887,7 +748,7 @@ cdef class ReservoirSampleColumn(RingColumn):
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef ValueRing* r = self.rings[slot]
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
         cdef int32_t i
         if r == NULL:
             return []

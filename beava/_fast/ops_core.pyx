@@ -18,6 +18,7 @@ entity that saw two events holds one or two buckets for all of them together.
 """
 
 cimport cython
+from cpython.mem cimport PyMem_Free
 from cpython.ref cimport PyObject
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
@@ -25,6 +26,8 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove, memset
 
 from beava._fast.column cimport Column
+from beava._fast.moments cimport Moments, moments_add
+from beava._fast.slot_buffers cimport grow_zeroed, row_number
 from beava._fast.window cimport MAX_BUCKETS, bucket_active, bucket_epoch, bucket_width
 
 
@@ -35,7 +38,6 @@ cdef extern from "Python.h":
     PyTypeObject PyLong_Type
     PyTypeObject* Py_TYPE(PyObject* o)
     double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
-    double long_as_double "PyLong_AsDouble"(PyObject* o) except? -1.0
     long long long_as_i64 "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow) except? -1
     PyObject* dict_get "PyDict_GetItem"(object d, object key)
 
@@ -49,10 +51,7 @@ ctypedef struct SumCell:
     double total
     int64_t n
 
-ctypedef struct WelfordCell:
-    int64_t n
-    double mean
-    double m2
+ctypedef Moments WelfordCell   # n, mean, m2
 
 ctypedef struct RatioCell:
     int64_t matched
@@ -95,20 +94,6 @@ cdef Py_ssize_t cell_size(int kind) noexcept:
     if kind == K_VAR or kind == K_STD:
         return sizeof(WelfordCell)
     return sizeof(RatioCell)
-
-
-cdef inline bint numeric_value(PyObject* v, double* out) except -1:
-    """True and the value as a double when ``v`` is I64 or F64 (Bool is not numeric)."""
-    if v == NULL:
-        return False
-    cdef PyTypeObject* t = Py_TYPE(v)
-    if t == &PyFloat_Type:
-        out[0] = float_value(v)
-        return True
-    if t == &PyLong_Type:
-        out[0] = long_as_double(v)
-        return True
-    return False
 
 
 @cython.final
@@ -226,13 +211,6 @@ cdef int extreme_feed(ExtremeCell* c, PyObject* v, bint is_max, ObjectTable objs
     return 0
 
 
-cdef inline void welford_add(WelfordCell* c, double x) noexcept:
-    c.n += 1
-    cdef double delta = x - c.mean
-    c.mean += delta / c.n
-    c.m2 += delta * (x - c.mean)
-
-
 cdef inline void chan_merge(WelfordCell* acc, WelfordCell* b) noexcept:
     """Fold bucket ``b`` (n > 0) into ``acc`` (operators.md §5)."""
     if acc.n == 0:
@@ -345,7 +323,7 @@ cdef class BucketArena(Column):
             self.extreme_offs[k] = offs[k]
 
     def __dealloc__(self):
-        free(self.blocks)
+        PyMem_Free(self.blocks)
         free(self.pool)
         free(self.scratch)
         free(self.extreme_offs)
@@ -496,11 +474,8 @@ cdef class BucketArena(Column):
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         if capacity <= self.capacity:
             return 0
-        cdef SlotBlock* grown = <SlotBlock*>realloc(self.blocks, capacity * sizeof(SlotBlock))
-        if grown == NULL:
-            raise MemoryError()
-        memset(grown + self.capacity, 0, (capacity - self.capacity) * sizeof(SlotBlock))
-        self.blocks = grown
+        self.blocks = <SlotBlock*>grow_zeroed(self.blocks, self.capacity, capacity,
+                                              sizeof(SlotBlock))
         self.capacity = capacity
         self.c_slot = -1
         return 0
@@ -682,7 +657,7 @@ cdef class CoreColumn(Column):
             BucketArena(window_ms, (self,))
 
     def __dealloc__(self):
-        free(self.data)
+        PyMem_Free(self.data)
 
     cdef int op_kind(self) except -1:
         raise NotImplementedError(type(self).__name__)
@@ -701,11 +676,7 @@ cdef class CoreColumn(Column):
             return self.arena.ensure(capacity)
         if capacity <= self.capacity:
             return 0
-        cdef char* grown = <char*>realloc(self.data, capacity * self.csize)
-        if grown == NULL:
-            raise MemoryError()
-        memset(grown + self.capacity * self.csize, 0, (capacity - self.capacity) * self.csize)
-        self.data = grown
+        self.data = <char*>grow_zeroed(self.data, self.capacity, capacity, self.csize)
         self.capacity = capacity
         return 0
 
@@ -739,6 +710,20 @@ cdef class CoreColumn(Column):
 
     cdef object merged_empty(self):
         return None
+
+    cdef int active_cells(self, Py_ssize_t slot, int64_t T, char** cells) noexcept:
+        """This column's cells in the buckets of ``slot`` active at ``T``, ascending epoch,
+        into ``cells`` (room for MAX_BUCKETS); their number."""
+        cdef char* base
+        cdef int n = self.arena.records(slot, &base)
+        cdef int k, m = 0
+        cdef char* rec
+        for k in range(n):
+            rec = base + k * self.arena.rsize
+            if bucket_active(rec_epoch(rec), T, self.window):
+                cells[m] = rec + self.off
+                m += 1
+        return m
 
     cdef inline ObjectTable objects(self):
         return self.objs if self.arena is None else self.arena.objs
@@ -797,15 +782,11 @@ cdef class CountColumn(CoreColumn):
         return 0
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
+        cdef char* cells[MAX_BUCKETS]
+        cdef int n = self.active_cells(slot, T, cells), k
         cdef int64_t total = 0
-        cdef char* rec
         for k in range(n):
-            rec = base + k * self.arena.rsize
-            if bucket_active(rec_epoch(rec), T, self.window):
-                total += (<CountCell*>(rec + self.off)).n
+            total += (<CountCell*>cells[k]).n
         return total
 
 
@@ -817,30 +798,30 @@ cdef class SumColumn(CoreColumn):
 
     cdef int feed(self, char* cell, dict row, bint matched) except -1:
         cdef double x
-        if matched and numeric_value(dict_get(row, self.field), &x):
+        if matched and row_number(row, self.field, &x):
             (<SumCell*>cell).total += x
             (<SumCell*>cell).n += 1
         return 0
 
+    cdef object finish(self, double total, int64_t n):
+        return total if n else None
+
     cdef object value(self, char* cell):
         cdef SumCell* c = <SumCell*>cell
-        return c.total if c.n else None
+        return self.finish(c.total, c.n)
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
-        cdef bint seen = False
+        cdef char* cells[MAX_BUCKETS]
+        cdef int n = self.active_cells(slot, T, cells), k
+        cdef int64_t count = 0
         cdef double total = 0.0
-        cdef char* rec
         cdef SumCell* c
         for k in range(n):
-            rec = base + k * self.arena.rsize
-            c = <SumCell*>(rec + self.off)
-            if c.n and bucket_active(rec_epoch(rec), T, self.window):
+            c = <SumCell*>cells[k]
+            if c.n:
                 total += c.total
-                seen = True
-        return total if seen else None
+                count += c.n
+        return self.finish(total, count)
 
 
 cdef class MeanColumn(SumColumn):
@@ -849,25 +830,8 @@ cdef class MeanColumn(SumColumn):
     cdef int op_kind(self) except -1:
         return K_MEAN
 
-    cdef object value(self, char* cell):
-        cdef SumCell* c = <SumCell*>cell
-        return c.total / c.n if c.n else None
-
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
-        cdef int64_t count = 0
-        cdef double total = 0.0
-        cdef char* rec
-        cdef SumCell* c
-        for k in range(n):
-            rec = base + k * self.arena.rsize
-            c = <SumCell*>(rec + self.off)
-            if c.n and bucket_active(rec_epoch(rec), T, self.window):
-                total += c.total
-                count += c.n
-        return total / count if count else None
+    cdef object finish(self, double total, int64_t n):
+        return total / n if n else None
 
 
 cdef class ExtremeColumn(CoreColumn):
@@ -883,18 +847,15 @@ cdef class ExtremeColumn(CoreColumn):
         return extreme_value(<ExtremeCell*>cell, self.objs)
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
-        cdef char* rec
+        cdef char* cells[MAX_BUCKETS]
+        cdef int n = self.active_cells(slot, T, cells), k
         cdef ExtremeCell* c
         cdef ExtremeCell* best = NULL
         cdef ObjectTable objs = self.arena.objs
         cdef bint is_max = self.kind == K_MAX
         for k in range(n):
-            rec = base + k * self.arena.rsize
-            c = <ExtremeCell*>(rec + self.off)
-            if c.tag == TAG_EMPTY or not bucket_active(rec_epoch(rec), T, self.window):
+            c = <ExtremeCell*>cells[k]
+            if c.tag == TAG_EMPTY:
                 continue
             # strictly better replaces: ties keep the earlier bucket
             if best == NULL or (extreme_less(best, objs, c, objs) if is_max
@@ -925,8 +886,8 @@ cdef class VarColumn(CoreColumn):
 
     cdef int feed(self, char* cell, dict row, bint matched) except -1:
         cdef double x
-        if matched and numeric_value(dict_get(row, self.field), &x):
-            welford_add(<WelfordCell*>cell, x)
+        if matched and row_number(row, self.field, &x):
+            moments_add(<WelfordCell*>cell, x)
         return 0
 
     cdef object finish(self, WelfordCell* c):
@@ -938,19 +899,16 @@ cdef class VarColumn(CoreColumn):
         return self.finish(<WelfordCell*>cell)
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
-        cdef char* rec
+        cdef char* cells[MAX_BUCKETS]
+        cdef int n = self.active_cells(slot, T, cells), k
         cdef WelfordCell* c
         cdef WelfordCell acc
         acc.n = 0
         acc.mean = 0.0
         acc.m2 = 0.0
         for k in range(n):
-            rec = base + k * self.arena.rsize
-            c = <WelfordCell*>(rec + self.off)
-            if c.n and bucket_active(rec_epoch(rec), T, self.window):
+            c = <WelfordCell*>cells[k]
+            if c.n:
                 chan_merge(&acc, c)
         return self.finish(&acc)
 
@@ -984,18 +942,14 @@ cdef class RatioColumn(CoreColumn):
         return c.matched / <double>c.total if c.total else None
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
-        cdef char* base
-        cdef int n = self.arena.records(slot, &base)
-        cdef int k
-        cdef char* rec
+        cdef char* cells[MAX_BUCKETS]
+        cdef int n = self.active_cells(slot, T, cells), k
         cdef RatioCell* c
         cdef int64_t matched = 0, total = 0
         for k in range(n):
-            rec = base + k * self.arena.rsize
-            if bucket_active(rec_epoch(rec), T, self.window):
-                c = <RatioCell*>(rec + self.off)
-                matched += c.matched
-                total += c.total
+            c = <RatioCell*>cells[k]
+            matched += c.matched
+            total += c.total
         return matched / <double>total if total else None
 
 

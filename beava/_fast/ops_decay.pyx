@@ -10,8 +10,8 @@ one small C struct in a column-wide growable array (16 or 32 bytes), never a Pyt
 from libc.math cimport exp, fmax, sqrt
 from libc.stdint cimport int64_t
 
-from beava._fast.column cimport Column
-from beava._fast.struct_column cimport NO_TIME, StructColumn, row_number
+from beava._fast.slot_buffers cimport row_number
+from beava._fast.struct_column cimport NO_TIME, StructColumn
 
 cdef double LN2 = 0.6931471805599453  # ln 2, correctly rounded (Rust's f64::consts::LN_2)
 
@@ -47,8 +47,7 @@ cdef class _DecayColumn(StructColumn):
     cdef double lam
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
-        # The window is accepted and ignored: these ops always run lifetime.
-        Column.__init__(self, name, field, where, params, None)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.lam = _decay_rate(params)
 
 
@@ -182,7 +181,7 @@ cdef class TwaColumn(StructColumn):
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef TwaState empty = TwaState(0.0, 0.0, 0.0, NO_TIME)
-        Column.__init__(self, name, field, where, params, None)  # window ignored
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(TwaState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:

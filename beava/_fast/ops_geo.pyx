@@ -13,13 +13,10 @@ from cpython.mem cimport PyMem_Realloc
 from libc.math cimport atan2, cos, sin, sqrt
 from libc.stdint cimport int64_t
 
-from beava._fast.column cimport Column
-from beava._fast.struct_column cimport (
-    NO_TIME,
-    StructColumn,
-    block_entries,
-    row_number,
-)
+from beava._fast.moments cimport welford_step
+from beava._fast.op_params cimport lifetime_only
+from beava._fast.slot_buffers cimport row_number
+from beava._fast.struct_column cimport NO_TIME, StructColumn, block_entries
 
 cdef double EARTH_RADIUS_KM = 6371.0
 cdef double DEG = 0.017453292519943295  # pi / 180, as Rust's f64::to_radians multiplies
@@ -46,9 +43,8 @@ cdef class _GeoColumn(StructColumn):
     cdef readonly str lon_field
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
-        if window_ms is not None:
-            raise ValueError(f"{type(self).__name__} is lifetime-only, got window_ms={window_ms!r}")
-        Column.__init__(self, name, field, where, params, None)
+        lifetime_only(type(self).__name__, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         lat_field = params.get("lat_field")
         lon_field = params.get("lon_field")
         self.lat_field = "lat" if lat_field is None else lat_field
@@ -144,17 +140,12 @@ cdef class GeoSpreadColumn(_GeoColumn):
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         cdef SpreadState* s
         cdef Point p
-        cdef double d
         if not self._point(row, matched, &p):
             return 0
         s = (<SpreadState*>self.buf) + slot
         s.n += 1
-        d = p.lat - s.mean_lat
-        s.mean_lat += d / <double>s.n
-        s.m2_lat += d * (p.lat - s.mean_lat)
-        d = p.lon - s.mean_lon
-        s.mean_lon += d / <double>s.n
-        s.m2_lon += d * (p.lon - s.mean_lon)
+        welford_step(p.lat, <double>s.n, &s.mean_lat, &s.m2_lat)
+        welford_step(p.lon, <double>s.n, &s.mean_lon, &s.m2_lon)
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):

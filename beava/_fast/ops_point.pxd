@@ -2,8 +2,9 @@
 # (ops_buffer: most_recent_n and reservoir_sample are value-ring columns too).
 from libc.stdint cimport int32_t, uint8_t
 
+from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.slot_buffers cimport Payload, ValueRing
+from beava._fast.slot_buffers cimport Payload
 
 
 cdef class ValueColumn(Column):
@@ -11,7 +12,11 @@ cdef class ValueColumn(Column):
     cdef Payload* values
 
 
-cdef class RingColumn(Column):
-    # One lazily allocated value ring per slot, holding at most `limit` values.
-    cdef ValueRing** rings
+cdef class RingColumn(BlockColumn):
+    # The block of a slot is a ValueRing holding at most `limit` values.
     cdef int32_t limit
+
+
+cdef class LatestRingColumn(RingColumn):
+    # Keeps the last `limit` matched non-null values, read oldest -> newest.
+    pass

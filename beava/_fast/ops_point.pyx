@@ -12,9 +12,8 @@ from cpython.mem cimport PyMem_Free
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from beava._fast.column cimport Column
+from beava._fast.op_params cimport bounded_n, lifetime_only
 from beava._fast.slot_buffers cimport (
-    Payload,
     TAG_EMPTY,
     TAG_OBJ,
     ValueRing,
@@ -23,34 +22,19 @@ from beava._fast.slot_buffers cimport (
     grow_zeroed,
     grown_capacity,
     load_bytes,
+    release_blocks,
     ring_append,
+    ring_free,
     ring_get,
     ring_oldest_to_newest,
     ring_push_latest,
     rings_dump,
-    rings_free,
-    rings_grow,
     rings_load,
     row_value,
     value_decode,
     value_encode,
     value_release,
 )
-
-MAX_N = 1024
-
-
-cdef int lifetime_only(str op, object window_ms) except -1:
-    if window_ms is not None:
-        raise ValueError(f"{op} is lifetime-only, got window_ms={window_ms!r}")
-    return 0
-
-
-cdef int32_t bounded_n(str op, dict params) except -1:
-    n = params.get("n")
-    if type(n) is not int or not 1 <= n <= MAX_N:
-        raise ValueError(f"{op}: n must be an integer in [1, {MAX_N}], got {n!r}")
-    return n
 
 
 cdef class ValueColumn(Column):
@@ -156,34 +140,20 @@ cdef class LastColumn(ValueColumn):
         return 0
 
 
-cdef class RingColumn(Column):
+cdef class RingColumn(BlockColumn):
     """A value ring per slot (lazily allocated) holding at most ``limit`` values."""
 
-    def __dealloc__(self):
-        rings_free(self.rings, self.capacity)
-        PyMem_Free(self.rings)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Py_ssize_t new
-        if capacity <= self.capacity:
-            return 0
-        new = grown_capacity(self.capacity, capacity)
-        self.rings = rings_grow(self.rings, self.capacity, new)
-        self.capacity = new
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        rings_free(self.rings + slot, 1)
-        return 0
+    def __cinit__(self, *args, **kwargs):
+        self.release = ring_free
 
     cpdef object dump(self, Py_ssize_t nslots):
         check_dump_slots(nslots, self.capacity)
-        return rings_dump(self.rings, nslots)
+        return rings_dump(<ValueRing**>self.blocks, nslots)
 
     cpdef load(self, object state, Py_ssize_t nslots):
         self.ensure(nslots)
-        rings_free(self.rings, nslots)
-        rings_load(self.rings, nslots, state)
+        release_blocks(self.blocks, nslots, self.release)
+        rings_load(<ValueRing**>self.blocks, nslots, state)
 
 
 cdef class FirstNColumn(RingColumn):
@@ -195,7 +165,7 @@ cdef class FirstNColumn(RingColumn):
         self.limit = bounded_n("first_n", params)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef ValueRing* r = self.rings[slot]
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
         cdef PyObject* v
         if not matched or (r != NULL and r.held == self.limit):
             return 0
@@ -203,14 +173,31 @@ cdef class FirstNColumn(RingColumn):
         if v != NULL:
             r = ring_append(r, <object>v, self.limit)
             r.seen += 1
-            self.rings[slot] = r
+            self.blocks[slot] = r
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        return ring_oldest_to_newest(self.rings[slot], self.limit)
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
 
 
-cdef class LastNColumn(RingColumn):
+cdef class LatestRingColumn(RingColumn):
+    """The last ``limit`` matched non-null values, oldest -> newest (none when limit is 0)."""
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        if not matched or self.limit == 0:
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL:
+            self.blocks[slot] = ring_push_latest(<ValueRing*>self.blocks[slot], <object>v,
+                                                 self.limit)
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
+
+
+cdef class LastNColumn(LatestRingColumn):
     """last_n (§12.4): the last n matched non-null values, oldest -> newest."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -218,20 +205,8 @@ cdef class LastNColumn(RingColumn):
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("last_n", params)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        if not matched:
-            return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            self.rings[slot] = ring_push_latest(self.rings[slot], <object>v, self.limit)
-        return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return ring_oldest_to_newest(self.rings[slot], self.limit)
-
-
-cdef class LagColumn(RingColumn):
+cdef class LagColumn(LatestRingColumn):
     """lag (§12.5): the value n qualifying events before the latest (ring of n + 1)."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -239,17 +214,8 @@ cdef class LagColumn(RingColumn):
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("lag", params) + 1
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        if not matched:
-            return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            self.rings[slot] = ring_push_latest(self.rings[slot], <object>v, self.limit)
-        return 0
-
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef ValueRing* r = self.rings[slot]
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
         if r == NULL or r.held < self.limit:
             return None
         return ring_get(r, <int32_t>(r.seen % self.limit))

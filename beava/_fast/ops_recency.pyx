@@ -8,21 +8,24 @@ not reordered); elapsed-time reads clamp at 0.
 """
 
 from cpython.long cimport PyLong_FromUnsignedLongLong
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
+from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
+from beava._fast.op_params cimport bounded_n, lifetime_only
 from beava._fast.slot_buffers cimport (
+    RingHead,
     buffer_bytes,
     check_dump_slots,
     grow_i64,
     grow_zeroed,
     grown_capacity,
     load_bytes,
+    ring_head_alloc,
+    ring_next_cap,
 )
-
-MAX_N = 1024
 
 # "No matched event yet" marker of the time columns; a wall clock never yields it.
 cdef int64_t NO_TIME = INT64_MIN
@@ -35,10 +38,9 @@ cdef inline object elapsed(int64_t T, int64_t t):
     return PyLong_FromUnsignedLongLong(<uint64_t>T - <uint64_t>t)
 
 
-cdef int lifetime_only(str op, object window_ms) except -1:
-    if window_ms is not None:
-        raise ValueError(f"{op} is lifetime-only, got window_ms={window_ms!r}")
-    return 0
+cdef inline object elapsed_or_null(int64_t T, int64_t t):
+    # elapsed(T, t), null while the slot holds no time.
+    return None if t == NO_TIME else elapsed(T, t)
 
 
 cdef class WordsColumn(Column):
@@ -81,54 +83,48 @@ cdef class WordsColumn(Column):
         load_bytes(self.words, state, nslots * self.width * sizeof(int64_t))
 
 
-cdef class FirstSeenColumn(WordsColumn):
-    """first_seen: ``now`` of the first matched event (epoch ms) or null."""
+cdef class TimeColumn(WordsColumn):
+    """One event time per slot (``NO_TIME`` until set); reads it, or null."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         WordsColumn.__init__(self, name, field, where, params, window_ms)
         self.fill = NO_TIME
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef int64_t t = self.words[slot]
+        return None if t == NO_TIME else t
+
+
+cdef class FirstSeenColumn(TimeColumn):
+    """first_seen: ``now`` of the first matched event (epoch ms) or null."""
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         if matched and self.words[slot] == NO_TIME:
             self.words[slot] = now
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef int64_t t = self.words[slot]
-        return None if t == NO_TIME else t
-
 
 cdef class AgeColumn(FirstSeenColumn):
     """age: max(0, T - first_seen) in ms, or null."""
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef int64_t t = self.words[slot]
-        return None if t == NO_TIME else elapsed(T, t)
+        return elapsed_or_null(T, self.words[slot])
 
 
-cdef class LastSeenColumn(WordsColumn):
+cdef class LastSeenColumn(TimeColumn):
     """last_seen: ``now`` of the latest matched event (epoch ms) or null."""
-
-    def __init__(self, str name, object field, object where, dict params, object window_ms):
-        WordsColumn.__init__(self, name, field, where, params, window_ms)
-        self.fill = NO_TIME
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         if matched:
             self.words[slot] = now
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef int64_t t = self.words[slot]
-        return None if t == NO_TIME else t
-
 
 cdef class TimeSinceColumn(LastSeenColumn):
     """time_since: max(0, T - last_seen) in ms, or null."""
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef int64_t t = self.words[slot]
-        return None if t == NO_TIME else elapsed(T, t)
+        return elapsed_or_null(T, self.words[slot])
 
 
 cdef class FirstSeenInWindowColumn(LastSeenColumn):
@@ -241,12 +237,9 @@ cdef class HasSeenColumn(Column):
         load_bytes(self.flags, state, nslots)
 
 
-# A ring of the last n matched times of one slot: header, then int64 times[cap]. It grows
-# geometrically (2, 4, ...) up to n, so a slot with two events holds two times.
-ctypedef struct TimeRing:
-    int32_t cap
-    int32_t held
-    int64_t seen
+# A ring of the last n matched times of one slot: RingHead, then int64 times[cap]. It
+# grows 2, 4, ... up to n, so a slot with two events holds two times.
+ctypedef RingHead TimeRing
 
 
 cdef inline int64_t* ring_times(TimeRing* r) noexcept nogil:
@@ -257,70 +250,34 @@ cdef inline size_t ring_size(int32_t cap) noexcept nogil:
     return sizeof(TimeRing) + <size_t>cap * sizeof(int64_t)
 
 
-cdef TimeRing* ring_alloc(int32_t cap) except NULL:
-    cdef TimeRing* r = <TimeRing*>PyMem_Malloc(ring_size(cap))
-    if r == NULL:
-        raise MemoryError()
-    r.cap = cap
-    r.held = 0
-    r.seen = 0
-    return r
-
-
-cdef class TimeSinceLastNColumn(Column):
+cdef class TimeSinceLastNColumn(BlockColumn):
     """time_since_last_n: max(0, T - oldest of the last n matched times); null until n."""
 
-    cdef TimeRing** rings
     cdef int32_t n
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only("time_since_last_n", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
-        n = params.get("n")
-        if type(n) is not int or not 1 <= n <= MAX_N:
-            raise ValueError(
-                f"time_since_last_n: n must be an integer in [1, {MAX_N}], got {n!r}")
-        self.n = n
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.capacity):
-            PyMem_Free(self.rings[i])
-        PyMem_Free(self.rings)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Py_ssize_t new
-        if capacity <= self.capacity:
-            return 0
-        new = grown_capacity(self.capacity, capacity)
-        self.rings = <TimeRing**>grow_zeroed(self.rings, self.capacity, new, sizeof(TimeRing*))
-        self.capacity = new
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        PyMem_Free(self.rings[slot])
-        self.rings[slot] = NULL
-        return 0
+        self.n = bounded_n("time_since_last_n", params)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef TimeRing* r = self.rings[slot]
+        cdef TimeRing* r = <TimeRing*>self.blocks[slot]
         cdef TimeRing* grown
         cdef int32_t cap
         if not matched:
             return 0
         if r == NULL:
-            r = ring_alloc(2 if self.n > 2 else self.n)
-            self.rings[slot] = r
+            r = ring_head_alloc(ring_next_cap(NULL, self.n), sizeof(int64_t))
+            self.blocks[slot] = r
         if r.held < self.n:
             if r.held == r.cap:
-                cap = r.cap * 2 if r.cap * 2 < self.n else self.n
-                grown = ring_alloc(cap)
-                memcpy(ring_times(grown), ring_times(r), <size_t>r.held * sizeof(int64_t))
-                grown.held = r.held
-                grown.seen = r.seen
-                PyMem_Free(r)
+                cap = ring_next_cap(r, self.n)
+                grown = <TimeRing*>PyMem_Realloc(r, ring_size(cap))
+                if grown == NULL:
+                    raise MemoryError()
                 r = grown
-                self.rings[slot] = r
+                r.cap = cap
+                self.blocks[slot] = r
             ring_times(r)[r.held] = now
             r.held += 1
         else:
@@ -329,37 +286,23 @@ cdef class TimeSinceLastNColumn(Column):
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef TimeRing* r = self.rings[slot]
+        cdef TimeRing* r = <TimeRing*>self.blocks[slot]
         if r == NULL or r.held < self.n:
             return None
         return elapsed(T, ring_times(r)[r.seen % self.n])
 
-    cpdef object dump(self, Py_ssize_t nslots):
-        # [(slot, raw ring bytes)] for the slots holding a ring.
-        cdef Py_ssize_t i
-        cdef list out = []
-        check_dump_slots(nslots, self.capacity)
-        for i in range(nslots):
-            if self.rings[i] != NULL:
-                out.append((i, buffer_bytes(self.rings[i], ring_size(self.rings[i].cap))))
-        return out
+    cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
+        return ring_size((<const TimeRing*>block).cap)
 
-    cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t slot
-        cdef bytes raw
+    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
         cdef TimeRing header
-        self.ensure(nslots)
-        for slot in range(nslots):
-            self.clear(slot)
-        for slot, raw in state:
-            if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(TimeRing):
-                raise ValueError(f"bad time_since_last_n snapshot entry for slot {slot}")
-            memcpy(&header, <const char*>raw, sizeof(TimeRing))
-            if (header.cap < 1 or header.cap > self.n or header.held > header.cap
-                    or header.held < 0):
-                raise ValueError(f"bad time_since_last_n ring header for slot {slot}")
-            self.rings[slot] = ring_alloc(header.cap)
-            load_bytes(self.rings[slot], raw, ring_size(header.cap))
+        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(TimeRing):
+            raise ValueError(f"bad time_since_last_n snapshot entry for slot {slot}")
+        memcpy(&header, <const char*>raw, sizeof(TimeRing))
+        if (header.cap < 1 or header.cap > self.n or header.held > header.cap
+                or header.held < 0 or <size_t>len(raw) != ring_size(header.cap)):
+            raise ValueError(f"bad time_since_last_n ring header for slot {slot}")
+        return 0
 
 
 COLUMNS = {

@@ -21,17 +21,15 @@ exist only for states that crossed the exact-mode thresholds.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.conversion cimport Py_DTSF_ADD_DOT_0, PyOS_double_to_string
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
-from cpython.mem cimport PyMem_Free
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.math cimport ceil, floor, isfinite, isnan, log2, round
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.stdlib cimport free, malloc, qsort, realloc
-from libc.string cimport memcmp, memcpy, memmove, memset, strlen
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 import heapq
 import math
@@ -51,7 +49,10 @@ class _LazyDatasketches:
 
 _ds = _LazyDatasketches()
 
+from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
+from beava._fast.float_text cimport repr_double
+from beava._fast.slot_buffers cimport number_value
 from beava._fast.uddsketch cimport (
     UddSketch,
     udd_copy,
@@ -191,36 +192,6 @@ cdef inline double bits_double(uint64_t b) noexcept nogil:
     cdef double x
     memcpy(&x, &b, 8)
     return x
-
-
-cdef Py_ssize_t repr_double(double x, bint debug, char* out) except -1:
-    """Python ``repr(x)`` into ``out`` (>= 32 bytes); ``debug`` = Rust ``{:?}`` instead
-    (operators.md §1 fmt_f64_debug: ``NaN``, exponent without ``+`` or leading zeros)."""
-    cdef char* text
-    cdef Py_ssize_t n, i, j
-    if isnan(x):
-        memcpy(out, b"NaN" if debug else b"nan", 3)
-        return 3
-    text = PyOS_double_to_string(x, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
-    n = strlen(text)
-    if n > 31:
-        n = 31
-    memcpy(out, text, n)
-    PyMem_Free(text)
-    if not debug:
-        return n
-    for i in range(n):
-        if out[i] == b'e':
-            j = i + 1
-            if out[j] == b'-':
-                j += 1
-            # drop the '+' sign, then leading zeros of the exponent
-            i = j
-            while j < n and (out[j] == b'+' or (out[j] == b'0' and j + 1 < n)):
-                j += 1
-            memmove(out + i, out + j, n - j)
-            return n - (j - i)
-    return n
 
 
 # ---------------------------------------------------------------------------------------
@@ -769,6 +740,51 @@ cdef KeyMap* km_union(KeyMap* a, KeyMap* b, bint counted, uint32_t limit) except
     return out
 
 
+cdef enum:
+    # km_offer outcomes
+    KM_FOUND = 0
+    KM_INSERTED = 1
+    KM_FULL = 2
+
+
+cdef inline int km_offer(Node** link, const KeyView* k, bint counted, uint32_t cap) except -1:
+    """Add key ``k`` to the exact map at ``link[0]`` (created when NULL; may be replaced):
+    KM_FOUND (its count + 1 when ``counted``), KM_INSERTED, or KM_FULL when ``k`` is new and
+    the map already holds ``cap`` keys (``cap`` 0 = no cap), leaving the map unchanged."""
+    cdef bint found
+    cdef uint32_t idx
+    cdef KeyMap* m
+    if link[0] == NULL:
+        link[0] = <Node*>km_new(4 + counted + key_size(k))
+    m = <KeyMap*>link[0]
+    idx = km_search(m, k, counted, &found)
+    if found:
+        if counted:
+            km_add(<KeyMap**>link, idx, 1)
+        return KM_FOUND
+    if cap and km_n(m) >= cap:
+        return KM_FULL
+    km_insert(<KeyMap**>link, idx, k, counted, 1 if counted else 0)
+    return KM_INSERTED
+
+
+cdef KeyMap* km_union_of(Node** maps, int n, bint counted, uint32_t limit) except? NULL:
+    """The union of the KeyMaps ``maps[0..n)`` (n >= 1, counts added): ``maps[0]`` itself
+    when n == 1, else a new map the caller frees; NULL when it has more than ``limit`` keys
+    (``limit`` 0 = no limit)."""
+    cdef KeyMap* acc = <KeyMap*>maps[0]
+    cdef KeyMap* merged
+    cdef int i
+    for i in range(1, n):
+        merged = km_union(acc, <KeyMap*>maps[i], counted, limit)
+        if acc != <KeyMap*>maps[0]:
+            free(acc)
+        acc = merged
+        if acc == NULL:
+            break
+    return acc
+
+
 cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
     cdef uint32_t x = (<const uint32_t*>a)[0], y = (<const uint32_t*>b)[0]
     return (x > y) - (x < y)
@@ -986,15 +1002,17 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
 # Windowed/lifetime state management shared by the four windowable ops
 # ---------------------------------------------------------------------------------------
 
-cdef class SketchColumn(Column):
+cdef class SketchColumn(BlockColumn):
     """Per-slot block or newest-first bucket list; subclasses define blocks and reads."""
 
-    cdef Node** heads
     cdef bint windowed
     cdef int64_t window
     cdef int64_t width
     cdef uint8_t kind
     cdef _Holder hold
+
+    def __cinit__(self, *args, **kwargs):
+        self.release = free_chain
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         Column.__init__(self, name, field, where, params, window_ms)
@@ -1003,30 +1021,6 @@ cdef class SketchColumn(Column):
             self.window = window_ms
             self.width = bucket_width(self.window)
         self.hold = _Holder()
-
-    def __dealloc__(self):
-        cdef Py_ssize_t slot
-        if self.heads != NULL:
-            for slot in range(self.capacity):
-                free_chain(self.heads[slot])
-            free(self.heads)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Node** grown
-        if capacity <= self.capacity:
-            return 0
-        grown = <Node**>realloc(self.heads, capacity * sizeof(Node*))
-        if grown == NULL:
-            raise MemoryError()
-        memset(&grown[self.capacity], 0, (capacity - self.capacity) * sizeof(Node*))
-        self.heads = grown
-        self.capacity = capacity
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        free_chain(self.heads[slot])
-        self.heads[slot] = NULL
-        return 0
 
     cdef Node* new_block(self, object value) except NULL:
         # An empty state block, sized to take ``value`` (None: an unmatched event).
@@ -1049,7 +1043,7 @@ cdef class SketchColumn(Column):
             if link == NULL:
                 return 0
         else:
-            link = &self.heads[slot]
+            link = <Node**>&self.blocks[slot]
         if value is None:
             return 0
         return self.insert(link, value)
@@ -1059,7 +1053,7 @@ cdef class SketchColumn(Column):
         for an unmatched event; NULL when that bucket is at once evicted as the smallest
         of 65."""
         cdef int64_t epoch = bucket_epoch(now, self.width)
-        cdef Node** link = &self.heads[slot]
+        cdef Node** link = <Node**>&self.blocks[slot]
         cdef Node* created
         cdef Node* cut
         cdef Node* following
@@ -1077,7 +1071,7 @@ cdef class SketchColumn(Column):
         created.next = link[0]
         link[0] = created
         # Drop buckets that can never be active again (e <= now - W), then apply the cap.
-        link = &self.heads[slot]
+        link = <Node**>&self.blocks[slot]
         while link[0] != NULL and link[0].epoch > now - self.window and kept < MAX_BUCKETS:
             link = &link[0].next
             kept += 1
@@ -1091,7 +1085,7 @@ cdef class SketchColumn(Column):
             cut = following
         if position >= kept:
             return NULL
-        link = &self.heads[slot]
+        link = <Node**>&self.blocks[slot]
         while position:
             link = &link[0].next
             position -= 1
@@ -1099,7 +1093,7 @@ cdef class SketchColumn(Column):
 
     cdef int active(self, Py_ssize_t slot, int64_t T, Node** out) noexcept:
         """Active buckets at ``T`` into ``out`` in ascending epoch order; their number."""
-        cdef Node* node = self.heads[slot]
+        cdef Node* node = <Node*>self.blocks[slot]
         cdef int n = 0, i
         cdef Node* tmp
         while node != NULL:
@@ -1116,7 +1110,7 @@ cdef class SketchColumn(Column):
     cpdef Py_ssize_t slot_bytes(self, Py_ssize_t slot):
         """Approximate heap bytes held for ``slot`` (its pointer included)."""
         cdef Py_ssize_t total = sizeof(Node*)
-        cdef Node* node = self.heads[slot]
+        cdef Node* node = <Node*>self.blocks[slot]
         while node != NULL:
             total += block_bytes(node)
             node = node.next
@@ -1124,7 +1118,7 @@ cdef class SketchColumn(Column):
 
     def bucket_epochs(self, Py_ssize_t slot) -> list:
         """Epochs of the buckets held for ``slot``, newest first (tests, diagnostics)."""
-        cdef Node* node = self.heads[slot] if self.windowed else NULL
+        cdef Node* node = <Node*>self.blocks[slot] if self.windowed else NULL
         out = []
         while node != NULL:
             out.append(node.epoch)
@@ -1142,12 +1136,12 @@ cdef class SketchColumn(Column):
         w.u32(<uint32_t>nslots)
         for slot in range(nslots):
             count = 0
-            node = self.heads[slot] if slot < self.capacity else NULL
+            node = <Node*>self.blocks[slot] if slot < self.capacity else NULL
             while node != NULL:
                 count += 1
                 node = node.next
             w.u8(count)
-            node = self.heads[slot] if slot < self.capacity else NULL
+            node = <Node*>self.blocks[slot] if slot < self.capacity else NULL
             while node != NULL:
                 dump_block(w, node)
                 node = node.next
@@ -1168,7 +1162,7 @@ cdef class SketchColumn(Column):
             count = r.u8()
             if count > MAX_BUCKETS or (count > 1 and not self.windowed):
                 raise ValueError("corrupt sketch column snapshot")
-            link = &self.heads[slot]
+            link = <Node**>&self.blocks[slot]
             for i in range(count):
                 link[0] = load_block(r, self.kind)
                 link = &link[0].next
@@ -1176,7 +1170,9 @@ cdef class SketchColumn(Column):
             raise ValueError("trailing bytes in sketch column snapshot")
 
 
-cdef void free_chain(Node* node) noexcept:
+cdef void free_chain(void* head) noexcept:
+    # The BlockRelease of sketch columns: a slot's block or its whole bucket list.
+    cdef Node* node = <Node*>head
     cdef Node* next
     while node != NULL:
         next = node.next
@@ -1200,22 +1196,15 @@ cdef class NUniqueColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView k
-        cdef bint found
-        cdef uint32_t idx
         cdef KeyMap* m
         if not typed_key(value, &k, FLOAT_BY_BITS, self.hold):
             return 0
-        if link[0] == NULL:
-            link[0] = <Node*>km_new(4 + key_size(&k))
-        if (<Head*>link[0]).mode == MODE_OBJ:
+        if link[0] != NULL and (<Head*>link[0]).mode == MODE_OBJ:
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&k, False))
             return 0
-        m = <KeyMap*>link[0]
-        idx = km_search(m, &k, False, &found)
-        if found:
+        if km_offer(link, &k, False, NUNIQUE_EXACT_MAX) != KM_FULL:
             return 0
-        if km_n(m) < NUNIQUE_EXACT_MAX:
-            return km_insert(<KeyMap**>link, idx, &k, False, 0)
+        m = <KeyMap*>link[0]  # the 1025th distinct value: the HLL takes them all
         hll = _ds.hll_sketch(HLL_LG_K, _ds.tgt_hll_type.HLL_8)
         km_feed_hll(m, hll)
         hll.update(feed_string(&k, False))
@@ -1226,11 +1215,10 @@ cdef class NUniqueColumn(SketchColumn):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef Node* act[MAX_BUCKETS]
         cdef int n, i
-        cdef KeyMap* acc = NULL
-        cdef KeyMap* merged
+        cdef KeyMap* acc
         cdef bint exact = True
         if not self.windowed:
-            return nunique_of(self.heads[slot])
+            return nunique_of(<Node*>self.blocks[slot])
         n = self.active(slot, T, act)
         if n == 0:
             return 0
@@ -1240,14 +1228,7 @@ cdef class NUniqueColumn(SketchColumn):
             if (<Head*>act[i]).mode != MODE_KEYS:
                 exact = False
         if exact:
-            acc = <KeyMap*>act[0]
-            for i in range(1, n):
-                merged = km_union(acc, <KeyMap*>act[i], False, NUNIQUE_EXACT_MAX)
-                if acc != <KeyMap*>act[0]:
-                    free(acc)
-                acc = merged
-                if acc == NULL:
-                    break
+            acc = km_union_of(act, n, False, NUNIQUE_EXACT_MAX)
             if acc != NULL:
                 n = km_n(acc)
                 free(acc)
@@ -1345,13 +1326,7 @@ cdef class QuantileColumn(SketchColumn):
         cdef QList* grown
         cdef QSketch* s
         cdef uint32_t i, cap
-        if type(value) is float:
-            x = <double>value
-        elif type(value) is int:
-            x = float(value)
-        else:
-            return 0
-        if not isfinite(x):
+        if not number_value(<PyObject*>value, &x) or not isfinite(x):
             return 0
         if link[0] == NULL:
             link[0] = <Node*>ql_new(1)
@@ -1410,9 +1385,9 @@ cdef class QuantileColumn(SketchColumn):
         cdef UddSketch sk
         cdef bint sketch = False
         if not self.windowed:
-            if self.heads[slot] == NULL:
+            if self.blocks[slot] == NULL:
                 return None
-            act[0] = self.heads[slot]
+            act[0] = <Node*>self.blocks[slot]
             n = 1
         else:
             n = self.active(slot, T, act)
@@ -1543,22 +1518,14 @@ cdef class TopKColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
-        cdef bint found
-        cdef uint32_t idx
         cdef KeyMap* m
         if not typed_key(value, &key, FLOAT_BY_VALUE, self.hold):
             return 0
-        if link[0] == NULL:
-            link[0] = <Node*>km_new(4 + 1 + key_size(&key))
-        if (<Head*>link[0]).mode == MODE_OBJ:
+        if link[0] != NULL and (<Head*>link[0]).mode == MODE_OBJ:
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&key, True))
             return 0
-        m = <KeyMap*>link[0]
-        idx = km_search(m, &key, True, &found)
-        if found:
-            km_add(<KeyMap**>link, idx, 1)
+        if km_offer(link, &key, True, 0) != KM_INSERTED:
             return 0
-        km_insert(<KeyMap**>link, idx, &key, True, 1)
         m = <KeyMap*>link[0]
         if km_n(m) > TOPK_EXACT_MAX:
             link[0] = obj_block(frequent_items(m), link[0])
@@ -1571,9 +1538,9 @@ cdef class TopKColumn(SketchColumn):
         cdef KeyMap* acc = NULL
         cdef KeyMap* merged
         if not self.windowed:
-            if self.heads[slot] == NULL:
+            if self.blocks[slot] == NULL:
                 return []
-            act[0] = self.heads[slot]
+            act[0] = <Node*>self.blocks[slot]
             n = 1
         else:
             n = self.active(slot, T, act)
@@ -1641,43 +1608,26 @@ cdef class EntropyColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
-        cdef bint found
-        cdef uint32_t idx
-        cdef KeyMap* m
         global _entropy_capped
         if not keystr_key(value, &key, self.hold):
             return 0
-        if link[0] == NULL:
-            link[0] = <Node*>km_new(4 + 1 + key_size(&key))
-        m = <KeyMap*>link[0]
-        idx = km_search(m, &key, True, &found)
-        if found:
-            km_add(<KeyMap**>link, idx, 1)
-        elif km_n(m) < ENTROPY_MAX_CATEGORIES:
-            km_insert(<KeyMap**>link, idx, &key, True, 1)
-        else:
+        if km_offer(link, &key, True, ENTROPY_MAX_CATEGORIES) == KM_FULL:
             _entropy_capped += 1
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef Node* act[MAX_BUCKETS]
-        cdef int n, i
+        cdef int n
         cdef KeyMap* acc
-        cdef KeyMap* merged
         cdef double h
         if not self.windowed:
-            if self.heads[slot] == NULL:
+            if self.blocks[slot] == NULL:
                 return 0.0
-            return entropy_of(<KeyMap*>self.heads[slot])
+            return entropy_of(<KeyMap*>self.blocks[slot])
         n = self.active(slot, T, act)
         if n == 0:
             return 0.0
-        acc = <KeyMap*>act[0]
-        for i in range(1, n):
-            merged = km_union(acc, <KeyMap*>act[i], True, 0)
-            if acc != <KeyMap*>act[0]:
-                free(acc)
-            acc = merged
+        acc = km_union_of(act, n, True, 0)
         h = entropy_of(acc)
         if acc != <KeyMap*>act[0]:
             free(acc)
@@ -1733,18 +1683,20 @@ def bloom_geometry(expected_n: int, target_fpr: float) -> tuple:
     return min(m, 1 << 63), k
 
 
-cdef class BloomMemberColumn(Column):
+cdef class BloomMemberColumn(BlockColumn):
     """Whether the latest matching value had (probably) been seen before it was inserted.
 
     Bits live in a sorted sparse list (2, 4 or 8 bytes per set bit, by filter size) until
     that list would be as large as the bitmap of ``m`` bits, then in the bitmap.
     """
 
-    cdef Bloom** states
     cdef readonly uint64_t m
     cdef readonly int k
     cdef int width
     cdef _Holder hold
+
+    def __cinit__(self, *args, **kwargs):
+        self.release = free
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         Column.__init__(self, name, field, where, params, window_ms)
@@ -1756,30 +1708,6 @@ cdef class BloomMemberColumn(Column):
         self.k = k
         self.width = 2 if self.m <= 0x10000 else (4 if self.m <= 0x100000000 else 8)
         self.hold = _Holder()
-
-    def __dealloc__(self):
-        cdef Py_ssize_t slot
-        if self.states != NULL:
-            for slot in range(self.capacity):
-                free(self.states[slot])
-            free(self.states)
-
-    cdef int ensure(self, Py_ssize_t capacity) except -1:
-        cdef Bloom** grown
-        if capacity <= self.capacity:
-            return 0
-        grown = <Bloom**>realloc(self.states, capacity * sizeof(Bloom*))
-        if grown == NULL:
-            raise MemoryError()
-        memset(&grown[self.capacity], 0, (capacity - self.capacity) * sizeof(Bloom*))
-        self.states = grown
-        self.capacity = capacity
-        return 0
-
-    cdef int clear(self, Py_ssize_t slot) except -1:
-        free(self.states[slot])
-        self.states[slot] = NULL
-        return 0
 
     cdef inline uint64_t sparse_at(self, Bloom* b, uint32_t i) noexcept nogil:
         cdef const uint8_t* p = bloom_data(b) + i * self.width
@@ -1868,7 +1796,7 @@ cdef class BloomMemberColumn(Column):
         if value == NULL or not keystr_key(<object>value, &key, self.hold):
             return 0
         murmur3_x64_128(key.data, key.len, 0, &h1, &h2)
-        b = self.states[slot]
+        b = <Bloom*>self.blocks[slot]
         if b == NULL:
             size = fit(sizeof(Bloom) + <size_t>self.k * self.width)
             b = <Bloom*>malloc(size)
@@ -1876,7 +1804,7 @@ cdef class BloomMemberColumn(Column):
                 raise MemoryError()
             memset(b, 0, sizeof(Bloom))
             b.cap = <uint32_t>((size - sizeof(Bloom)) // self.width)
-            self.states[slot] = b
+            self.blocks[slot] = b
         for i in range(self.k):
             bit = (h1 + <uint64_t>i * h2) % self.m
             if b.dense:
@@ -1889,19 +1817,19 @@ cdef class BloomMemberColumn(Column):
                     bloom_data(b)[bit >> 3] |= <uint8_t>(1 << (bit & 7))
                 else:
                     b = self.sparse_add(b, bit)
-                    self.states[slot] = b
+                    self.blocks[slot] = b
         b.last_probe = probe
         if not b.dense and <uint64_t>b.n * self.width >= self.m // 8:
-            self.states[slot] = self.densify(b)
+            self.blocks[slot] = self.densify(b)
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef Bloom* b = self.states[slot]
+        cdef Bloom* b = <Bloom*>self.blocks[slot]
         return b != NULL and b.last_probe == 1
 
     cpdef Py_ssize_t slot_bytes(self, Py_ssize_t slot):
         """Approximate heap bytes held for ``slot`` (its pointer included)."""
-        cdef Bloom* b = self.states[slot]
+        cdef Bloom* b = <Bloom*>self.blocks[slot]
         if b == NULL:
             return sizeof(Bloom*)
         if b.dense:
@@ -1916,7 +1844,7 @@ cdef class BloomMemberColumn(Column):
         w.u8(KIND_BLOOM)
         w.u32(<uint32_t>nslots)
         for slot in range(nslots):
-            b = self.states[slot] if slot < self.capacity else NULL
+            b = <Bloom*>self.blocks[slot] if slot < self.capacity else NULL
             if b == NULL:
                 w.u8(0)
                 continue
@@ -1955,7 +1883,7 @@ cdef class BloomMemberColumn(Column):
             b.cap = n if dense else <uint32_t>((fit(sizeof(Bloom) + size) - sizeof(Bloom))
                                                // self.width)
             memcpy(bloom_data(b), r.take(size), size)
-            self.states[slot] = b
+            self.blocks[slot] = b
         if r.at != r.data.shape[0]:
             raise ValueError("trailing bytes in sketch column snapshot")
 

@@ -9,7 +9,6 @@ block: burst_count for sub-window slots other than the current one (only after e
 two different sub-windows), value_change_count for a remembered string longer than 16 bytes.
 """
 
-from cpython.dict cimport PyDict_GetItem
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
@@ -19,13 +18,10 @@ from libc.math cimport fabs, isnan, sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp, memcpy, memset
 
-from beava._fast.column cimport Column
-from beava._fast.struct_column cimport (
-    NO_TIME,
-    StructColumn,
-    block_entries,
-    row_number,
-)
+from beava._fast.moments cimport Moments, moments_add
+from beava._fast.slot_buffers cimport row_number, row_value
+from beava._fast.struct_column cimport NO_TIME, StructColumn, block_entries
+from beava._fast.window cimport floor_div
 
 cdef double NAN = float("nan")
 
@@ -38,19 +34,12 @@ ctypedef struct RateState:
     int64_t last_t   # NO_TIME: no value yet
 
 
-cdef class _LifetimeColumn(StructColumn):
-    """Velocity ops accept a window and ignore it: always lifetime."""
-
-    def __init__(self, str name, object field, object where, dict params, object window_ms):
-        Column.__init__(self, name, field, where, params, None)
-
-
-cdef class RateOfChangeColumn(_LifetimeColumn):
+cdef class RateOfChangeColumn(StructColumn):
     """rate_of_change: (x - last_x) / dt per millisecond over the last pair with dt > 0."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef RateState empty = RateState(0.0, NAN, NO_TIME)
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(RateState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -76,12 +65,12 @@ ctypedef struct GapState:
     int64_t last_t   # NO_TIME: no matched event yet
 
 
-cdef class InterArrivalStatsColumn(_LifetimeColumn):
+cdef class InterArrivalStatsColumn(StructColumn):
     """inter_arrival_stats: mean gap in ms between matched events (gaps clamp at 0)."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef GapState empty = GapState(0.0, 0, NO_TIME)
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(GapState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -109,12 +98,12 @@ ctypedef struct DeltaState:
     double delta
 
 
-cdef class DeltaFromPrevColumn(_LifetimeColumn):
+cdef class DeltaFromPrevColumn(StructColumn):
     """delta_from_prev: latest value minus the one before (F64), null before two values."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef DeltaState empty = DeltaState(NAN, NAN)
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(DeltaState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -161,15 +150,7 @@ ctypedef struct BurstState:
     int64_t max_seen  # 0: no matched event yet
 
 
-cdef inline int64_t _floor_div(int64_t a, int64_t b) noexcept nogil:
-    # floor(a / b) for b > 0 (C division truncates toward zero)
-    cdef int64_t q = a // b
-    if a % b != 0 and a < 0:
-        q -= 1
-    return q
-
-
-cdef class BurstCountColumn(_LifetimeColumn):
+cdef class BurstCountColumn(StructColumn):
     """burst_count: the most matched events ever seen inside one sub_window bucket (I64)."""
 
     cdef int64_t width  # sub_window in ms
@@ -177,7 +158,7 @@ cdef class BurstCountColumn(_LifetimeColumn):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef BurstState empty = BurstState(0, 0, 0)
         cdef object sub_window = params.get("sub_window")
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         if type(sub_window) is not int or sub_window <= 0:
             raise ValueError(f"sub_window must be a positive number of ms, got {sub_window!r}")
         self.width = sub_window
@@ -228,7 +209,7 @@ cdef class BurstCountColumn(_LifetimeColumn):
         if not matched:
             return 0
         s = (<BurstState*>self.buf) + slot
-        q = _floor_div(now, self.width)
+        q = floor_div(now, self.width)
         if s.max_seen == 0:
             s.cur_q = q
             s.cur_count = 1
@@ -288,12 +269,12 @@ cdef inline bint _slope(TrendFit* f, double* slope) noexcept nogil:
     return True
 
 
-cdef class TrendColumn(_LifetimeColumn):
+cdef class TrendColumn(StructColumn):
     """trend: least-squares slope of value over time since the first point, per ms."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef TrendFit empty = TrendFit(0, 0, 0.0, 0.0, 0.0, 0.0)
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(TrendFit), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -307,7 +288,7 @@ cdef class TrendColumn(_LifetimeColumn):
         return slope if _slope((<TrendFit*>self.buf) + slot, &slope) else None
 
 
-cdef class TrendResidualColumn(_LifetimeColumn):
+cdef class TrendResidualColumn(StructColumn):
     """trend_residual: the latest point's residual against the fitted line."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -315,7 +296,7 @@ cdef class TrendResidualColumn(_LifetimeColumn):
         empty.fit = TrendFit(0, 0, 0.0, 0.0, 0.0, 0.0)
         empty.last_x = 0.0
         empty.last_y = 0.0
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(ResidualState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -338,26 +319,12 @@ cdef class TrendResidualColumn(_LifetimeColumn):
 
 # ---- outlier_count, z_score ----------------------------------------------------------------
 
-ctypedef struct Moments:  # Welford (n, mean, m2)
-    int64_t n
-    double mean
-    double m2
-
-
-cdef inline void _moments_add(Moments* m, double x) noexcept nogil:
-    cdef double delta
-    m.n += 1
-    delta = x - m.mean
-    m.mean += delta / <double>m.n
-    m.m2 += delta * (x - m.mean)
-
-
 ctypedef struct OutlierState:
     Moments m
     int64_t outliers
 
 
-cdef class OutlierCountColumn(_LifetimeColumn):
+cdef class OutlierCountColumn(StructColumn):
     """outlier_count: values farther than sigma sample-std from the mean of those before."""
 
     cdef double sigma
@@ -367,7 +334,7 @@ cdef class OutlierCountColumn(_LifetimeColumn):
         cdef object sigma = params.get("sigma")
         empty.m = Moments(0, 0.0, 0.0)
         empty.outliers = 0
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.sigma = 3.0 if sigma is None else float(sigma)
         self.set_layout(&empty, sizeof(OutlierState), False)
 
@@ -381,7 +348,7 @@ cdef class OutlierCountColumn(_LifetimeColumn):
             var = s.m.m2 / <double>(s.m.n - 1)
             if var > 0.0 and fabs(x - s.m.mean) > self.sigma * sqrt(var):
                 s.outliers += 1
-        _moments_add(&s.m, x)
+        moments_add(&s.m, x)
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
@@ -393,14 +360,14 @@ ctypedef struct ZState:
     double last_x
 
 
-cdef class ZScoreColumn(_LifetimeColumn):
+cdef class ZScoreColumn(StructColumn):
     """z_score: (latest - mean) / sample std over all values, the latest included."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef ZState empty
         empty.m = Moments(0, 0.0, 0.0)
         empty.last_x = 0.0
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(ZState), False)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -409,7 +376,7 @@ cdef class ZScoreColumn(_LifetimeColumn):
         if not matched or not row_number(row, self.field, &x):
             return 0
         s = (<ZState*>self.buf) + slot
-        _moments_add(&s.m, x)
+        moments_add(&s.m, x)
         s.last_x = x
         return 0
 
@@ -448,13 +415,13 @@ ctypedef struct VcState:
     VcValue v
 
 
-cdef class ValueChangeCountColumn(_LifetimeColumn):
+cdef class ValueChangeCountColumn(StructColumn):
     """value_change_count: how often the value differed from the previous one (typed)."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef VcState empty
         memset(&empty, 0, sizeof(VcState))  # padding too: snapshots stay deterministic
-        _LifetimeColumn.__init__(self, name, field, where, params, window_ms)
+        StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(VcState), True)
 
     cdef Py_ssize_t block_size(self, Py_ssize_t slot) except -1:
@@ -525,7 +492,7 @@ cdef class ValueChangeCountColumn(_LifetimeColumn):
         cdef int overflow = 0
         if not matched:
             return 0
-        p = PyDict_GetItem(row, self.field)
+        p = row_value(row, self.field)
         if p == NULL:
             return 0
         value = <object>p
@@ -544,7 +511,7 @@ cdef class ValueChangeCountColumn(_LifetimeColumn):
         if t is bool:
             v.i = value is True
             return self._scalar(slot, s, VC_BOOL, v)
-        return 0  # null (None) and anything that is not a row value
+        return 0  # anything that is not a row value
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return (<VcState*>self.buf)[slot].changes

@@ -2,8 +2,8 @@
 # (tag, 8-byte payload) instead of boxed objects, and lazily allocated value rings. Memory
 # comes from PyMem_* (pymalloc packs small blocks without a per-block header).
 from cpython.dict cimport PyDict_GetItem
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsDouble, PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t
@@ -21,6 +21,9 @@ ctypedef union Payload:
     int64_t i
     double f
     PyObject* o
+
+# Frees one per-slot block (NULL allowed): PyMem_Free, or an op's own release.
+ctypedef void (*BlockRelease)(void* block) noexcept
 
 
 cdef inline Py_ssize_t grown_capacity(Py_ssize_t current, Py_ssize_t requested) noexcept nogil:
@@ -52,6 +55,14 @@ cdef inline int64_t* grow_i64(int64_t* buf, Py_ssize_t old_n, Py_ssize_t new_n,
     return p
 
 
+cdef inline void release_blocks(void** blocks, Py_ssize_t n, BlockRelease release) noexcept:
+    # Free the blocks of slots [0, n) and leave NULL in their place.
+    cdef Py_ssize_t i
+    for i in range(n):
+        release(blocks[i])
+        blocks[i] = NULL
+
+
 cdef inline int check_dump_slots(Py_ssize_t nslots, Py_ssize_t capacity) except -1:
     # A snapshot can only cover slots that have storage.
     if nslots < 0 or nslots > capacity:
@@ -74,7 +85,7 @@ cdef inline int load_bytes(void* buf, bytes data, Py_ssize_t nbytes) except -1:
     return 0
 
 
-# ---- tagged values -------------------------------------------------------------------
+# ---- row values ----------------------------------------------------------------------
 
 cdef inline PyObject* row_value(dict row, object field) noexcept:
     # The op's value in the post-chain row (borrowed); NULL when absent or null.
@@ -82,6 +93,28 @@ cdef inline PyObject* row_value(dict row, object field) noexcept:
     if p == <PyObject*>None:
         return NULL
     return p
+
+
+cdef inline bint number_value(PyObject* v, double* x) except -1:
+    # True and the value as a double when v is an I64 or F64 (a bool is not numeric);
+    # False for NULL (absent), null and every other type.
+    if v == NULL:
+        return False
+    if PyFloat_CheckExact(<object>v):
+        x[0] = PyFloat_AS_DOUBLE(<object>v)
+        return True
+    if PyLong_CheckExact(<object>v):
+        x[0] = PyLong_AsDouble(<object>v)
+        return True
+    return False
+
+
+cdef inline bint row_number(dict row, object field, double* x) except -1:
+    # number_value of the row's value under `field`.
+    return number_value(PyDict_GetItem(row, field), x)
+
+
+# ---- tagged values -------------------------------------------------------------------
 
 
 cdef inline uint8_t value_encode(object v, Payload* out) except 255:
@@ -120,14 +153,42 @@ cdef inline void value_release(uint8_t tag, Payload p) noexcept:
         Py_XDECREF(p.o)
 
 
-# ---- value rings ---------------------------------------------------------------------
-# One malloc'd block per slot, created on the slot's first qualifying value and grown
-# geometrically up to the op's bound: header, then Payload[cap], then uint8 tags[cap].
+# ---- rings ---------------------------------------------------------------------------
+# A ring is one malloc'd block per slot holding at most `limit` entries: a RingHead, then
+# the entries. It is created on the slot's first qualifying value and grown geometrically
+# (2, 4, ...) up to `limit`; a full ring of the latest values overwrites entry
+# seen % limit, the oldest.
 
-ctypedef struct ValueRing:
+ctypedef struct RingHead:
     int32_t cap     # entries allocated
     int32_t held    # entries in use: [0, held)
     int64_t seen    # values offered so far (ring write position, reservoir count)
+
+
+cdef inline RingHead* ring_head_alloc(int32_t cap, size_t entry_bytes) except NULL:
+    # An empty ring with room for `cap` entries of `entry_bytes` each.
+    cdef RingHead* r = <RingHead*>PyMem_Malloc(sizeof(RingHead) + <size_t>cap * entry_bytes)
+    if r == NULL:
+        raise MemoryError()
+    r.cap = cap
+    r.held = 0
+    r.seen = 0
+    return r
+
+
+cdef inline int32_t ring_next_cap(const RingHead* r, int32_t limit) noexcept nogil:
+    # Capacity of a slot's first ring (r NULL) or of the next block of a full ring.
+    cdef int32_t cap
+    if r == NULL:
+        return 2 if limit > 2 else limit
+    cap = r.cap * 2
+    return cap if cap < limit else limit
+
+
+# ---- value rings ---------------------------------------------------------------------
+# Entries are tagged row values: RingHead, then Payload[cap], then uint8 tags[cap].
+
+ctypedef RingHead ValueRing
 
 
 cdef inline Payload* ring_values(ValueRing* r) noexcept nogil:
@@ -139,14 +200,7 @@ cdef inline uint8_t* ring_tags(ValueRing* r) noexcept nogil:
 
 
 cdef inline ValueRing* ring_alloc(int32_t cap) except NULL:
-    cdef ValueRing* r = <ValueRing*>PyMem_Malloc(
-        sizeof(ValueRing) + <size_t>cap * (sizeof(Payload) + sizeof(uint8_t)))
-    if r == NULL:
-        raise MemoryError()
-    r.cap = cap
-    r.held = 0
-    r.seen = 0
-    return r
+    return ring_head_alloc(cap, sizeof(Payload) + sizeof(uint8_t))
 
 
 cdef inline ValueRing* ring_resize(ValueRing* r, int32_t cap) except NULL:
@@ -162,12 +216,10 @@ cdef inline ValueRing* ring_resize(ValueRing* r, int32_t cap) except NULL:
 
 cdef inline ValueRing* ring_append(ValueRing* r, object v, int32_t limit) except NULL:
     # Append v (not None) at index held; r may be NULL. Caller guarantees held < limit.
-    cdef int32_t cap
     if r == NULL:
-        r = ring_alloc(2 if limit > 2 else limit)
+        r = ring_alloc(ring_next_cap(NULL, limit))
     elif r.held == r.cap:
-        cap = r.cap * 2
-        r = ring_resize(r, cap if cap < limit else limit)
+        r = ring_resize(r, ring_next_cap(r, limit))
     ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
     r.held += 1
     return r
@@ -208,7 +260,9 @@ cdef inline list ring_oldest_to_newest(ValueRing* r, int32_t limit):
     return [ring_get(r, (start + k) % limit) for k in range(limit)]
 
 
-cdef inline void ring_free(ValueRing* r) noexcept:
+cdef inline void ring_free(void* block) noexcept:
+    # The BlockRelease of value rings: drops the held references, then the block.
+    cdef ValueRing* r = <ValueRing*>block
     cdef int32_t i
     if r == NULL:
         return
@@ -234,18 +288,6 @@ cdef inline ValueRing* ring_load(tuple state) except NULL:
         ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
         r.held += 1
     return r
-
-
-cdef inline ValueRing** rings_grow(ValueRing** rings, Py_ssize_t old_n,
-                                   Py_ssize_t new_n) except NULL:
-    return <ValueRing**>grow_zeroed(rings, old_n, new_n, sizeof(ValueRing*))
-
-
-cdef inline void rings_free(ValueRing** rings, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    for i in range(n):
-        ring_free(rings[i])
-        rings[i] = NULL
 
 
 cdef inline list rings_dump(ValueRing** rings, Py_ssize_t n):

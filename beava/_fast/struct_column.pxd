@@ -1,9 +1,5 @@
 # Lifetime state columns whose per-slot state is one fixed-size C struct (ops_decay,
 # ops_velocity, ops_geo), optionally with one owned, lazily allocated side block per slot.
-from cpython.dict cimport PyDict_GetItem
-from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.long cimport PyLong_AsDouble, PyLong_CheckExact
-from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
 from beava._fast.column cimport Column
@@ -15,21 +11,6 @@ cdef extern from *:
     #define BEAVA_NO_TIME INT64_MIN
     """
     const int64_t NO_TIME "BEAVA_NO_TIME"
-
-
-cdef inline int row_number(dict row, object field, double* x) except -1:
-    # 1 and the value as a double when the row holds an I64 or F64 under `field` (a bool is
-    # not numeric); 0 when the value is absent, null or of another type.
-    cdef PyObject* p = PyDict_GetItem(row, field)
-    if p == NULL:
-        return 0
-    if PyFloat_CheckExact(<object>p):
-        x[0] = PyFloat_AS_DOUBLE(<object>p)
-        return 1
-    if PyLong_CheckExact(<object>p):
-        x[0] = PyLong_AsDouble(<object>p)
-        return 1
-    return 0
 
 
 cdef inline Py_ssize_t block_entries(Py_ssize_t used, Py_ssize_t limit) noexcept nogil:

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Base of the lifetime columns whose per-slot state is one fixed-size C struct.
 
+The state is always lifetime: a window is ignored (ops that reject one check it first).
 The structs of all slots live in one growable buffer; new and cleared slots get a copy of
 the op's empty struct. Ops whose state can grow (a ring, a spilled list, a long string)
 also own one side block per slot, allocated on first need; the struct never holds the
@@ -13,9 +14,16 @@ for every slot holding a block, in slot order.
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
-from beava._fast.slot_buffers cimport buffer_bytes, grown_capacity, load_bytes
+from beava._fast.slot_buffers cimport (
+    buffer_bytes,
+    check_dump_slots,
+    grow_zeroed,
+    grown_capacity,
+    load_bytes,
+    release_blocks,
+)
 
 cdef Py_ssize_t RECORD_HEADER = 2 * sizeof(int64_t)
 
@@ -23,11 +31,12 @@ cdef Py_ssize_t RECORD_HEADER = 2 * sizeof(int64_t)
 cdef class StructColumn(Column):
     """One C struct per slot; subclasses call ``set_layout`` in their constructor."""
 
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        Column.__init__(self, name, field, where, params, None)
+
     def __dealloc__(self):
-        cdef Py_ssize_t i
         if self.blocks != NULL:
-            for i in range(self.capacity):
-                PyMem_Free(self.blocks[i])
+            release_blocks(self.blocks, self.capacity, PyMem_Free)
             PyMem_Free(self.blocks)
         PyMem_Free(self.buf)
 
@@ -51,7 +60,6 @@ cdef class StructColumn(Column):
         cdef Py_ssize_t old = self.capacity
         cdef Py_ssize_t new, i
         cdef char* p
-        cdef void** b
         if capacity <= old:
             return 0
         new = grown_capacity(old, capacity)
@@ -62,11 +70,7 @@ cdef class StructColumn(Column):
         for i in range(old, new):
             memcpy(p + i * self.itemsize, <const char*>self.empty, self.itemsize)
         if self.blocks != NULL:
-            b = <void**>PyMem_Realloc(self.blocks, <size_t>new * sizeof(void*))
-            if b == NULL:
-                raise MemoryError()
-            memset(b + old, 0, <size_t>(new - old) * sizeof(void*))
-            self.blocks = b
+            self.blocks = <void**>grow_zeroed(self.blocks, old, new, sizeof(void*))
         self.capacity = new
         return 0
 
@@ -83,8 +87,7 @@ cdef class StructColumn(Column):
         cdef bytearray records
         cdef int64_t header[2]
         cdef Py_ssize_t slot
-        if nslots > self.capacity:
-            raise ValueError(f"dump of {nslots} slots, only {self.capacity} exist")
+        check_dump_slots(nslots, self.capacity)
         structs = buffer_bytes(self.buf, nslots * self.itemsize)
         if self.blocks == NULL:
             return structs

@@ -9,12 +9,14 @@ distinct ``where`` evaluated once, then every column updated through cdef calls.
 
 cimport cython
 from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 from beava._fast.column cimport Column
+from beava._fast.float_text cimport repr_double
 
 from beava._fast.ops_core import share_windows
 
@@ -35,15 +37,8 @@ cdef extern from "Python.h":
 
 cpdef str fmt_f64_debug(double x):
     """Rust ``{:?}`` text of a float (spec/operators.md §1): ``9.0``, ``1e16``, ``1.5e-7``."""
-    if x != x:
-        return "NaN"
-    if not isfinite(x):
-        return "inf" if x > 0 else "-inf"
-    cdef str text = repr(x)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        return f"{mantissa}e{int(exponent)}"
-    return text
+    cdef char text[32]
+    return PyUnicode_DecodeASCII(text, repr_double(x, True, text), NULL)
 
 
 cdef object key_component(PyObject* v):

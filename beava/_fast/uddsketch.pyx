@@ -20,8 +20,18 @@ from libc.string cimport memcpy, memmove
 cdef double ALPHA0 = 0.01
 cdef uint32_t MAX_BUCKETS = 2048
 cdef uint32_t MIN_CAP = 8
-# Encoded header: alpha, ln_gamma (f64), collapses (i32), npos, nneg (u32), zero, total (u64).
-cdef Py_ssize_t HEADER_BYTES = 8 + 8 + 4 + 4 + 4 + 8 + 8
+
+
+# The snapshot encoding: this header (44 bytes, native byte order), then the npos positive
+# and the nneg negative buckets.
+cdef packed struct UddHeader:
+    double alpha
+    double ln_gamma
+    int32_t collapses
+    uint32_t npos
+    uint32_t nneg
+    uint64_t zero
+    uint64_t total
 
 
 cdef inline int32_t floor_half(int32_t k) noexcept nogil:
@@ -244,25 +254,20 @@ cdef Py_ssize_t udd_heap_bytes(const UddSketch* sk) noexcept nogil:
 
 
 cdef Py_ssize_t udd_encoded_size(const UddSketch* sk) noexcept nogil:
-    return HEADER_BYTES + (sk.npos + sk.nneg) * sizeof(UddBucket)
+    return sizeof(UddHeader) + (sk.npos + sk.nneg) * sizeof(UddBucket)
 
 
 cdef Py_ssize_t udd_encode(const UddSketch* sk, uint8_t* out) noexcept nogil:
-    cdef Py_ssize_t at = 0
-    memcpy(out + at, &sk.alpha, 8)
-    at += 8
-    memcpy(out + at, &sk.ln_gamma, 8)
-    at += 8
-    memcpy(out + at, &sk.collapses, 4)
-    at += 4
-    memcpy(out + at, &sk.npos, 4)
-    at += 4
-    memcpy(out + at, &sk.nneg, 4)
-    at += 4
-    memcpy(out + at, &sk.zero, 8)
-    at += 8
-    memcpy(out + at, &sk.total, 8)
-    at += 8
+    cdef UddHeader h
+    cdef Py_ssize_t at = sizeof(UddHeader)
+    h.alpha = sk.alpha
+    h.ln_gamma = sk.ln_gamma
+    h.collapses = sk.collapses
+    h.npos = sk.npos
+    h.nneg = sk.nneg
+    h.zero = sk.zero
+    h.total = sk.total
+    memcpy(out, &h, sizeof(UddHeader))
     memcpy(out + at, sk.pos, sk.npos * sizeof(UddBucket))
     at += sk.npos * sizeof(UddBucket)
     memcpy(out + at, sk.neg, sk.nneg * sizeof(UddBucket))
@@ -272,29 +277,23 @@ cdef Py_ssize_t udd_encode(const UddSketch* sk, uint8_t* out) noexcept nogil:
 
 cdef Py_ssize_t udd_decode(UddSketch* sk, const uint8_t* data, Py_ssize_t size) except -1:
     """Read an encoded sketch into an uninitialised struct; returns the bytes consumed."""
-    cdef Py_ssize_t at = 0
+    cdef UddHeader h
+    cdef Py_ssize_t at = sizeof(UddHeader)
     cdef uint32_t npos, nneg
     udd_init(sk)
-    if size < HEADER_BYTES:
+    if size < at:
         raise ValueError("truncated UDDSketch")
-    memcpy(&sk.alpha, data + at, 8)
-    at += 8
-    memcpy(&sk.ln_gamma, data + at, 8)
-    at += 8
-    memcpy(&sk.collapses, data + at, 4)
-    at += 4
-    memcpy(&npos, data + at, 4)
-    at += 4
-    memcpy(&nneg, data + at, 4)
-    at += 4
-    memcpy(&sk.zero, data + at, 8)
-    at += 8
-    memcpy(&sk.total, data + at, 8)
-    at += 8
+    memcpy(&h, data, sizeof(UddHeader))
+    npos = h.npos
+    nneg = h.nneg
     if npos > MAX_BUCKETS + 1 or nneg > MAX_BUCKETS + 1 or \
             size - at < <Py_ssize_t>((npos + nneg) * sizeof(UddBucket)):
-        udd_init(sk)
         raise ValueError("truncated UDDSketch")
+    sk.alpha = h.alpha
+    sk.ln_gamma = h.ln_gamma
+    sk.collapses = h.collapses
+    sk.zero = h.zero
+    sk.total = h.total
     sk.pos = _dup(<const UddBucket*>(data + at), npos)
     at += npos * sizeof(UddBucket)
     sk.neg = _dup(<const UddBucket*>(data + at), nneg)

@@ -10,12 +10,17 @@ cdef inline int64_t bucket_width(int64_t window_ms) noexcept nogil:
     return window_ms // MAX_BUCKETS + (1 if window_ms % MAX_BUCKETS else 0)
 
 
+cdef inline int64_t floor_div(int64_t a, int64_t b) noexcept nogil:
+    # floor(a / b) for either sign (cdivision truncates toward zero)
+    cdef int64_t q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
 cdef inline int64_t bucket_epoch(int64_t now, int64_t width) noexcept nogil:
     # e = floor(now / b) * b, floor division also for negative now
-    cdef int64_t q = now // width
-    if (now % width != 0) and ((now < 0) != (width < 0)):
-        q -= 1
-    return q * width
+    return floor_div(now, width) * width
 
 
 cdef inline bint bucket_active(int64_t epoch, int64_t T, int64_t window_ms) noexcept nogil:

@@ -521,13 +521,13 @@ def _detach_inherited_fds(keep: int) -> None:
     directory lock, listening and client sockets, WAL segments, stdout) except ``keep``, so
     a killed server frees its lock and its clients see EOF at once, and the child can never
     write to them; ask the kernel to kill the child if the server dies."""
+    _die_with_parent()  # first: once the descriptors are gone, the child is already bound
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     limit = os.sysconf("SC_OPEN_MAX")
     os.closerange(3, keep)
     os.closerange(keep + 1, limit)
-    _die_with_parent()
 
 
 def _die_with_parent() -> None:

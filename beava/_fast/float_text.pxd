@@ -1,0 +1,36 @@
+# Text of a float as spec/operators.md §1 writes it (keystr of group keys, entropy and
+# bloom_member categories, sketch items), built in C without an intermediate str.
+from cpython.conversion cimport Py_DTSF_ADD_DOT_0, PyOS_double_to_string
+from cpython.mem cimport PyMem_Free
+from libc.math cimport isnan
+from libc.string cimport memcpy, memmove, strlen
+
+
+cdef inline Py_ssize_t repr_double(double x, bint debug, char* out) except -1:
+    # Python ``repr(x)`` into ``out`` (>= 32 bytes); ``debug`` = Rust ``{:?}`` instead
+    # (fmt_f64_debug: ``NaN``, exponent without ``+`` or leading zeros). Returns the length.
+    cdef char* text
+    cdef Py_ssize_t n, i, j
+    if isnan(x):
+        memcpy(out, b"NaN" if debug else b"nan", 3)
+        return 3
+    text = PyOS_double_to_string(x, b'r', 0, Py_DTSF_ADD_DOT_0, NULL)
+    n = strlen(text)
+    if n > 31:
+        n = 31
+    memcpy(out, text, n)
+    PyMem_Free(text)
+    if not debug:
+        return n
+    for i in range(n):
+        if out[i] == b'e':
+            j = i + 1
+            if out[j] == b'-':
+                j += 1
+            # drop the '+' sign, then leading zeros of the exponent
+            i = j
+            while j < n and (out[j] == b'+' or (out[j] == b'0' and j + 1 < n)):
+                j += 1
+            memmove(out + i, out + j, n - j)
+            return n - (j - i)
+    return n
