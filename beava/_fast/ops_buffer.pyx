@@ -424,6 +424,8 @@ cdef class SeasonalDeviationColumn(BlockColumn):
                 b = <SeasonBlock*>PyMem_Realloc(b, season_size(cap))
                 if b == NULL:
                     raise MemoryError()
+                # zeroed so that snapshot bytes depend on the state only
+                memset(season_hours(b) + b.cap, 0, <size_t>(cap - b.cap) * sizeof(HourStats))
                 b.cap = cap
                 self.blocks[slot] = b
             e = season_hours(b) + b.used
