@@ -25,8 +25,9 @@ SNAPSHOT_POLL_S = 0.1
 
 class Persistence:
     def __init__(self, cfg: Config, store: FeatureStore, log: LogLines,
-                 crash: CrashPoints) -> None:
+                 crash: CrashPoints, on_pressure: Any = None) -> None:
         self.cfg = cfg
+        self.on_pressure = on_pressure  # (bool) -> None: stop / resume reading clients
         self.store = store
         self.log = log
         self.crash = crash
@@ -75,7 +76,9 @@ class Persistence:
         store.wal = wal
         common = {"apply_items": store.apply_items, "fsync_bytes": cfg.wal_fsync_bytes,
                   "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": flush_dirty,
-                  "next_lsn": lambda: store.last_lsn + 1}
+                  "next_lsn": lambda: store.last_lsn + 1,
+                  "limit_bytes": cfg.wal_buffers * cfg.wal_buffer_size_mb * 1024 * 1024,
+                  "on_pressure": self.on_pressure}
         if cfg.wal_sync_mode == "periodic":
             store.log = PeriodicLog(wal, tick_ms=cfg.wal_tick_ms, **common)
         else:

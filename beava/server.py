@@ -23,6 +23,7 @@ from beava.persistence import Persistence
 from beava.protocol.admin import AdminResponder
 from beava.protocol.http import HttpProtocol
 from beava.protocol.reply_slots import flush_dirty
+from beava.protocol.server_connection import intake
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server_metrics import ServerMetrics
 from beava.service import Service
@@ -88,13 +89,15 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.persistence = Persistence(cfg, self.store, log, self.crash)
+        self.connections: set[Any] = set()
+        self.persistence = Persistence(
+            cfg, self.store, log, self.crash,
+            on_pressure=lambda shut: intake.set(shut, self.connections))
         self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
                                on_alias=self._on_alias)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(
             lambda: (self.store.registry_version, self.store.node_count), self.metrics.render)
-        self.connections: set[Any] = set()
         self.sockets: dict[str, socket.socket] = {}
         self.lock: DataDirLock | None = None
         self._servers: list[asyncio.AbstractServer] = []

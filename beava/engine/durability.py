@@ -53,8 +53,16 @@ class _WorkerLog:
     def __init__(self, wal: WalWriter, *, apply_items: ApplyItems, fsync_bytes: int,
                  crash: CrashPoints, on_fatal: Callable[[BaseException], None],
                  after_batch: Callback | None = None,
-                 next_lsn: Callable[[], int] | None = None) -> None:
+                 next_lsn: Callable[[], int] | None = None,
+                 limit_bytes: int | None = None,
+                 on_pressure: Callable[[bool], None] | None = None) -> None:
         self.wal = wal
+        # Backpressure (§6.5): above limit_bytes not yet durable, on_pressure(True) stops
+        # reading client sockets; below half of it, on_pressure(False) resumes.
+        self.limit_bytes = limit_bytes
+        self.on_pressure = on_pressure
+        self.pressured = False
+        self._in_flight_bytes = 0
         self.apply_items = apply_items
         self.fsync_bytes = fsync_bytes
         self.crash = crash
@@ -71,7 +79,19 @@ class _WorkerLog:
 
     @property
     def pending_bytes(self) -> int:
-        return self._bytes
+        """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
+        return self._bytes + self._in_flight_bytes
+
+    def _check_pressure(self) -> None:
+        limit = self.limit_bytes
+        if limit is None or self.on_pressure is None:
+            return
+        if not self.pressured and self.pending_bytes > limit:
+            self.pressured = True
+            self.on_pressure(True)
+        elif self.pressured and self.pending_bytes < limit // 2:
+            self.pressured = False
+            self.on_pressure(False)
 
     def _take(self) -> tuple[bytes, list[Item]]:
         data = b"".join(self._records)
@@ -90,6 +110,7 @@ class _WorkerLog:
             return
         self._in_flight = future
         self._in_flight_callbacks = callbacks
+        self._in_flight_bytes = len(data)
         future.add_done_callback(
             lambda f: self._loop.call_soon_threadsafe(self._finish, f))
 
@@ -97,6 +118,7 @@ class _WorkerLog:
         if future is not self._in_flight:
             return  # already completed synchronously by a barrier
         self._in_flight = None
+        self._in_flight_bytes = 0
         callbacks, self._in_flight_callbacks = self._in_flight_callbacks, []
         exc = future.exception()
         if exc is not None:
@@ -104,6 +126,7 @@ class _WorkerLog:
             return
         self._complete(callbacks)
         self._start()
+        self._check_pressure()
 
     def _complete(self, items: list[Item]) -> None:
         self.crash.hit("wal_after_fsync")
@@ -130,6 +153,7 @@ class _WorkerLog:
                 self._finish(future)  # may hand the next batch to the worker
                 continue
             if not (self._records or self._callbacks):
+                self._check_pressure()
                 return
             data, callbacks = self._take()
             if data:
@@ -160,6 +184,7 @@ class GroupCommit(_WorkerLog):
         self._bytes += len(record)
         if self._bytes >= self.fsync_bytes:
             self._start()
+            self._check_pressure()
         elif not self._scheduled:
             # Run once the loop has processed all ready input: one fsync per loop turn.
             self._scheduled = True
@@ -198,6 +223,7 @@ class PeriodicLog(_WorkerLog):
         self.apply_items([item])
         if self._bytes >= self.fsync_bytes:
             self._start()
+            self._check_pressure()
         return True
 
     def after_pending(self, callback: Callback) -> bool:

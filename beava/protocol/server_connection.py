@@ -13,6 +13,25 @@ from collections import deque
 from beava.protocol.reply_slots import PendingReply, take_ready
 
 
+class IntakeGate:
+    """Durability backpressure (spec/durability.md §6.5): while shut, no client socket of
+    the data plane is read; requests already read are still answered."""
+
+    def __init__(self) -> None:
+        self.shut = False
+
+    def set(self, shut: bool, connections: set) -> None:
+        self.shut = shut
+        for conn in list(connections):
+            if shut:
+                conn.pause_intake()
+            else:
+                conn.resume_intake()
+
+
+intake = IntakeGate()
+
+
 class ServerConnection(asyncio.Protocol):
     """Base of the connection protocols: connection-set membership, reply queue, stop."""
 
@@ -27,6 +46,20 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._connections.add(self)
+        if intake.shut:
+            transport.pause_reading()  # type: ignore[attr-defined]
+
+    def pause_intake(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.pause_reading()
+
+    def resume_intake(self) -> None:
+        self._resume_if_idle()
+
+    def _resume_if_idle(self) -> None:
+        """Read again unless something still holds the connection back."""
+        if self._transport is not None and not self._closing and not intake.shut:
+            self._transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connections.discard(self)

@@ -168,8 +168,8 @@ class FramedTcpProtocol(ServerConnection):
         return last is not None and last.data is None and self._parked[0][0] in STATE_READ_OPS
 
     def _resume_if_idle(self) -> None:
-        if self._transport is not None and not self._closing and not self._paused_by_writes:
-            self._transport.resume_reading()
+        if not self._paused_by_writes and not self._parked:
+            super()._resume_if_idle()
 
     def _park(self, frames) -> None:
         self._parked.extend(frames)
@@ -201,8 +201,7 @@ class FramedTcpProtocol(ServerConnection):
     def resume_writing(self) -> None:
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
-            if not self._closing and not self._parked:
-                self._transport.resume_reading()
+            self._resume_if_idle()
 
     def drain(self) -> bool:
         """Shutdown: run every received frame that is not waiting for a pending push now,
