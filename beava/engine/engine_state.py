@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from beava.engine.columns import family_counters
-from beava.engine.register_diff import compute_diff, plan_transition
 from beava.engine.registry import Registry, TableSpec
 from beava.engine.tables import TableState
 
@@ -57,22 +56,16 @@ class EngineState:
         self._tables = tables
         self._cold_base = cold - sum(t.cold_evictions for t in tables.values())
 
-    def transition(self, old_registry: Registry, new_registry: Registry) -> None:
-        """Carry state from ``old_registry`` to ``new_registry`` (registry.md §9).
-
-        The effects come from the register plan (register_diff.plan_transition over the
-        two registries' normalised nodes), so the state matches what the register response
-        announced: dropped and replaced tables lose their state (replacement cascades down
-        the derivation graph); in tables updated in place, added features start empty,
-        removed features are dropped, features whose window, op or params changed are
-        reset, and every other feature keeps its state. A table whose TableSpec is
-        unchanged is kept as is."""
-        old_nodes = {node["name"]: node for node in old_registry.nodes}
-        new_nodes = list(new_registry.nodes)
-        plan = plan_transition(compute_diff(old_nodes, new_nodes), old_nodes, new_nodes)
-        replaced = set(plan.replace)
+    def transition(self, new_registry: Registry, plan: Mapping[str, Any]) -> None:
+        """Carry state over to ``new_registry`` (registry.md §9) as the register ``plan``
+        says (the ``plan`` of the REGISTRY record: the same object the live call and its
+        WAL replay execute). Dropped and replaced tables lose their state; in tables
+        updated in place, added features start empty, removed features are dropped, the
+        ``reset_features`` restart empty, and every other feature keeps its state. A table
+        whose TableSpec is unchanged is kept as is."""
+        replaced = set(plan["replace"])
         resets: dict[str, set[str]] = {}
-        for table, feature in plan.reset_features:
+        for table, feature in plan["reset_features"]:
             resets.setdefault(table, set()).add(feature)
         tables: dict[str, TableState] = {}
         for name, spec in new_registry.tables.items():

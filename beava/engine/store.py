@@ -118,12 +118,14 @@ class FeatureStore:
         self.install_registry(outcome.registry, outcome.record)
         return outcome.status, outcome.body
 
-    def install_registry(self, registry: Registry, record: dict[str, Any] | None) -> None:
-        """Swap in a registry version and carry state across (spec/registry.md §9)."""
-        self.engine.transition(self.registry, registry)
+    def install_registry(self, registry: Registry, record: dict[str, Any]) -> None:
+        """Swap in a registry version and carry state across as the REGISTRY record's
+        plan says (spec/registry.md §9, durability.md §5)."""
+        plan = record["plan"]
+        self.engine.transition(registry, plan)
         self.registry = registry
         self._checkers = build_checkers(registry.events)
-        cleared = set(record["plan"]["clear_dedupe"]) if record else set()
+        cleared = set(plan["clear_dedupe"])
         if cleared:
             self._dedupe = {k: v for k, v in self._dedupe.items() if k[0] not in cleared}
 
