@@ -147,7 +147,7 @@ class Service:
         except msgspec.DecodeError:
             return _UNSUPPORTED
         store = self.store
-        slot = None if store.log.durable_immediately else PendingReply()
+        slot = None if store.log.acks_immediately else PendingReply()
         try:
             ack = store.push(envelope.event, fields, slot.fire if slot is not None else None)
         except BeavaError as err:

@@ -33,7 +33,7 @@ class MemoryLog:
     """--memory-only: nothing is written; every push applies and acks at once."""
 
     mode = "memory"
-    durable_immediately = True
+    acks_immediately = True  # a push is applied and acknowledged before submit returns
 
     def after_pending(self, callback: Callback) -> bool:
         return True
@@ -48,7 +48,7 @@ class MemoryLog:
 class _WorkerLog:
     """Shared machinery: one worker thread writes and fsyncs batches, in order."""
 
-    durable_immediately = False
+    acks_immediately = False
 
     def __init__(self, wal: WalWriter, *, apply_items: ApplyItems, fsync_bytes: int,
                  crash: CrashPoints, on_fatal: Callable[[BaseException], None],
@@ -211,6 +211,7 @@ class PeriodicLog(_WorkerLog):
     """Periodic mode: apply and acknowledge at once, fsync every tick."""
 
     mode = "periodic"
+    acks_immediately = True
 
     def __init__(self, *args: Any, tick_ms: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
