@@ -66,3 +66,32 @@ def test_admin_errors_have_empty_bodies(clean_server, method, path, status):
     assert got == status and payload == b""
     if status == 405:
         assert headers["allow"] == "GET,HEAD"
+
+
+def _metric(text: str, name: str) -> float:
+    line = next(x for x in text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_metrics_follow_pushes_replays_and_entities(clean_server):
+    nodes = {"nodes": [
+        {"kind": "event", "name": "E", "schema": {"fields": {"k": "str", "id": "str"}},
+         "dedupe_key": "id"},
+        {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
+         "table_primary_key": ["k"],
+         "ops": [{"op": "group_by", "keys": ["k"], "agg": {"n": {"op": "count"}}}]}]}
+    status, _, _ = http_request(clean_server.http, "POST", "/register",
+                                json.dumps(nodes).encode(),
+                                {"Content-Type": "application/json"})
+    assert status == 200
+    before = http_request(clean_server.admin, "GET", "/metrics")[2].decode()
+    for k, ident in (("a", "1"), ("b", "2"), ("a", "1")):  # the third is a replay
+        body = json.dumps({"event": "E", "data": {"k": k, "id": ident}}).encode()
+        assert http_request(clean_server.http, "POST", "/push", body)[0] == 200
+    after = http_request(clean_server.admin, "GET", "/metrics")[2].decode()
+    delta = {name: _metric(after, name) - _metric(before, name)
+             for name in ("beava_pushes_total", "beava_push_replays_total")}
+    assert delta == {"beava_pushes_total": 2.0, "beava_push_replays_total": 1.0}
+    assert _metric(after, "beava_entity_count_resident") == 2.0
+    assert _metric(after, "beava_registry_version") == _metric(before, "beava_registry_version")
+    assert _metric(after, "beava_node_count") == 2.0
