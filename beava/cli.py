@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from beava.config import CommandLine, ConfigError, resolve
-    from beava.log_lines import LogLines
-    from beava.server import StartupError, run
+    from beava.server.config import CommandLine, ConfigError, resolve
+    from beava.server.log_lines import LogLines
+    from beava.server.process import StartupError, run
 
     cli = CommandLine(config=args.config, http_addr=args.http_addr, tcp_addr=args.tcp_addr,
                       admin_addr=args.admin_addr, data_dir=args.data_dir,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from beava.engine.columns import make_column
-from beava.engine.operator_catalogue import lookup, normalise_params, resolve_params
+from beava.catalogue.operators import lookup, normalise_params, resolve_params
 from beava.engine.registry import FeatureSpec
+from beava.engine.state.columns import make_column
 
 
 def engine_column(op: str, slots: int = 4, **wire: Any) -> Any:

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from beava.catalogue.operators import lookup
 from beava.dsl.expressions import CAST_TARGETS, Expr, Lit, cast_target, infer_type
 from beava.dsl.operators import AggDescriptor
-from beava.engine.operator_catalogue import lookup
 
 if TYPE_CHECKING:
     from beava.dsl.upstreams import Deferred

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from beava.engine.operator_catalogue import FOREVER, MAX_DURATION_MS, parse_duration
+from beava.catalogue.operators import FOREVER, MAX_DURATION_MS, parse_duration
 
 _DURATION = re.compile(r"[1-9][0-9]*(?:ms|s|m|h|d)", re.ASCII)
 

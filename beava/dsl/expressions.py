@@ -12,14 +12,18 @@ import math
 from collections.abc import Mapping
 from typing import NoReturn
 
-# The spelling and typing rules are the engine's own (pure-Python modules, no I/O), so the
+# The spelling and typing rules live in the catalogue the engine reads too, so the
 # SDK renders and types expressions exactly as the server parses and checks them.
-from beava.engine.expression_ast import I64_MAX, I64_MIN, IDENTIFIER, KEYWORDS, format_literal
-from beava.engine.expression_types import (
+from beava.catalogue.expression_grammar import (
     CAST_TARGETS,
+    I64_MAX,
+    I64_MIN,
+    IDENTIFIER,
+    KEYWORDS,
     NULL,
     arith_type,
     comparable,
+    format_literal,
     literal_type,
 )
 

@@ -2,7 +2,7 @@
 
 Each returns an ``AggDescriptor``. Parameter kinds (integer / number / list), the range
 bounds the server enforces, canonical names (``ema`` → ``ewma``) and output types all come
-from the operator catalogue (``beava.engine.operator_catalogue``); only the client-side
+from the operator catalogue (``beava.catalogue.operators``); only the client-side
 bounds the server does not check are stated here (``_CLIENT_BOUNDS``).
 """
 
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, NoReturn
 
-from beava.dsl.durations import check_duration
-from beava.dsl.expressions import Expr
-from beava.engine.operator_catalogue import (
+from beava.catalogue.operators import (
     Bounds,
     OperatorSpec,
     ParamKind,
@@ -25,6 +23,8 @@ from beava.engine.operator_catalogue import (
     canonical_op,
     lookup,
 )
+from beava.dsl.durations import check_duration
+from beava.dsl.expressions import Expr
 from beava.errors import RegistrationError
 
 __all__ = [

@@ -3,7 +3,7 @@
 The single writer of all state; the server calls it from the event loop only. It knows
 nothing of sockets: requests arrive decoded and answers leave as Python values or
 :class:`BeavaError`. When a push becomes visible is the business of the durability log
-(``beava.engine.durability``): at once, or after the fsync that covers it.
+(``beava.durability.group_commit``): at once, or after the fsync that covers it.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from typing import Any
 
 import msgspec
 
-from beava.engine.crash_points import CrashPoints
-from beava.engine.durability import MemoryLog
-from beava.engine.engine_state import EngineState
-from beava.engine.keys import dedupe_keystr
-from beava.engine.push_validation import build_checkers, validate_push
-from beava.engine.recovery import Unapplicable
-from beava.engine.registry import Registry, empty_registry, register, registry_from_record
-from beava.engine.snapshots import LoadedSnapshot, encode_snapshot_body
-from beava.engine.wal import WalFatal, WalUnavailable
-from beava.engine.wal_format import (
+from beava.catalogue.errors import BeavaError
+from beava.durability.crash_points import CrashPoints
+from beava.durability.group_commit import MemoryLog
+from beava.durability.recovery import Unapplicable
+from beava.durability.snapshots import LoadedSnapshot, encode_snapshot_body
+from beava.durability.wal import WalFatal, WalUnavailable
+from beava.durability.wal_format import (
     BODY_JSON,
     BODY_MSGPACK,
     RECORD_EVENT,
@@ -33,7 +30,10 @@ from beava.engine.wal_format import (
     encode_record,
     encode_reset_record,
 )
-from beava.protocol.errors import BeavaError
+from beava.engine.registry import Registry, empty_registry, register, registry_from_record
+from beava.engine.state.engine_state import EngineState
+from beava.engine.state.keys import dedupe_keystr
+from beava.engine.state.push_validation import build_checkers, validate_push
 
 _encode_msgpack = msgspec.msgpack.Encoder().encode
 _encode_json = msgspec.json.Encoder(order="sorted").encode

@@ -1,1 +1,2 @@
-"""Bytes to requests and back: framing, opcodes, content types, errors, transports."""
+"""Bytes to requests and back: the command table, opcodes and content types, frame and HTTP
+transports, the admin sidecar. Never touches state."""

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 import httptools
 
+from beava.protocol.connection import ServerConnection
 from beava.protocol.reply_slots import PendingReply
-from beava.protocol.server_connection import ServerConnection
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64

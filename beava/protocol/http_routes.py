@@ -7,7 +7,7 @@ else ``None``.
 
 from __future__ import annotations
 
-from beava.protocol.errors import BeavaError
+from beava.catalogue.errors import BeavaError
 
 # Exact paths: path -> (method, route name)
 EXACT = {

@@ -20,9 +20,9 @@ from collections.abc import Callable
 import msgspec
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter, encode_frame
+from beava.protocol.connection import ServerConnection
 from beava.protocol.opcodes import CT_JSON, OP_ERROR, STATE_READ_OPS
 from beava.protocol.reply_slots import PendingReply
-from beava.protocol.server_connection import ServerConnection
 
 # handler(op, ct, payload) -> reply frame bytes, or a PendingReply resolved later
 FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from beava.config import CommandLine, ConfigError, parse_addr, resolve
+from beava.server.config import CommandLine, ConfigError, parse_addr, resolve
 
 
 def test_defaults():

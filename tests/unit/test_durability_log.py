@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from beava.engine.crash_points import CrashPoints
-from beava.engine.durability import GroupCommit
+from beava.durability.crash_points import CrashPoints
+from beava.durability.group_commit import GroupCommit
 
 
 class HeldWal:

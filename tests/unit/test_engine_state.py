@@ -9,9 +9,9 @@ import pickle
 
 import pytest
 
-from beava.engine.engine_state import EngineState
 from beava.engine.registry import Registry, empty_registry, register
-from beava.engine.tables import TableState, UnknownFeatures
+from beava.engine.state.engine_state import EngineState
+from beava.engine.state.tables import TableState, UnknownFeatures
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from beava.engine.expression_ast import (
+from beava.engine.expressions import ExpressionError, format_expression, parse_expression
+from beava.engine.expressions.nodes import (
     Arith,
     Call,
     Compare,
@@ -18,7 +19,6 @@ from beava.engine.expression_ast import (
     Not,
     TypeName,
 )
-from beava.engine.expressions import ExpressionError, format_expression, parse_expression
 
 
 def canon(text: str) -> str:

@@ -13,7 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beava.engine.expression_ast import (
+from beava.engine.expressions import (
+    compile_expression,
+    compile_where,
+    format_expression,
+    parse_expression,
+)
+from beava.engine.expressions.nodes import (
     Arith,
     Call,
     Compare,
@@ -24,12 +30,6 @@ from beava.engine.expression_ast import (
     Neg,
     Not,
     TypeName,
-)
-from beava.engine.expressions import (
-    compile_expression,
-    compile_where,
-    format_expression,
-    parse_expression,
 )
 
 LO = -(2**63)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from beava.engine import expression_runtime as rt
+from beava.engine.expressions import runtime as rt
 
 MIN = -(2**63)
 MAX = 2**63 - 1

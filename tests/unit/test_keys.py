@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from beava.engine.keys import dedupe_keystr, fmt_f64_debug, keystr
+from beava.engine.state.keys import dedupe_keystr, fmt_f64_debug, keystr
 
 
 @pytest.mark.parametrize("value,text", [

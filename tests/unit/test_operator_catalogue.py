@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from beava.engine.operator_catalogue import (
+from beava.catalogue.operators import (
     CATALOGUE,
     OPERATOR_NAMES,
     RECOGNISED_PARAMS,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from beava.engine.push_validation import build_checkers, has_control_character, validate_push
+from beava.catalogue.errors import BeavaError
 from beava.engine.registry import empty_registry, register
-from beava.protocol.errors import BeavaError
+from beava.engine.state.push_validation import build_checkers, has_control_character, validate_push
 
 NODES = [{"kind": "event", "name": "Txn",
           "schema": {"fields": {"user": "str", "amount": "f64", "qty": "i64", "ok": "bool",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from beava.engine import wal_format as wf
-from beava.engine.crash_points import CrashPoints
-from beava.engine.recovery import (
+from beava.durability import wal_format as wf
+from beava.durability.crash_points import CrashPoints
+from beava.durability.recovery import (
     RecoveryFatal,
     RecoveryResult,
     Unapplicable,
@@ -19,13 +19,13 @@ from beava.engine.recovery import (
     is_network_fstype,
     recover,
 )
-from beava.engine.snapshots import (
+from beava.durability.snapshots import (
     LoadedSnapshot,
     SnapshotInvalid,
     encode_snapshot_body,
     write_snapshot_file,
 )
-from beava.engine.wal import WalWriter, list_segments
+from beava.durability.wal import WalWriter, list_segments
 from tests.unit.test_wal import RecordingLog, in_child
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import beava as bv
+from beava.catalogue.operators import CATALOGUE, OPERATOR_NAMES
 from beava.dsl.operators import AggDescriptor
-from beava.engine.operator_catalogue import CATALOGUE, OPERATOR_NAMES
 
 ok = bv.col("ok")
 

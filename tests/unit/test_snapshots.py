@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from beava.engine import snapshots as sn
-from beava.engine.crash_points import CrashPoints
+from beava.durability import snapshots as sn
+from beava.durability.crash_points import CrashPoints
 
 
 def body_for(lsn: int, version: int = 3, state: object = None) -> bytes:

@@ -10,7 +10,7 @@ import pytest
 from beava._fast.ops_core import COLUMNS
 from beava._fast.table_kernel import TableKernel, fmt_f64_debug, group_key
 
-from beava.engine import keys
+from beava.engine.state import keys
 
 W = 64_000
 

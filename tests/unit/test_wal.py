@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from beava.engine import wal_format as wf
-from beava.engine.crash_points import POINTS, CrashPoints
-from beava.engine.wal import SegmentFile, WalFatal, WalUnavailable, WalWriter, list_segments
+from beava.durability import wal_format as wf
+from beava.durability.crash_points import POINTS, CrashPoints
+from beava.durability.wal import SegmentFile, WalFatal, WalUnavailable, WalWriter, list_segments
 
 
 class RecordingLog:

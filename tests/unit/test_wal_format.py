@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava.engine import wal_format as wf
+from beava.durability import wal_format as wf
 
 
 def manual_record(lsn: int, rtype: int, fmt: int, ts: int, version: int, name: bytes,

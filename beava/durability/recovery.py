@@ -2,7 +2,7 @@
 
 The caller holds the data-directory lock, owns the state and supplies two callbacks:
 
-- ``load_snapshot(snapshot)`` installs a :class:`~beava.engine.snapshots.LoadedSnapshot`; it may
+- ``load_snapshot(snapshot)`` installs a :class:`~beava.durability.snapshots.LoadedSnapshot`; it may
   raise ``SnapshotInvalid`` to reject it (recovery then tries the next older one), and must
   leave the state untouched when it does.
 - ``apply(record)`` applies one WAL record with LSN > the snapshot's, in LSN order. It performs
@@ -24,15 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from beava.engine.crash_points import CrashPoints
-from beava.engine.snapshots import (
+from beava.durability.crash_points import CrashPoints
+from beava.durability.snapshots import (
     LoadedSnapshot,
     SnapshotInvalid,
     list_snapshots,
     read_snapshot,
 )
-from beava.engine.wal import DIR_MODE, FILE_MODE, list_segments, sync_dir, sync_fd
-from beava.engine.wal_format import (
+from beava.durability.wal import DIR_MODE, FILE_MODE, list_segments, sync_dir, sync_fd
+from beava.durability.wal_format import (
     LOCK_FILE,
     QUARANTINE_DIR,
     RECORD_EVENT,

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from beava.engine.keys import keystr
-from beava.protocol.errors import BeavaError
+from beava.catalogue.errors import BeavaError
+from beava.engine.state.keys import keystr
 
 LEGACY_CELL_CAP = 10_000
 

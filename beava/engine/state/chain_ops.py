@@ -2,7 +2,8 @@
 
 A chain compiles to ONE generated Python function `row -> row | None`: the ops become
 straight-line statements in order, each filter an early `return None`, each expression
-inlined by expression_compile. A filter on a numeric field therefore costs one Python call.
+inlined by the expression code generator. A filter on a numeric field therefore costs one
+Python call.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from beava.engine.expression_ast import (
+from beava.catalogue.expression_grammar import CAST_TARGETS, I64_MAX, I64_MIN
+from beava.engine.expressions import check_expression
+from beava.engine.expressions.codegen import FunctionBuilder
+from beava.engine.expressions.nodes import (
     DETAIL_INVALID_CAST_TARGET,
     DETAIL_SCHEMA_MISMATCH,
     DETAIL_UNKNOWN_FIELD,
     Expr,
     ExpressionError,
 )
-from beava.engine.expression_compile import FunctionBuilder
-from beava.engine.expression_runtime import I64_MAX, I64_MIN
-from beava.engine.expression_types import CAST_TARGETS
-from beava.engine.expressions import check_expression
 
 CHAIN_OPS = ("filter", "select", "drop", "rename", "with_columns", "map", "cast", "fillna")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from beava._fast.push_check import EventChecker, has_control_character
-from beava.protocol.errors import BeavaError
+from beava.catalogue.errors import BeavaError
 
 __all__ = ["EventChecker", "build_checkers", "has_control_character", "validate_push"]
 

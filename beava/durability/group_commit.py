@@ -19,9 +19,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from beava.engine.crash_points import CrashPoints
-from beava.engine.wal import WalFatal, WalWriter
-from beava.engine.wal_format import record_lsn_at
+from beava.durability.crash_points import CrashPoints
+from beava.durability.wal import WalFatal, WalWriter
+from beava.durability.wal_format import record_lsn_at
 
 Callback = Callable[[], None]
 # (lsn, event, row, now_ms, on_applied); event None = a waiter that only runs on_applied

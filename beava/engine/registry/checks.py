@@ -11,9 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beava.engine.chain_ops import ChainOpError, chain_output_schema
-from beava.engine.expressions import ExpressionError, check_where
-from beava.engine.operator_catalogue import (
+from beava.catalogue.operators import (
     OPERATOR_NAMES,
     FieldUse,
     OperatorSpec,
@@ -22,7 +20,8 @@ from beava.engine.operator_catalogue import (
     lookup,
     parse_duration,
 )
-from beava.engine.register_errors import (
+from beava.engine.expressions import ExpressionError, check_where
+from beava.engine.registry.errors import (
     AGGREGATION_FEATURE_NAME_COLLISION,
     AGGREGATION_GROUP_KEY_COLLIDES_WITH_FEATURE,
     AGGREGATION_INVALID_WHERE,
@@ -41,7 +40,8 @@ from beava.engine.register_errors import (
     WINDOW_NOT_SUPPORTED,
     RegisterError,
 )
-from beava.engine.register_payload import PayloadNode, group_by_index, is_table_node
+from beava.engine.registry.payload import PayloadNode, group_by_index, is_table_node
+from beava.engine.state.chain_ops import ChainOpError, chain_output_schema
 
 __all__ = ["check_prelude", "check_rules", "event_output_schema"]
 

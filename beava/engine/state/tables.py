@@ -11,10 +11,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from beava._fast.table_kernel import TableKernel
-from beava.engine.chain_ops import chain_output_schema, compile_chain
-from beava.engine.columns import make_column
 from beava.engine.expressions import check_where, compile_where, format_expression
 from beava.engine.registry import TableSpec
+from beava.engine.state.chain_ops import chain_output_schema, compile_chain
+from beava.engine.state.columns import make_column
 
 __all__ = ["TableState", "UnknownFeatures"]
 

@@ -9,15 +9,9 @@ by the parser's nesting limit (spec/expressions.md §3) times the number of prec
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 
-# A field name: identifier segments joined by single dots (spec/expressions.md §2).
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-KEYWORDS = frozenset(("and", "or", "not", "true", "false", "null"))
-I64_MIN = -(1 << 63)
-I64_MAX = (1 << 63) - 1
+from beava.catalogue.expression_grammar import format_literal
 
 # Finer error kinds of spec/expressions.md §9 (the optional `detail` key of an error body).
 DETAIL_UNKNOWN_FIELD = "unknown_field_reference"
@@ -114,27 +108,6 @@ class Call:
 
 Expr = Literal | Field | TypeName | Not | Neg | Arith | Logic | Compare | Call
 
-
-def format_literal(value: None | bool | int | float | str) -> str:
-    """Render a literal so that the lexer reads back the same value."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isinf(value):
-            # The lexer turns an overflowing literal into inf; NaN has no literal form.
-            return "1.0e999" if value > 0 else "-1.0e999"
-        text = repr(value)
-        if "e" in text and "." not in text:
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent}"
-        return text
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def format_expression(expr: Expr) -> str:

@@ -1,7 +1,7 @@
 """Register diff (registry.md §8), the transition plan it implies (§9, durability.md §5) and
 the response bodies (§12).
 
-The diff compares normalised nodes (register_payload) of the payload with those of the current
+The diff compares normalised nodes (registry.payload) of the payload with those of the current
 registry. Entries are JSON objects in the reference format; every body is returned with its
 keys sorted at every level (the emitted order of §12).
 """
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from beava.engine.register_errors import FORCE_REQUIRED
-from beava.engine.register_payload import group_by_index
+from beava.engine.registry.errors import FORCE_REQUIRED
+from beava.engine.registry.payload import group_by_index
 
 __all__ = [
     "DEFAULT_DEDUPE_WINDOW_MS",

@@ -8,10 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from beava.engine.expression_ast import (
-    I64_MAX,
-    IDENTIFIER,
-    KEYWORDS,
+from beava.catalogue.expression_grammar import I64_MAX, IDENTIFIER, KEYWORDS
+from beava.engine.expressions.nodes import (
     Arith,
     Call,
     Compare,

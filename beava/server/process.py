@@ -14,19 +14,19 @@ import time
 from typing import Any
 
 from beava import __version__
-from beava.config import Config, format_addr
-from beava.engine.crash_points import CrashPoints
-from beava.engine.recovery import RecoveryFatal
+from beava.durability.crash_points import CrashPoints
+from beava.durability.recovery import RecoveryFatal
 from beava.engine.store import FeatureStore
-from beava.log_lines import LogLines
-from beava.persistence import Persistence
 from beava.protocol.admin import AdminResponder
+from beava.protocol.connection import intake
 from beava.protocol.http import HttpProtocol
 from beava.protocol.reply_slots import flush_dirty
-from beava.protocol.server_connection import intake
 from beava.protocol.tcp import FramedTcpProtocol
-from beava.server_metrics import ServerMetrics
-from beava.service import Service
+from beava.server.config import Config, format_addr
+from beava.server.log_lines import LogLines
+from beava.server.metrics import ServerMetrics
+from beava.server.persistence import Persistence
+from beava.server.service import Service
 
 SHUTDOWN_DEADLINE_S = 4.0
 BACKLOG = 1024

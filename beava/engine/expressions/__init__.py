@@ -1,11 +1,11 @@
 """The expression language of filters, with_columns/map and `where` (spec/expressions.md).
 
 Public facade. The work is split by concern:
-- expression_ast: nodes, ExpressionError, canonical formatting;
-- expression_parser: lexer and parser (grammar, precedence, nesting limit);
-- expression_types: register-time field checks and type inference;
-- expression_runtime: value semantics (null, NaN, saturation, casts, quadkey);
-- expression_compile: code generation to Python functions.
+- nodes: nodes, ExpressionError, canonical formatting;
+- parser: lexer and parser (grammar, precedence, nesting limit);
+- type_check: register-time field checks and type inference;
+- runtime: value semantics (null, NaN, saturation, casts, quadkey);
+- codegen: code generation to Python functions.
 """
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from beava.engine import expression_ast
-from beava.engine.expression_ast import (
+from beava.catalogue.expression_grammar import DYNAMIC
+from beava.engine.expressions import nodes
+from beava.engine.expressions.codegen import compile_predicate, compile_value
+from beava.engine.expressions.nodes import (
     DETAIL_INVALID_CAST_TARGET,
     DETAIL_SCHEMA_MISMATCH,
     DETAIL_UNKNOWN_FIELD,
     Expr,
     ExpressionError,
 )
-from beava.engine.expression_compile import compile_predicate, compile_value
-from beava.engine.expression_parser import parse, recursion_headroom
-from beava.engine.expression_types import DYNAMIC, TypeChecker
+from beava.engine.expressions.parser import parse, recursion_headroom
+from beava.engine.expressions.type_check import TypeChecker
 
 __all__ = [
     "DETAIL_INVALID_CAST_TARGET",
@@ -88,4 +89,4 @@ def compile_where(expr: Expr) -> Callable[[Mapping[str, Any]], bool]:
 def format_expression(expr: Expr) -> str:
     """Canonical fully parenthesised text; parsing it gives back any parsed `expr`."""
     with recursion_headroom():
-        return expression_ast.format_expression(expr)
+        return nodes.format_expression(expr)

@@ -10,7 +10,7 @@ indentation limit.
 
 Hot paths are inlined: a comparison with a literal becomes a `type()` test plus one native
 comparison, and the logic tables of `and`/`or`/`not` are plain `is` tests. Arithmetic,
-general comparisons, casts and quadkey call the helpers of expression_runtime.
+general comparisons, casts and quadkey call the helpers of the runtime module.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from beava.engine import expression_runtime as rt
-from beava.engine.expression_ast import (
+from beava.engine.expressions import runtime as rt
+from beava.engine.expressions.nodes import (
     Arith,
     Call,
     Compare,
@@ -31,8 +31,8 @@ from beava.engine.expression_ast import (
     Neg,
     Not,
 )
-from beava.engine.expression_parser import recursion_headroom
-from beava.engine.expression_types import cast_target
+from beava.engine.expressions.parser import recursion_headroom
+from beava.engine.expressions.type_check import cast_target
 
 _HOIST_DEPTH = 40
 _INDENT = "    "

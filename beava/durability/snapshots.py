@@ -28,9 +28,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from beava.engine.crash_points import CrashPoints, kill_self
-from beava.engine.wal import FILE_MODE, now_ms, sync_dir, sync_fd
-from beava.engine.wal_format import (
+from beava.durability.crash_points import CrashPoints, kill_self
+from beava.durability.wal import FILE_MODE, now_ms, sync_dir, sync_fd
+from beava.durability.wal_format import (
     SNAPSHOT_SUFFIX,
     SNAPSHOT_TMP_SUFFIX,
     is_snapshot_tmp_name,

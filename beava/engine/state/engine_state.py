@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from beava.engine.columns import family_counters
 from beava.engine.registry import Registry, TableSpec
-from beava.engine.tables import TableState
+from beava.engine.state.columns import family_counters
+from beava.engine.state.tables import TableState
 
 __all__ = ["EngineState"]
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from beava.engine.crash_points import CrashPoints
-from beava.engine.wal_format import (
+from beava.durability.crash_points import CrashPoints
+from beava.durability.wal_format import (
     SEGMENT_FLAG_HISTORY_BOUNDARY,
     SEGMENT_HEADER_SIZE,
     encode_segment_header,

@@ -10,7 +10,7 @@ compares, what the WAL stores and what introspection shows:
 
 Shape-B table nodes become shape A (their aggregation appended to `ops` as a group_by), duration
 aliases become `_ms` integers, aggregation params keep recognised keys only
-(operator_catalogue.normalise_params) and `ema` becomes `ewma`.
+(catalogue.operators.normalise_params) and `ema` becomes `ewma`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from beava.engine.operator_catalogue import (
+from beava.catalogue.operators import (
     FOREVER,
     MAX_DURATION_MS,
     canonical_op,
     normalise_params,
     parse_duration,
 )
-from beava.engine.register_errors import BODY_PATH, INVALID_REGISTRATION, RegisterError
+from beava.engine.registry.errors import BODY_PATH, INVALID_REGISTRATION, RegisterError
 
 __all__ = [
     "CHAIN_OPS",

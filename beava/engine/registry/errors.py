@@ -1,6 +1,6 @@
 """Error codes `register` emits and the exception that carries one to the response.
 
-Only the code strings live here; their HTTP statuses are in beava/protocol/errors.py (every
+Only the code strings live here; their HTTP statuses are in beava/catalogue/errors.py (every
 code below is a 400 there except FORCE_REQUIRED, 409).
 """
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from beava.log_lines import parse_level
+from beava.server.log_lines import parse_level
 
 
 class ConfigError(Exception):

@@ -15,11 +15,11 @@ import msgspec
 
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
-from beava.engine import reads
-from beava.engine.push_validation import has_control_character
+from beava.catalogue.errors import BeavaError
+from beava.engine.state import reads
+from beava.engine.state.push_validation import has_control_character
 from beava.engine.store import FeatureStore
 from beava.protocol import messages
-from beava.protocol.errors import BeavaError
 from beava.protocol.http import HttpRequest, render_response
 from beava.protocol.http_routes import resolve
 from beava.protocol.opcodes import (

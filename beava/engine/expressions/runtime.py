@@ -8,14 +8,14 @@ that a bool is never taken for an integer. No function here raises.
 
 from __future__ import annotations
 
-import decimal
 import math
 import operator
 import re
 from collections.abc import Callable
 from typing import Any
 
-from beava.engine.expression_ast import I64_MAX, I64_MIN
+from beava.catalogue.expression_grammar import I64_MAX, I64_MIN
+from beava.catalogue.number_text import fmt_f64_display
 
 _TWO_63 = 9223372036854775808.0
 _INF = math.inf
@@ -56,18 +56,6 @@ def f64_div(x: float, y: float) -> float:
             return _NAN
         return _INF if (x > 0.0) == (math.copysign(1.0, y) > 0.0) else -_INF
     return x / y
-
-
-def fmt_f64_display(x: float) -> str:
-    """Rust `{}` formatting of a float: positional, shortest round-trip digits."""
-    if x != x:
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    text = format(decimal.Decimal(repr(x)), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
 
 
 # --- arithmetic: Null and non-numeric operands give Null; I64 results saturate --------------

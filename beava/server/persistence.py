@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from beava.config import Config
-from beava.engine.crash_points import CrashPoints
-from beava.engine.durability import GroupCommit, MemoryLog, PeriodicLog, fatal_exit
-from beava.engine.recovery import recover
-from beava.engine.snapshots import SnapshotRunner
+from beava.durability.crash_points import CrashPoints
+from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog, fatal_exit
+from beava.durability.recovery import recover
+from beava.durability.snapshots import SnapshotRunner
+from beava.durability.wal import WalFatal, WalWriter
 from beava.engine.store import FeatureStore
-from beava.engine.wal import WalFatal, WalWriter
-from beava.log_lines import LogLines
 from beava.protocol.reply_slots import flush_dirty
+from beava.server.config import Config
+from beava.server.log_lines import LogLines
 
 SNAPSHOT_POLL_S = 0.1
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from beava.engine.operator_catalogue import WindowMode, lookup, parse_duration, resolve_params
-from beava.engine.register_checks import check_prelude, check_rules, event_output_schema
-from beava.engine.register_diff import (
+from beava.catalogue.operators import WindowMode, lookup, parse_duration, resolve_params
+from beava.engine.registry.checks import check_prelude, check_rules, event_output_schema
+from beava.engine.registry.diff import (
     DEFAULT_DEDUPE_WINDOW_MS,
     compute_diff,
     dry_run_body,
@@ -23,8 +23,8 @@ from beava.engine.register_diff import (
     plan_transition,
     success_body,
 )
-from beava.engine.register_errors import RegisterError
-from beava.engine.register_payload import decode_payload, group_by_index, parse_body
+from beava.engine.registry.errors import RegisterError
+from beava.engine.registry.payload import decode_payload, group_by_index, parse_body
 
 __all__ = [
     "EventSpec",
@@ -57,7 +57,7 @@ class EventSpec:
 
 @dataclass(frozen=True, slots=True)
 class FeatureSpec:
-    """One feature of a table: canonical op, resolved params (operator_catalogue.resolve_params)
+    """One feature of a table: canonical op, resolved params (catalogue.operators.resolve_params)
     and its bucketed window (None = lifetime)."""
 
     name: str

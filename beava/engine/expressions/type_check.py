@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from beava.engine.expression_ast import (
+from beava.catalogue.expression_grammar import (
+    CAST_TARGETS,
+    DYNAMIC,
+    NULL,
+    NUMERIC,
+    arith_type,
+    comparable,
+    literal_type,
+)
+from beava.engine.expressions.nodes import (
     DETAIL_INVALID_CAST_TARGET,
     DETAIL_SCHEMA_MISMATCH,
     DETAIL_UNKNOWN_FIELD,
@@ -30,14 +39,7 @@ from beava.engine.expression_ast import (
     iter_fields,
 )
 
-NULL = "null"
-NUMERIC = frozenset(("i64", "f64"))
-DYNAMIC = frozenset(("bytes", "datetime", "json"))
 _BOOLISH = frozenset(("bool", NULL)) | DYNAMIC
-
-# `cast` target spelling -> resulting static type.
-CAST_TARGETS: dict[str, str] = {"str": "str", "int": "i64", "float": "f64", "bool": "bool"}
-
 _ARITY = {"cast": 2, "isnull": 1, "quadkey": 3}
 
 
@@ -48,50 +50,6 @@ def cast_target(arg: Expr) -> str | None:
     if isinstance(arg, Literal) and type(arg.value) is str:
         return arg.value
     return None
-
-
-def literal_type(value: object) -> str:
-    if value is None:
-        return NULL
-    if type(value) is bool:
-        return "bool"
-    if type(value) is int:
-        return "i64"
-    if type(value) is float:
-        return "f64"
-    return "str"
-
-
-def comparable(a: str, b: str) -> bool:
-    if a == b or NULL in (a, b) or a in DYNAMIC or b in DYNAMIC:
-        return True
-    return a in NUMERIC and b in NUMERIC
-
-
-def arith_type(op: str, a: str, b: str) -> str | None:
-    """Result type of `a op b`, or None when the operand types are rejected."""
-    if a == NULL and b == NULL:
-        return NULL
-    if op == "/":
-        allowed = NUMERIC | DYNAMIC | {NULL}
-        if a not in allowed or b not in allowed:
-            return None
-        if a in DYNAMIC or b in DYNAMIC:
-            return "json"
-        if a == NULL:
-            return b
-        if b == NULL:
-            return a
-    else:
-        if a in DYNAMIC or b in DYNAMIC:
-            return "json"
-        if a == NULL:
-            return b  # null with any type gives that type, as the reference
-        if b == NULL:
-            return a
-        if a not in NUMERIC or b not in NUMERIC:
-            return None
-    return "f64" if "f64" in (a, b) else "i64"
 
 
 class TypeChecker:
