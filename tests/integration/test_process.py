@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from beava import __version__
 from tests.support import BeavaProcess, FrameConn, http_request
 
 
@@ -37,7 +38,7 @@ def test_help_lists_every_option(flag):
 @pytest.mark.parametrize("flag", ["--version", "-V"])
 def test_version(flag):
     result = run_beava(flag)
-    assert (result.returncode, result.stdout) == (0, b"beava 0.1.0\n")
+    assert (result.returncode, result.stdout) == (0, f"beava {__version__}\n".encode())
 
 
 @pytest.mark.parametrize("args", [["--bogus"], ["--http-addr"], ["nonsense-command"]])
@@ -92,7 +93,7 @@ def test_yaml_values_apply_and_env_and_cli_win(tmp_path):
     finally:
         proc.terminate()
     starting = next(line for line in proc.lines if line["kind"] == "server.starting")
-    assert starting["version"] == "0.1.0" and starting["pid"] > 0
+    assert starting["version"] == __version__ and starting["pid"] > 0
     assert "--config" in starting["config_source"]
 
 
