@@ -1,4 +1,9 @@
-"""Opcodes and content types of the framed TCP protocol (spec/wire.md §2.3, §2.4)."""
+"""Opcodes and content types of the framed TCP protocol (spec/wire.md §2.3, §2.4).
+
+The one source of these numbers: the server's command table (``beava.protocol.commands``)
+imports them from here, so client and server cannot disagree on them. Importing this
+module loads nothing else of the client.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ OP_ERROR = 0xFFFF
 
 CT_JSON = 0x01
 CT_MSGPACK = 0x02
+CONTENT_TYPES = frozenset((CT_JSON, CT_MSGPACK))
 
 # The success reply opcode is not uniform: writes echo their op, reads and RESET answer 0x0023.
 REPLY_OP: dict[int, int] = {
@@ -68,6 +74,6 @@ def content_type_code(ct: int | str) -> int:
             raise ValueError(
                 f"unknown content type {ct!r} (expected 'json' or 'msgpack')"
             ) from None
-    if ct in (CT_JSON, CT_MSGPACK):
+    if ct in CONTENT_TYPES:
         return ct
     raise ValueError(f"unknown content type {ct!r} (expected 0x01 or 0x02)")
