@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from beava.catalogue.expression_grammar import I64_MAX, I64_MIN
 from beava.engine.expressions import runtime as rt
 from beava.engine.expressions.nodes import (
     Arith,
@@ -229,7 +230,7 @@ class FunctionBuilder:
             scope.add(depth + 1, f"{t} = {native}")
             scope.add(depth, f"elif {p} is int:")
             scope.add(depth + 1, f"{t} = {native}")
-            scope.add(depth + 1, f"if not {rt.I64_MIN} <= {t} <= {rt.I64_MAX}:")
+            scope.add(depth + 1, f"if not {I64_MIN} <= {t} <= {I64_MAX}:")
             scope.add(depth + 2, f"{t} = _saturate({t})")
         scope.add(depth, "else:")
         scope.add(depth + 1, f"{t} = None")

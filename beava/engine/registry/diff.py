@@ -51,10 +51,15 @@ def json_equal(a: Any, b: Any) -> bool:
 def _sorted(value: Any) -> Any:
     """A copy of a JSON value with every object's keys in ascending order."""
     if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
+        return _sorted_object(value)
     if isinstance(value, list):
         return [_sorted(v) for v in value]
     return value
+
+
+def _sorted_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """``_sorted`` of a JSON object."""
+    return {k: _sorted(obj[k]) for k in sorted(obj)}
 
 
 # Sort key of each entry kind (§8.3): rank, primary, secondary.
@@ -270,7 +275,8 @@ def _summary(
     out: dict[str, Any] = {"name": name}
 
     def field_name(e: dict[str, Any]) -> str:  # "Desc.field" -> "field"
-        return e["field"][len(name) + 1:]
+        field: str = e["field"]
+        return field[len(name) + 1:]
 
     if new["kind"] == "event":
         added = [
@@ -381,12 +387,12 @@ def compute_diff(old: Mapping[str, dict[str, Any]], new: Sequence[dict[str, Any]
             )
     added = [n for n in new_by_name if n in new_set or n in rename_targets]
     return Diff(
-        additive=[_sorted(e) for e in sorted(additive, key=_entry_key)],
-        destructive=[_sorted(e) for e in sorted(destructive, key=_entry_key)],
+        additive=[_sorted_object(e) for e in sorted(additive, key=_entry_key)],
+        destructive=[_sorted_object(e) for e in sorted(destructive, key=_entry_key)],
         already_present=sorted(already_present),
         added=added,
         removed=removed,
-        changed=[_sorted(c) for c in changed],
+        changed=[_sorted_object(c) for c in changed],
         per_descriptor=per_descriptor,
         kind_changed=kind_changed,
     )
@@ -471,7 +477,7 @@ def success_body(
     registered: list[str], version: int, removed: list[str],
 ) -> dict[str, Any]:
     """§12.1 / §12.2."""
-    return _sorted({
+    return _sorted_object({
         "added": added,
         "already_present": already_present,
         "changed": changed,
@@ -485,12 +491,12 @@ def success_body(
 def dry_run_body(diff: Diff | None, version: int) -> dict[str, Any]:
     """§12.3; `diff` None is the empty diff of `nodes: []`."""
     if diff is None:
-        return _sorted({
+        return _sorted_object({
             "added": [], "changed": [],
             "diff": {"additive": [], "already_present": [], "destructive": []},
             "registry_version": version, "removed": [], "status": "ok", "would_apply": False,
         })
-    return _sorted({
+    return _sorted_object({
         "added": diff.added, "changed": diff.changed, "diff": diff.body(),
         "registry_version": version, "removed": diff.removed, "status": "ok",
         "would_apply": False,
@@ -499,7 +505,7 @@ def dry_run_body(diff: Diff | None, version: int) -> dict[str, Any]:
 
 def force_required_body(diff: Diff, version: int) -> dict[str, Any]:
     """§12.4."""
-    return _sorted({
+    return _sorted_object({
         "added": diff.added,
         "changed": diff.changed,
         "error": {

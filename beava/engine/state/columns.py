@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from beava._fast import (
     ops_buffer,
@@ -21,25 +21,33 @@ from beava.engine.registry import FeatureSpec
 
 __all__ = ["COLUMNS", "column_class", "family_counters", "make_column"]
 
-_FAMILIES = (
+
+class _Family(Protocol):
+    """An op family module (a module may also expose ``counters()``)."""
+
+    @property
+    def COLUMNS(self) -> Mapping[str, type[Column]]: ...
+
+
+_FAMILIES: tuple[_Family, ...] = (
     ops_core, ops_sketch, ops_point, ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
 )
 
 
-def _merge(*modules: Any) -> Mapping[str, type]:
-    merged: dict[str, type] = {}
-    for module in modules:
-        for op, cls in module.COLUMNS.items():
+def _merge(*tables: Mapping[str, type[Column]]) -> Mapping[str, type[Column]]:
+    merged: dict[str, type[Column]] = {}
+    for table in tables:
+        for op, cls in table.items():
             if op in merged:
                 raise RuntimeError(f"op {op!r} defined by two families")
             merged[op] = cls
     return MappingProxyType(merged)
 
 
-COLUMNS: Mapping[str, type] = _merge(*_FAMILIES)
+COLUMNS: Mapping[str, type[Column]] = _merge(*(family.COLUMNS for family in _FAMILIES))
 
 
-def column_class(op: str) -> type:
+def column_class(op: str) -> type[Column]:
     """The Column subclass of a canonical op name (KeyError if no family implements it)."""
     return COLUMNS[op]
 

@@ -12,18 +12,20 @@ from typing import Any
 
 from beava._fast.push_check import EventChecker, has_control_character
 from beava.catalogue.errors import BeavaError
+from beava.engine.registry import EventSpec
 
 __all__ = ["EventChecker", "build_checkers", "has_control_character", "validate_push"]
 
 
-def build_checkers(events: Mapping[str, Any]) -> dict[str, tuple[Any, EventChecker]]:
+def build_checkers(events: Mapping[str, EventSpec]) -> dict[str, tuple[EventSpec, EventChecker]]:
     """Event name -> (EventSpec, its compiled checker)."""
     return {name: (spec, EventChecker(spec.fields, spec.optional, spec.required, spec.defaults))
             for name, spec in events.items()}
 
 
 def validate_push(event_name: str, fields: Any,
-                  checkers: Mapping[str, tuple[Any, EventChecker]]) -> tuple[Any, dict]:
+                  checkers: Mapping[str, tuple[EventSpec, EventChecker]]
+                  ) -> tuple[EventSpec, dict[str, Any]]:
     """Checks 2-6 of spec/wire.md §6.2; returns ``(event spec, accepted row)``."""
     if type(fields) is not dict:
         raise BeavaError("invalid_event")

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beava.catalogue.errors import BeavaError
 from beava.engine.state.keys import keystr
 
+if TYPE_CHECKING:
+    from beava.engine.registry import Registry
+    from beava.engine.state.tables import TableState
+
 LEGACY_CELL_CAP = 10_000
 
-# name -> TableState | None
-TableLookup = Callable[[str], Any]
+# name -> its table, None when no table has that name
+TableLookup = Callable[[str], "TableState | None"]
 
 
 def _internal(reason: str) -> BeavaError:
@@ -155,11 +159,11 @@ def batch_get(tables: TableLookup, body: Any, now: int) -> tuple[list[Any], list
     return results, aliases
 
 
-def _feature_tables(registry: Any) -> dict[str, str]:
+def _feature_tables(registry: Registry) -> dict[str, str]:
     return {feature: name for name, spec in registry.tables.items() for feature in spec.features}
 
 
-def _legacy_keys(body: dict) -> list[Any]:
+def _legacy_keys(body: dict[str, Any]) -> list[Any]:
     keys = body.get("keys")
     if not isinstance(keys, list):
         raise _internal("missing field `keys` (expected an array)")
@@ -172,7 +176,8 @@ def _legacy_cells(keys: list[Any], nfeatures: int) -> None:
         raise _internal(f"batch_too_large: cells={cells} cap={LEGACY_CELL_CAP}")
 
 
-def _legacy_row(table: Any, key: Any, now: int, features: list[str]) -> dict | None:
+def _legacy_row(table: TableState, key: Any, now: int, features: list[str]
+                ) -> dict[str, Any] | None:
     try:
         skey = stored_key(key, len(table.spec.keys))
     except BeavaError as err:
@@ -182,7 +187,12 @@ def _legacy_row(table: Any, key: Any, now: int, features: list[str]) -> dict | N
     return table.row(skey, now, features)
 
 
-def mget(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, Any]:
+# Reply keys of MGET / GET_MULTI are the request keys as text (keystr); an array key, which
+# addresses a row of a one-key table too, has no keystr and is answered under None.
+LegacyReply = dict[str | None, Any]
+
+
+def mget(tables: TableLookup, registry: Registry, body: Any, now: int) -> LegacyReply:
     """OP_MGET ``{"feature": f, "keys": [...]}`` -> ``{key: {f: value}}`` for keys with a row."""
     if not isinstance(body, dict) or not isinstance(body.get("feature"), str):
         raise _internal("missing field `feature`")
@@ -193,7 +203,8 @@ def mget(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, A
         raise _internal(f"feature_not_found: missing={_missing_features([feature])}")
     _legacy_cells(keys, 1)
     table = tables(owner)
-    out: dict[str, Any] = {}
+    assert table is not None  # the registry and the engine's tables are installed together
+    out: LegacyReply = {}
     for key in keys:
         row = _legacy_row(table, key, now, [feature])
         if row is not None:
@@ -201,7 +212,7 @@ def mget(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, A
     return out
 
 
-def get_multi(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[str, Any]:
+def get_multi(tables: TableLookup, registry: Registry, body: Any, now: int) -> LegacyReply:
     """OP_GET_MULTI ``{"keys": [...], "features": [...]}`` merged over tables."""
     if not isinstance(body, dict):
         raise _internal("invalid type: expected a map {keys, features}")
@@ -217,12 +228,14 @@ def get_multi(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[s
     by_table: dict[str, list[str]] = {}
     for feature in features:
         by_table.setdefault(owners[feature], []).append(feature)
-    out: dict[str, Any] = {}
+    out: LegacyReply = {}
     for key in keys:
         merged: dict[str, Any] = {}
         found = False
         for name, names in by_table.items():
-            row = _legacy_row(tables(name), key, now, names)
+            table = tables(name)
+            assert table is not None  # as in mget
+            row = _legacy_row(table, key, now, names)
             if row is not None:
                 found = True
                 merged.update(row)
@@ -231,12 +244,13 @@ def get_multi(tables: TableLookup, registry: Any, body: Any, now: int) -> dict[s
     return out
 
 
-def legacy_get(tables: TableLookup, registry: Any, feature: str, key: str, now: int
+def legacy_get(tables: TableLookup, registry: Registry, feature: str, key: str, now: int
                ) -> dict[str, Any]:
     """GET /get/<feature>/<key>: one feature's value, or a whole table row."""
     owner = _feature_tables(registry).get(feature)
     if owner is not None:
         table, projection = tables(owner), [feature]
+        assert table is not None  # as in mget
     else:
         table, projection = tables(feature), None
         if table is None:
