@@ -17,15 +17,15 @@ import asyncio
 import concurrent.futures
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from beava.durability.crash_points import CrashPoints
-from beava.durability.wal import WalFatal, WalWriter
+from beava.durability.wal import EventLog, WalFatal, WalWriter
 from beava.durability.wal_format import record_lsn_at
 
 Callback = Callable[[], None]
 # (lsn, event, row, now_ms, on_applied); event None = a waiter that only runs on_applied
-Item = tuple[int, Any, Any, int, Any]
+Item = tuple[int, str | None, dict[str, Any] | None, int, Callback | None]
 ApplyItems = Callable[[list[Item]], None]
 
 
@@ -72,7 +72,7 @@ class _WorkerLog:
         self._records: list[bytes] = []
         self._callbacks: list[Item] = []
         self._bytes = 0
-        self._in_flight: concurrent.futures.Future | None = None
+        self._in_flight: concurrent.futures.Future[None] | None = None
         self._in_flight_callbacks: list[Item] = []
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
         self._loop = asyncio.get_event_loop()
@@ -114,7 +114,7 @@ class _WorkerLog:
         future.add_done_callback(
             lambda f: self._loop.call_soon_threadsafe(self._finish, f))
 
-    def _finish(self, future: concurrent.futures.Future) -> None:
+    def _finish(self, future: concurrent.futures.Future[None]) -> None:
         if future is not self._in_flight:
             return  # already completed synchronously by a barrier
         self._in_flight = None
@@ -239,7 +239,7 @@ class PeriodicLog(_WorkerLog):
         super().close()
 
 
-def fatal_exit(log: Any, exc: BaseException) -> None:
+def fatal_exit(log: EventLog, exc: BaseException) -> NoReturn:
     """A WAL write/fsync failure: log it and stop at once with exit 4 (§6.6)."""
     op = getattr(exc, "op", "write")
     path = getattr(exc, "path", "")

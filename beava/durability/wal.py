@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal_format import (
@@ -29,6 +29,14 @@ from beava.durability.wal_format import (
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 FILE_MODE = 0o644
 DIR_MODE = 0o755
+
+
+class EventLog(Protocol):
+    """Where durability reports what it did: the server's JSON log lines (``LogLines``)."""
+
+    def info(self, kind: str, message: str, **fields: Any) -> None: ...
+
+    def error(self, kind: str, message: str, **fields: Any) -> None: ...
 
 
 def _fullfsync(fd: int) -> None:
@@ -125,7 +133,7 @@ class WalWriter:
 
     def __init__(self, wal_dir: str, snapshot_dir: str, *,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 crash_points: CrashPoints | None = None, log: Any = None,
+                 crash_points: CrashPoints | None = None, log: EventLog | None = None,
                  file_factory: Callable[[str], SegmentFile] = SegmentFile.create) -> None:
         self.wal_dir = wal_dir
         self.snapshot_dir = snapshot_dir

@@ -197,6 +197,7 @@ def record_size_at(buf: bytes | bytearray | memoryview, offset: int, end: int) -
     """
     if end - offset < 4 + RECORD_FIXED_LEN:
         return 0
+    record_len: int
     record_len, crc, _lsn, rtype, fmt, _flags, _ts, _ver, name_len = _FULL_HEAD.unpack_from(
         buf, offset)
     if record_len < RECORD_FIXED_LEN or record_len > RECORD_MAX_LEN:
@@ -216,7 +217,8 @@ def record_size_at(buf: bytes | bytearray | memoryview, offset: int, end: int) -
 
 def record_lsn_at(buf: bytes | bytearray | memoryview, offset: int) -> int:
     """The LSN field of the record at ``offset`` (no validation)."""
-    return _HEAD.unpack_from(buf, offset + 8)[0]
+    lsn: int = _HEAD.unpack_from(buf, offset + 8)[0]
+    return lsn
 
 
 def decode_record(buf: bytes | bytearray | memoryview, offset: int) -> Record:
