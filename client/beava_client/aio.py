@@ -439,7 +439,8 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
 
     async def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
-        return await self.request(OP_PING)
+        reply: dict[str, Any] = await self.request(OP_PING)
+        return reply
 
     async def register(
         self,
@@ -449,13 +450,15 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Register ``{"nodes": [...]}`` (or a node list); returns the server's answer."""
-        return await self.request(
+        reply: dict[str, Any] = await self.request(
             OP_REGISTER, register_body(payload, force, dry_run), ct=CT_JSON
         )
+        return reply
 
     async def reset(self) -> dict[str, Any]:
         """Reset the server (test mode only): ``{"registry_version": N, "reset": true}``."""
-        return await self.request(OP_RESET, {})
+        reply: dict[str, Any] = await self.request(OP_RESET, {})
+        return reply
 
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
@@ -465,14 +468,16 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
 
     async def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         """Rows for ``(table, key[, features])`` tuples or request mappings, in order."""
-        return (await self.request(OP_BATCH_GET, batch_get_body(requests)))["results"]
+        results: list[Any] = (await self.request(OP_BATCH_GET, batch_get_body(requests)))["results"]
+        return results
 
     # -- pushes --------------------------------------------------------------------------
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
         frame = self.push_encoder(event).encode(body)
-        return decode_reply(await self._roundtrip(frame, False), OP_PUSH)
+        reply: dict[str, Any] = decode_reply(await self._roundtrip(frame, False), OP_PUSH)
+        return reply
 
     async def push_pipelined(
         self, event: str, bodies: Iterable[Mapping[str, Any]], *, batch_size: int | None = None

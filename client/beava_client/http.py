@@ -267,11 +267,13 @@ class HttpClient(SyncClient, _HttpCommon):
 
     def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
-        return self.request("POST", "/ping", b"{}")
+        reply: dict[str, Any] = self.request("POST", "/ping", b"{}")
+        return reply
 
     def health(self) -> dict[str, Any]:
         """``GET /health`` → ``{"status": "ok"}``."""
-        return self.request("GET", "/health")
+        reply: dict[str, Any] = self.request("GET", "/health")
+        return reply
 
     def register(
         self,
@@ -281,11 +283,15 @@ class HttpClient(SyncClient, _HttpCommon):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """``POST /register``; returns the server's answer."""
-        return self.request("POST", "/register", register_body(payload, force, dry_run))
+        reply: dict[str, Any] = self.request(
+            "POST", "/register", register_body(payload, force, dry_run)
+        )
+        return reply
 
     def reset(self) -> dict[str, Any]:
         """``POST /reset`` (test mode only): ``{"registry_version": N, "reset": true}``."""
-        return self.request("POST", "/reset", b"{}")
+        reply: dict[str, Any] = self.request("POST", "/reset", b"{}")
+        return reply
 
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
         """``POST /get``: the row of ``key`` (sent unchanged; None = ``""``)."""
@@ -293,12 +299,16 @@ class HttpClient(SyncClient, _HttpCommon):
 
     def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         """``POST /batch_get``: rows in request order, per-entry errors inline."""
-        return self.request("POST", "/batch_get", batch_get_body(requests))["results"]
+        results: list[Any] = self.request("POST", "/batch_get", batch_get_body(requests))["results"]
+        return results
 
     def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /push`` ``{"event", "data"}``: the ack (a replay is only marked by the
         ``X-Beava-Idempotent-Replay`` header, see ``send``)."""
-        return self.request("POST", "/push", self._push_body(event, body), safe=False)
+        reply: dict[str, Any] = self.request(
+            "POST", "/push", self._push_body(event, body), safe=False
+        )
+        return reply
 
     def push_each(self, event: str, bodies: Iterable[Mapping[str, Any]]) -> PushResult:
         """One ``POST /push`` per body, in order; result shape of ``push_many``."""
@@ -497,11 +507,13 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
 
     async def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
-        return await self.request("POST", "/ping", b"{}")
+        reply: dict[str, Any] = await self.request("POST", "/ping", b"{}")
+        return reply
 
     async def health(self) -> dict[str, Any]:
         """``GET /health`` → ``{"status": "ok"}``."""
-        return await self.request("GET", "/health")
+        reply: dict[str, Any] = await self.request("GET", "/health")
+        return reply
 
     async def register(
         self,
@@ -511,11 +523,15 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """``POST /register``; returns the server's answer."""
-        return await self.request("POST", "/register", register_body(payload, force, dry_run))
+        reply: dict[str, Any] = await self.request(
+            "POST", "/register", register_body(payload, force, dry_run)
+        )
+        return reply
 
     async def reset(self) -> dict[str, Any]:
         """``POST /reset`` (test mode only)."""
-        return await self.request("POST", "/reset", b"{}")
+        reply: dict[str, Any] = await self.request("POST", "/reset", b"{}")
+        return reply
 
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
@@ -525,11 +541,16 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
 
     async def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         """``POST /batch_get``: rows in request order, per-entry errors inline."""
-        return (await self.request("POST", "/batch_get", batch_get_body(requests)))["results"]
+        reply = await self.request("POST", "/batch_get", batch_get_body(requests))
+        results: list[Any] = reply["results"]
+        return results
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /push`` ``{"event", "data"}``: the ack."""
-        return await self.request("POST", "/push", self._push_body(event, body), safe=False)
+        reply: dict[str, Any] = await self.request(
+            "POST", "/push", self._push_body(event, body), safe=False
+        )
+        return reply
 
     async def push_each(self, event: str, bodies: Iterable[Mapping[str, Any]]) -> PushResult:
         """One ``POST /push`` per body, in order; result shape of ``push_many``."""

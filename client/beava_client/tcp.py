@@ -292,7 +292,8 @@ class TcpClient(SyncClient, TcpClientBase):
 
     def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
-        return self.request(OP_PING)
+        reply: dict[str, Any] = self.request(OP_PING)
+        return reply
 
     def register(
         self,
@@ -302,11 +303,15 @@ class TcpClient(SyncClient, TcpClientBase):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Register ``{"nodes": [...]}`` (or a node list); returns the server's answer."""
-        return self.request(OP_REGISTER, register_body(payload, force, dry_run), ct=CT_JSON)
+        reply: dict[str, Any] = self.request(
+            OP_REGISTER, register_body(payload, force, dry_run), ct=CT_JSON
+        )
+        return reply
 
     def reset(self) -> dict[str, Any]:
         """Reset the server (test mode only): ``{"registry_version": N, "reset": true}``."""
-        return self.request(OP_RESET, {})
+        reply: dict[str, Any] = self.request(OP_RESET, {})
+        return reply
 
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
         """The row of ``key`` (sent unchanged; None = global row ``""``) in ``table``."""
@@ -315,14 +320,16 @@ class TcpClient(SyncClient, TcpClientBase):
     def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         """Rows for ``(table, key[, features])`` tuples or request mappings, in order;
         per-entry failures come back inline as ``{"error": {...}}``."""
-        return self.request(OP_BATCH_GET, batch_get_body(requests))["results"]
+        results: list[Any] = self.request(OP_BATCH_GET, batch_get_body(requests))["results"]
+        return results
 
     # -- pushes --------------------------------------------------------------------------
 
     def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
         frame = self.push_encoder(event).encode(body)
-        return decode_reply(self._roundtrip(frame, False), OP_PUSH)
+        reply: dict[str, Any] = decode_reply(self._roundtrip(frame, False), OP_PUSH)
+        return reply
 
     def push_pipelined(
         self, event: str, bodies: Iterable[Mapping[str, Any]], *, batch_size: int | None = None
