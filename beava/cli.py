@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from beava import __version__
 
@@ -28,7 +29,7 @@ environment variables (command line > environment > YAML > defaults):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors: stderr, exit 2
+    def error(self, message: str) -> NoReturn:  # usage errors: stderr, exit 2
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)

@@ -165,7 +165,10 @@ def plan_conversion(schema: StructType, overrides: Mapping[str, str] | None = No
 
 
 def _integral_decimal(data_type: DataType) -> bool:
-    return data_type.scale == 0 and data_type.precision <= 18  # type: ignore[attr-defined]
+    from pyspark.sql.types import DecimalType
+
+    return (isinstance(data_type, DecimalType)
+            and data_type.scale == 0 and data_type.precision <= 18)
 
 
 def quoted(name: str) -> str:
