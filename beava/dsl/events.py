@@ -112,25 +112,28 @@ def _event_source(cls: T, options: dict[str, Any]) -> T:
     if dedupe_window is not None and dedupe_key is None:
         raise ValueError("dedupe_window requires dedupe_key")
 
-    cls._name = cls.__name__  # type: ignore[attr-defined]
-    cls._schema = dict(hints)  # type: ignore[attr-defined]
-    cls._defaults = defaults  # type: ignore[attr-defined]
-    cls._chain = []  # type: ignore[attr-defined]
-    cls._keep_events_for = keep_events_for  # type: ignore[attr-defined]
-    cls._cold_after = cold_after  # type: ignore[attr-defined]
-    cls._dedupe_key = dedupe_key  # type: ignore[attr-defined]
-    cls._dedupe_window = dedupe_window  # type: ignore[attr-defined]
-    cls._kind = "event_source"  # type: ignore[attr-defined]
-    cls._bv_fields = fields  # type: ignore[attr-defined]
-    cls._bv_optional = optional  # type: ignore[attr-defined]
-    cls._bv_options = {  # type: ignore[attr-defined]
+    # The descriptor is the user's class itself: beava's attributes are set on it at run
+    # time, so the checker sees the class through an untyped name here.
+    source: Any = cls
+    source._name = cls.__name__
+    source._schema = dict(hints)
+    source._defaults = defaults
+    source._chain = []
+    source._keep_events_for = keep_events_for
+    source._cold_after = cold_after
+    source._dedupe_key = dedupe_key
+    source._dedupe_window = dedupe_window
+    source._kind = "event_source"
+    source._bv_fields = fields
+    source._bv_optional = optional
+    source._bv_options = {
         "keep_events_for_ms": keep_ms,
         "cold_after_ms": cold_ms,
         "dedupe_key": dedupe_key,
         "dedupe_window_ms": dedupe_ms,
     }
     stream = EventDerivation(cls, (), dict(fields), cls.__name__)
-    cls._bv_stream = stream  # type: ignore[attr-defined]
+    source._bv_stream = stream
     for method in CHAIN_METHODS:
         setattr(cls, method, staticmethod(getattr(stream, method)))
     return cls

@@ -115,10 +115,10 @@ class Expr:
     def __le__(self, other: object) -> Expr:
         return Compare("<=", self, _operand(other))
 
-    def __eq__(self, other: object) -> Expr:  # type: ignore[override]
+    def __eq__(self, other: object) -> Expr:  # type: ignore[override]  # builds a Compare
         return Compare("==", self, _operand(other))
 
-    def __ne__(self, other: object) -> Expr:  # type: ignore[override]
+    def __ne__(self, other: object) -> Expr:  # type: ignore[override]  # builds a Compare
         return Compare("!=", self, _operand(other))
 
     # logic

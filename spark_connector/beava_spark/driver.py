@@ -84,6 +84,8 @@ def push_dataframe(
         router = LineRouter(key_fields, len(urls), per_server)
         lines = lines.map(router).partitionBy(router.partitions, _partition_index).values()
     sc = df.sparkSession.sparkContext
+    # pyspark annotates the param as its AccumulatorParam class; ours is duck-typed (zero,
+    # addInPlace) so that workers unpickle it without importing pyspark.
     accumulator = sc.accumulator(PushTotals(), TotalsAccumulatorParam())  # type: ignore[arg-type]
     listener = None
     progress_address = None

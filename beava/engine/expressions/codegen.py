@@ -141,7 +141,8 @@ class FunctionBuilder:
     def build(self) -> Callable[..., Any]:
         source = "\n".join(self.helpers + [f"def {self.name}(row):", *self.lines])
         exec(compile(source, f"<beava {self.name}>", "exec"), self.namespace)
-        return self.namespace[self.name]  # type: ignore[no-any-return]
+        function: Callable[..., Any] = self.namespace[self.name]
+        return function
 
     # --- expression emission ------------------------------------------------------------
 

@@ -36,7 +36,10 @@ INT, FLOAT, STR, IDENT, KEYWORD, PUNCT, END = "int", "float", "str", "ident", "k
 class Token:
     __slots__ = ("kind", "value", "text", "pos")
 
-    def __init__(self, kind: str, value: object, text: str, pos: int) -> None:
+    # value: the text of IDENT, KEYWORD, PUNCT and STR tokens, the number of INT and FLOAT
+    # tokens, None for END.
+    def __init__(self, kind: str, value: str | int | float | None, text: str, pos: int
+                 ) -> None:
         self.kind = kind
         self.value = value
         self.text = text
@@ -279,7 +282,7 @@ class _Parser:
         literal = self.tok
         if literal.kind in (INT, FLOAT):
             self.advance()
-            return Literal(-literal.value)  # type: ignore[operator]
+            return Literal(-literal.value)  # type: ignore[operator]  # INT/FLOAT: a number
         return Neg(self.unary(self.enter(level, minus)))
 
     def primary(self, level: int) -> Expr:
@@ -287,7 +290,7 @@ class _Parser:
         kind = token.kind
         if kind in (INT, FLOAT, STR):
             self.advance()
-            return Literal(token.value)  # type: ignore[arg-type]
+            return Literal(token.value)
         if kind == KEYWORD and token.value in ("true", "false", "null"):
             self.advance()
             return Literal({"true": True, "false": False, "null": None}[str(token.value)])
