@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import msgspec
+from typing import Any
 
 from beava.protocol.http import HttpRequest, render_response
+from beava.protocol.messages import encode_json
 
 _JSON = ("content-type", "application/json")
 _RUNTIME = ("x-runtime", "tokio")
 _ROUTES = ("/health", "/ready", "/registry", "/metrics")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_encode = msgspec.json.Encoder(order="sorted").encode
 
 
 class AdminResponder:
@@ -35,13 +34,13 @@ class AdminResponder:
             headers = (("content-type", METRICS_CONTENT_TYPE), _RUNTIME)
         else:
             if path == "/health":
-                doc: dict = {"status": "ok"}
+                doc: dict[str, Any] = {"status": "ok"}
             elif path == "/ready":
                 doc = {"status": "ready"}
             else:
                 version, node_count = self._registry_info()
                 doc = {"node_count": node_count, "version": version}
-            body = _encode(doc)
+            body = encode_json(doc)
             headers = (_JSON, _RUNTIME)
         return render_response(200, body, headers, keep, include_body=request.method == "GET")
 

@@ -1,52 +1,36 @@
 """What every server connection shares, framed TCP and HTTP alike.
 
-Each connection belongs to the server's connection set while it is open (shutdown walks it:
-``stop_reading``, then ``drain`` until nothing waits, then ``close``) and queues its replies
-in arrival order in ``_out``, where a :class:`PendingReply` holds back the replies behind it.
+Each connection belongs to its server's :class:`ServerState`: to its connection set while it
+is open (shutdown walks it: ``stop_reading``, then ``drain`` until nothing waits, then
+``close``) and, while the intake gate is shut, it reads nothing. It queues its replies in
+arrival order in ``_out``, where a :class:`PendingReply` holds back the replies behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections import deque
 
 from beava.protocol.reply_slots import PendingReply, take_ready
+from beava.protocol.server_state import ServerState
 
 
-class IntakeGate:
-    """Durability backpressure (spec/durability.md §6.5): while shut, no client socket of
-    the data plane is read; requests already read are still answered."""
-
-    def __init__(self) -> None:
-        self.shut = False
-
-    def set(self, shut: bool, connections: set) -> None:
-        self.shut = shut
-        for conn in list(connections):
-            if shut:
-                conn.pause_intake()
-            else:
-                conn.resume_intake()
-
-
-intake = IntakeGate()
-
-
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(asyncio.Protocol, ABC):
     """Base of the connection protocols: connection-set membership, reply queue, stop."""
 
-    def __init__(self, connections: set) -> None:
-        self._connections = connections
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
         self._transport: asyncio.Transport | None = None
         self._out: deque[bytes | PendingReply] = deque()
         self._last_pending: PendingReply | None = None
         self._closing = False  # a fatal protocol error or shutdown: read nothing more
-        self.dirty = False  # queued for flush_dirty (reply_slots)
+        self.dirty = False  # in state.dirty, waiting for flush_dirty
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._connections.add(self)
-        if intake.shut:
+        self.state.connections.add(self)
+        if self.state.intake.shut:
             transport.pause_reading()  # type: ignore[attr-defined]
 
     def pause_intake(self) -> None:
@@ -58,11 +42,11 @@ class ServerConnection(asyncio.Protocol):
 
     def _resume_if_idle(self) -> None:
         """Read again unless something still holds the connection back."""
-        if self._transport is not None and not self._closing and not intake.shut:
+        if self._transport is not None and not self._closing and not self.state.intake.shut:
             self._transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._connections.discard(self)
+        self.state.connections.discard(self)
         self._transport = None
 
     def stop_reading(self) -> None:
@@ -81,3 +65,16 @@ class ServerConnection(asyncio.Protocol):
         if transport is not None and ready:
             transport.write(ready)
         return transport
+
+    @abstractmethod
+    def flush_ready(self) -> None:
+        """Write the replies that are ready, in order (and whatever that lets go on)."""
+
+    @abstractmethod
+    def drain(self) -> bool:
+        """Shutdown: answer every received request that does not wait for durability now;
+        True while some still wait."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close once every queued reply has been written."""

@@ -9,20 +9,22 @@ full response (status line, headers, body).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 
 import httptools
 
 from beava.protocol.connection import ServerConnection
 from beava.protocol.reply_slots import PendingReply
+from beava.protocol.server_state import ServerState
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-_REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-            415: "Unsupported Media Type", 500: "Internal Server Error",
-            501: "Not Implemented", 503: "Service Unavailable"}
+_REASONS = MappingProxyType({
+    100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
+    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"})
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -41,11 +43,6 @@ class HttpRequest:
         self.keep_alive = keep_alive
         # an earlier request on this connection still waits for durability
         self.after_pending = after_pending
-
-    @property
-    def path(self) -> str:
-        """Routing form of the target: query removed, trailing ``/`` trimmed."""
-        return self.target.split("?", 1)[0].rstrip("/")
 
 
 def render_response(status: int, body: bytes, headers: Iterable[tuple[str, str]],
@@ -72,8 +69,8 @@ class HttpProtocol(ServerConnection):
     """httptools callbacks assemble requests; each complete one is answered in order."""
 
     def __init__(self, respond: Responder, protocol_error: ProtocolErrorResponder,
-                 connections: set) -> None:
-        super().__init__(connections)
+                 state: ServerState) -> None:
+        super().__init__(state)
         self._respond = respond
         self._protocol_error = protocol_error
         self._parser = httptools.HttpRequestParser(self)
@@ -114,14 +111,6 @@ class HttpProtocol(ServerConnection):
         self._closing = True
         if self._transport is not None and not self._out:
             self._transport.close()
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._out)
-
-    @property
-    def write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() if self._transport is not None else 0
 
     # httptools callbacks ----------------------------------------------------------------
 

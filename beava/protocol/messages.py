@@ -21,11 +21,6 @@ class TcpPushMsgpack(msgspec.Struct, forbid_unknown_fields=True):
     body: Any
 
 
-class HttpPush(msgspec.Struct):
-    event: str
-    data: Any = msgspec.field(default_factory=dict)
-
-
 class PushMany(msgspec.Struct):
     event: str
     bodies: list[Any]
@@ -33,7 +28,6 @@ class PushMany(msgspec.Struct):
 
 tcp_push_json = msgspec.json.Decoder(TcpPushJson).decode
 tcp_push_msgpack = msgspec.msgpack.Decoder(TcpPushMsgpack).decode
-http_push = msgspec.json.Decoder(HttpPush).decode
 push_many_json = msgspec.json.Decoder(PushMany).decode
 push_many_msgpack = msgspec.msgpack.Decoder(PushMany).decode
 json_any = msgspec.json.Decoder().decode

@@ -1,11 +1,12 @@
 """Framed-TCP connection protocol (spec/wire.md §2).
 
 One :class:`FramedTcpProtocol` per connection. Everything one ``data_received`` brings is
-split into frames (Cython), each frame is handed to the request handler in arrival order,
-and the replies of that read go out in one ``transport.write``: strict FIFO with no
-per-frame syscalls. A handler may return a :class:`PendingReply` (a push waiting for its
-fsync); replies behind it wait, and a read behind it is parked until it resolves, so a
-read always observes the earlier pushes of its connection (spec/wire.md §2.6).
+split into frames (Cython), each frame goes to its command's handler (looked up in the
+:class:`FrameDispatch` routes derived from the command table) in arrival order, and the
+replies of that read go out in one ``transport.write``: strict FIFO with no per-frame
+syscalls. A handler may return a :class:`PendingReply` (a push waiting for its fsync);
+replies behind it wait, and a read behind it is parked until it resolves, so a read always
+observes the earlier pushes of its connection (spec/wire.md §2.6).
 """
 
 from __future__ import annotations
@@ -15,88 +16,50 @@ import contextlib
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Iterable
 
-import msgspec
-
-from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter, encode_frame
+from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
+from beava.catalogue.errors import BeavaError
+from beava.protocol.commands import STATE_READ_OPS
 from beava.protocol.connection import ServerConnection
-from beava.protocol.opcodes import CT_JSON, OP_ERROR, STATE_READ_OPS
+from beava.protocol.dispatch import FrameDispatch, error_frame
 from beava.protocol.reply_slots import PendingReply
+from beava.protocol.server_state import ServerState
 
-# handler(op, ct, payload) -> reply frame bytes, or a PendingReply resolved later
-FrameHandler = Callable[[int, int, bytes], "bytes | PendingReply"]
+# (op, ct, payload); a framing error is (FRAME_TOO_LARGE | FRAME_TOO_SHORT, declared, b"")
+Frame = tuple[int, int, bytes]
 
 HIGH_WATER = 4 * 1024 * 1024  # stop reading while this much reply data is unsent
 LOW_WATER = 1024 * 1024
 # Bounded turns: a read brings at most TURN_SECONDS of work at once; what is left waits in
-# the connection and is run by the turn scheduler, at most ROUND_SECONDS of it per loop
-# iteration, round-robin over the busy connections. Between two rounds the loop polls the
-# sockets, so a lone GET on another connection waits about one round, not behind every
-# deep pipeline.
+# the connection and is run by the server's turn scheduler, a bounded round per loop
+# iteration, round-robin over the busy connections (beava.protocol.server_state). Between
+# two rounds the loop polls the sockets, so a lone GET on another connection waits about
+# one round, not behind every deep pipeline.
 TURN_SECONDS = 0.0005
-ROUND_SECONDS = 0.001
 TURN_CHECK_EVERY = 16  # frames between clock reads
 CLOSE_LINGER_SECONDS = 0.2  # input drained after our FIN before the socket is closed
 
-_encode_sorted = msgspec.json.Encoder(order="sorted").encode
-
-
-def error_frame(error: dict) -> bytes:
-    """An ERROR_RESPONSE frame (op 0xFFFF, JSON) around ``error``."""
-    return encode_frame(OP_ERROR, CT_JSON, _encode_sorted(error))
-
 
 def _frame_too_large(declared: int, limit: int) -> bytes:
-    return error_frame({"error": {
-        "code": "frame_too_large", "declared": declared, "limit": limit,
-        "message": f"declared frame length {declared} exceeds limit {limit}"}})
+    return error_frame(BeavaError(
+        "frame_too_large", declared=declared, limit=limit,
+        message=f"declared frame length {declared} exceeds limit {limit}"))
 
 
 def _frame_too_short(declared: int) -> bytes:
-    return error_frame({"error": {
-        "code": "frame_error",
-        "message": f"declared frame length {declared} is below the minimum 3"}})
-
-
-class _TurnScheduler:
-    """Round-robin over connections with frames left from an earlier turn: one call per
-    loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets."""
-
-    def __init__(self) -> None:
-        self._queue: deque[FramedTcpProtocol] = deque()
-        self._scheduled = False
-
-    def add(self, conn: FramedTcpProtocol) -> None:
-        self._queue.append(conn)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._round)
-
-    def _round(self) -> None:
-        self._scheduled = False
-        queue = self._queue
-        deadline = time.perf_counter() + ROUND_SECONDS
-        for _ in range(len(queue)):
-            queue.popleft().next_turn(deadline)  # re-queues itself if work is left
-            if time.perf_counter() > deadline:
-                break
-        if queue and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._round)
-
-
-_turns = _TurnScheduler()
+    return error_frame(BeavaError(
+        "frame_error", message=f"declared frame length {declared} is below the minimum 3"))
 
 
 class FramedTcpProtocol(ServerConnection):
     """Reads frames, answers them in order, closes on fatal framing errors."""
 
-    def __init__(self, handle: FrameHandler, max_payload: int, connections: set) -> None:
-        super().__init__(connections)
-        self._handle = handle
+    def __init__(self, dispatch: FrameDispatch, max_payload: int, state: ServerState) -> None:
+        super().__init__(state)
+        self._dispatch = dispatch
         self._splitter = FrameSplitter(max_payload)
-        self._parked: deque[tuple[int, int, bytes]] = deque()
+        self._parked: deque[Frame] = deque()
         self._turn_scheduled = False
         self._close_after = False  # close once every queued reply is written
         self._eof_sent = False
@@ -120,11 +83,12 @@ class FramedTcpProtocol(ServerConnection):
                 return
             self._process(frames, time.perf_counter() + TURN_SECONDS)
 
-    def _process(self, frames, deadline: float | None = None) -> None:
+    def _process(self, frames: list[Frame], deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
         leftovers wait for this connection's next turn."""
         out = self._out
-        handle = self._handle
+        dispatch = self._dispatch
+        routes = dispatch.routes
         # Durable batches complete in order, so the newest pending reply resolves last.
         last = self._last_pending
         pending = last is not None and last.data is None
@@ -133,7 +97,7 @@ class FramedTcpProtocol(ServerConnection):
                     and time.perf_counter() > deadline):
                 self._park(frames[index:])
                 self._turn_scheduled = True
-                _turns.add(self)
+                self.state.turns.add(self)
                 break
             if op == FRAME_TOO_LARGE:
                 out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
@@ -146,7 +110,14 @@ class FramedTcpProtocol(ServerConnection):
             if pending and op in STATE_READ_OPS:
                 self._park(frames[index:])
                 break
-            reply = handle(op, ct, payload)
+            route = routes.get(op)
+            if route is not None and ct in route[0]:
+                try:
+                    reply = route[1](ct, payload)
+                except Exception as exc:  # answered with an error frame, connection kept
+                    reply = dispatch.failed(exc)
+            else:
+                reply = dispatch.refuse(op, ct)
             if type(reply) is PendingReply and reply.data is None:
                 reply.conn = self
                 self._last_pending = reply
@@ -171,7 +142,7 @@ class FramedTcpProtocol(ServerConnection):
         if not self._paused_by_writes and not self._parked:
             super()._resume_if_idle()
 
-    def _park(self, frames) -> None:
+    def _park(self, frames: Iterable[Frame]) -> None:
         self._parked.extend(frames)
         if self._transport is not None:
             self._transport.pause_reading()
@@ -231,8 +202,3 @@ class FramedTcpProtocol(ServerConnection):
         if transport.can_write_eof():
             transport.write_eof()
         asyncio.get_running_loop().call_later(CLOSE_LINGER_SECONDS, transport.close)
-
-    @property
-    def busy(self) -> bool:
-        """Replies or parked requests still to be answered."""
-        return bool(self._out or self._parked)

@@ -1,13 +1,15 @@
 """Disk persistence of a running server: recovery at boot, the WAL log behind the store,
 periodic fork snapshots, WAL reclamation, dedupe sweeps (spec/durability.md).
 
-``Persistence`` is built by the server once the event loop runs; it owns the WAL writer,
-the snapshot runner and their timers, and hands the store its durability log.
+``Persistence`` is built by the server; ``start`` runs on the event loop. It owns the WAL
+writer, the snapshot runner and their timers, and hands the store its durability log, whose
+batches resolve deferred replies: ``flush_replies`` then writes them out.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from beava.durability.crash_points import CrashPoints
@@ -16,7 +18,6 @@ from beava.durability.recovery import recover
 from beava.durability.snapshots import SnapshotRunner
 from beava.durability.wal import WalFatal, WalWriter
 from beava.engine.store import FeatureStore
-from beava.protocol.reply_slots import flush_dirty
 from beava.server.config import Config
 from beava.server.log_lines import LogLines
 
@@ -24,10 +25,12 @@ SNAPSHOT_POLL_S = 0.1
 
 
 class Persistence:
-    def __init__(self, cfg: Config, store: FeatureStore, log: LogLines,
-                 crash: CrashPoints, on_pressure: Any = None) -> None:
+    def __init__(self, cfg: Config, store: FeatureStore, log: LogLines, crash: CrashPoints,
+                 flush_replies: Callable[[], None],
+                 on_pressure: Callable[[bool], None] | None = None) -> None:
         self.cfg = cfg
-        self.on_pressure = on_pressure  # (bool) -> None: stop / resume reading clients
+        self.flush_replies = flush_replies  # write the replies a durable batch resolved
+        self.on_pressure = on_pressure  # stop (True) / resume (False) reading clients
         self.store = store
         self.log = log
         self.crash = crash
@@ -75,7 +78,7 @@ class Persistence:
         self.wal = wal
         store.wal = wal
         common = {"apply_items": store.apply_items, "fsync_bytes": cfg.wal_fsync_bytes,
-                  "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": flush_dirty,
+                  "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": self.flush_replies,
                   "next_lsn": lambda: store.last_lsn + 1,
                   "limit_bytes": cfg.wal_buffers * cfg.wal_buffer_size_mb * 1024 * 1024,
                   "on_pressure": self.on_pressure}
@@ -158,7 +161,7 @@ class Persistence:
         for timer in self._timers:
             timer.cancel()
         self.store.log.close()
-        flush_dirty()
+        self.flush_replies()
         if self.snapshots is not None:
             self.snapshots.kill()
         if self.wal is not None:

@@ -11,16 +11,16 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from beava import __version__
 from beava.durability.crash_points import CrashPoints
 from beava.durability.recovery import RecoveryFatal
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
-from beava.protocol.connection import intake
+from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpProtocol
-from beava.protocol.reply_slots import flush_dirty
+from beava.protocol.server_state import ServerState
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server.config import Config, format_addr
 from beava.server.log_lines import LogLines
@@ -89,12 +89,15 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.connections: set[Any] = set()
-        self.persistence = Persistence(
-            cfg, self.store, log, self.crash,
-            on_pressure=lambda shut: intake.set(shut, self.connections))
+        self.state = ServerState()
+        self.persistence = Persistence(cfg, self.store, log, self.crash,
+                                       flush_replies=self.state.flush_dirty,
+                                       on_pressure=self.state.intake.set)
         self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
                                on_alias=self._on_alias)
+        # the command table's handlers, checked here: a command without one fails the start
+        self.frames = FrameDispatch(self.service.frame_handlers())
+        self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(
             lambda: (self.store.registry_version, self.store.node_count), self.metrics.render)
@@ -141,7 +144,7 @@ class BeavaServer:
             self.log.info("server.admin_bound", "admin sidecar bound",
                           addr=_bound(self.sockets["admin"]))
 
-    async def serve(self) -> None:
+    async def serve(self) -> NoReturn:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         # Handlers first: a client may send SIGTERM as soon as it has read the bound lines.
@@ -157,14 +160,13 @@ class BeavaServer:
             self.persistence.start()
         except RecoveryFatal as exc:
             raise StartupError(str(exc), EXIT_DATA_DIR) from None
-        service = self.service
-        conns = self.connections
+        state = self.state
+        http, frames = self.http, self.frames
         max_payload = self.cfg.max_frame_bytes
         factories = {
-            "http": lambda: HttpProtocol(service.handle_http, service.http_protocol_error,
-                                         conns),
-            "tcp": lambda: FramedTcpProtocol(service.handle_frame, max_payload, conns),
-            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, conns),
+            "http": lambda: HttpProtocol(http.respond, http.protocol_error, state),
+            "tcp": lambda: FramedTcpProtocol(frames, max_payload, state),
+            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, state),
         }
         for name, sock in self.sockets.items():
             server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG)
@@ -197,19 +199,20 @@ class BeavaServer:
             server.close()
         # Every request whose bytes were fully received has been answered synchronously;
         # stop reading, then let the transports flush their replies while closing.
-        for conn in list(self.connections):
+        connections = self.state.connections
+        for conn in list(connections):
             conn.stop_reading()
         # Answer every request already received: frames left for a later turn run now, and
         # a barrier applies the pushes that reads are waiting behind, until none is left.
-        while any([conn.drain() for conn in list(self.connections)]):
+        while any([conn.drain() for conn in list(connections)]):
             self.store.log.barrier()
-            flush_dirty()
+            self.state.flush_dirty()
         self.persistence.shutdown()
-        for conn in list(self.connections):
+        for conn in list(connections):
             conn.close()
-        while self.connections and time.monotonic() - started < SHUTDOWN_DEADLINE_S:
+        while connections and time.monotonic() - started < SHUTDOWN_DEADLINE_S:
             await asyncio.sleep(0.005)
-        if self.connections:
+        if connections:
             self.log.error("server.fatal", "shutdown deadline exceeded",
                            reason="shutdown deadline exceeded", exit_code=1)
             self._exit_code = 1

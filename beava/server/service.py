@@ -1,14 +1,15 @@
 """Requests in, answers out: the seam between the transports and the feature store.
 
-Frames and HTTP requests arrive decoded to (op, ct, payload) / :class:`HttpRequest`; this
-module decodes their bodies, calls the :class:`FeatureStore` and encodes its answers with
-the envelope each transport prescribes (spec/wire.md §2.5, §3.3, §5).
+The command table (``beava.protocol.commands``) names the commands; this module supplies
+their handlers, one per command name and transport (:meth:`Service.frame_handlers`,
+:meth:`Service.http_handlers`). A handler decodes its request body, calls the
+:class:`FeatureStore` and words the answer as its transport prescribes (spec/wire.md §2.5,
+§3.3, §5); the failures it raises become error envelopes in ``beava.protocol.dispatch``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import msgspec
@@ -20,32 +21,14 @@ from beava.engine.state import reads
 from beava.engine.state.push_validation import has_control_character
 from beava.engine.store import FeatureStore
 from beava.protocol import messages
-from beava.protocol.http import HttpRequest, render_response
-from beava.protocol.http_routes import resolve
-from beava.protocol.opcodes import (
-    CONTENT_TYPES,
-    CT_JSON,
-    CT_MSGPACK,
-    OP_BATCH_GET,
-    OP_ERROR,
-    OP_GET,
-    OP_GET_MULTI,
-    OP_GET_RESPONSE,
-    OP_MGET,
-    OP_PING,
-    OP_PUSH,
-    OP_PUSH_MANY,
-    OP_PUSH_SYNC,
-    OP_REGISTER,
-    OP_RESET,
-)
+from beava.protocol.commands import FRAMED
+from beava.protocol.dispatch import FrameHandler, HttpHandler, json_response
+from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
+from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR
 
 _encode = messages.encode_json
 _UNSUPPORTED = encode_frame(OP_ERROR, CT_JSON, b'{"code":"unsupported"}')
-_HTTP_HEADERS = (("Content-Type", "application/json"), ("X-Runtime", "hand-rolled"))
-_REPLAY_HEADERS = _HTTP_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
-_STATE_READ_ROUTES = frozenset(("get", "batch_get", "legacy_get"))
 RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MODE=1 or pass "
                           "--test-mode).")
 PUSH_MANY_LIMIT = 10_000
@@ -54,23 +37,25 @@ _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
 
 
-def _deferred(slot: PendingReply | None, reply: bytes) -> PendingReply:
-    assert slot is not None
-    slot.payload = reply
-    return slot
+# Success reply opcode of each framed command, from the command table.
+_REPLY_OP: dict[str, int] = {c.name: c.reply_op for c in FRAMED if c.reply_op is not None}
+_PUSH_OP = _REPLY_OP["push"]
 
 
-def _error_frame(err: BeavaError) -> bytes:
-    return encode_frame(OP_ERROR, CT_JSON, _encode(err.body()))
+def _decode_read(ct: int, payload: bytes) -> Any:
+    """A read request body; undecodable is ``internal_error`` (spec/wire.md §2.7)."""
+    try:
+        return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
+    except msgspec.DecodeError as exc:
+        raise BeavaError("internal_error", reason=str(exc)) from None
 
 
-def _internal_error(exc: Exception) -> BeavaError:
-    return BeavaError("internal_error", reason=f"{type(exc).__name__}: {exc}")
-
-
-def _unknown_op(op: int) -> BeavaError:
-    return BeavaError("unknown_op", op=op,
-                      message=f"opcode 0x{op:04x} is not recognised by this server")
+def _read_frame(command: str, ct: int, value: Any) -> bytes:
+    """GET, MGET and GET_MULTI answer in the request's content type (spec/wire.md §2.3)."""
+    if ct == CT_MSGPACK:
+        return encode_frame(_REPLY_OP[command], CT_MSGPACK,
+                            messages.encode_msgpack(reads.finite_or_none(value)))
+    return encode_frame(_REPLY_OP[command], CT_JSON, _encode(value))
 
 
 class Service:
@@ -83,21 +68,42 @@ class Service:
         self.test_mode = test_mode
         self.on_reset = on_reset
         self.on_alias = on_alias
-        self._tcp_ops: dict[int, Callable[[int, bytes], bytes]] = {
-            OP_REGISTER: self._tcp_register,
-            OP_PUSH: self._tcp_push,
-            OP_PUSH_MANY: self._tcp_push_many,
-            OP_GET: partial(self._tcp_read, OP_GET),
-            OP_MGET: partial(self._tcp_read, OP_MGET),
-            OP_GET_MULTI: partial(self._tcp_read, OP_GET_MULTI),
-            OP_BATCH_GET: partial(self._tcp_read, OP_BATCH_GET),
-            OP_RESET: self._tcp_reset,
+
+    def frame_handlers(self) -> dict[str, FrameHandler]:
+        """Framed TCP: command name -> handler(ct, payload)."""
+        return {
+            "ping": self._tcp_ping,
+            "register": self._tcp_register,
+            "push": self._tcp_push,
+            "push_many": self._tcp_push_many,
+            "get": self._tcp_get,
+            "mget": self._tcp_mget,
+            "get_multi": self._tcp_get_multi,
+            "batch_get": self._tcp_batch_get,
+            "reset": self._tcp_reset,
         }
 
-    # shared ---------------------------------------------------------------------------
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        """HTTP data plane: command name -> handler(request, route params)."""
+        return {
+            "ping": self._http_ping,
+            "register": self._http_register,
+            "push": self._http_push,
+            "push_event": self._http_push_event,
+            "push_many": self._http_push_many,
+            "get": self._http_get,
+            "batch_get": self._http_batch_get,
+            "legacy_get": self._http_legacy_get,
+            "reset": self._http_reset,
+            "health": self._http_health,
+            "ready": self._http_ready,
+        }
 
-    def ping_body(self) -> dict[str, Any]:
-        return {"registry_version": self.store.registry_version, "server_version": __version__}
+    def wait_applied(self) -> None:
+        """Apply every accepted push now (a read waits behind its connection's pushes)."""
+        self.store.log.barrier()
+
+    # shared ---------------------------------------------------------------------------
 
     def reset(self) -> dict[str, Any]:
         if not self.test_mode:
@@ -107,103 +113,35 @@ class Service:
             self.on_reset(version)
         return {"registry_version": version, "reset": True}
 
-    # framed TCP -----------------------------------------------------------------------
-
-    def handle_frame(self, op: int, ct: int, payload: bytes) -> bytes:
-        """One request frame to one reply frame (spec/wire.md §2.4-§2.5)."""
-        if op == OP_PING:
-            return encode_frame(OP_PING, CT_JSON, _encode(self.ping_body()))
-        handler = self._tcp_ops.get(op)
-        try:
-            if handler is None:
-                if op == OP_PUSH_SYNC:
-                    raise BeavaError("op_not_implemented", op=op,
-                                     message="opcode 0x0011 (push_sync) is not yet implemented")
-                raise _unknown_op(op)
-            if ct not in CONTENT_TYPES:
-                raise BeavaError("unsupported_content_type",
-                                 message=f"unsupported content_type: 0x{ct:02x}")
-            return handler(ct, payload)
-        except BeavaError as err:
-            return _error_frame(err)
-        except Exception as exc:  # a bug must cost one request, never the connection
-            return _error_frame(_internal_error(exc))
-
-    def _tcp_register(self, ct: int, payload: bytes) -> bytes:
-        if ct != CT_JSON:
-            raise BeavaError("unsupported_content_type",
-                             message=f"unsupported content_type for register: 0x{ct:02x}")
-        status, body = self.store.register(payload)
-        return encode_frame(OP_REGISTER if status == 200 else OP_ERROR, CT_JSON, _encode(body))
-
-    def _tcp_push(self, ct: int, payload: bytes) -> bytes | PendingReply:
-        try:
-            if ct == CT_JSON:
-                envelope = messages.tcp_push_json(payload)
-                fields = messages.json_any(envelope.body)
-            else:
-                envelope = messages.tcp_push_msgpack(payload)
-                fields = envelope.body
-        except msgspec.DecodeError:
-            return _UNSUPPORTED
+    def _push(self, event: str, fields: Any, request: HttpRequest | None
+              ) -> bytes | PendingReply:
+        """One push, either transport (spec/wire.md §6): its ack as a frame (``request`` is
+        None) or as the HTTP response to ``request``; deferred until applied if need be."""
         store = self.store
         slot = None if store.log.acks_immediately else PendingReply()
         try:
-            ack = store.push(envelope.event, fields, slot.fire if slot is not None else None)
+            ack = store.push(event, fields, slot.fire if slot is not None else None)
         except BeavaError as err:
-            err.top["registry_version"] = store.registry_version
+            if request is None:  # TCP push errors carry the version (spec/wire.md §5.1)
+                err.top["registry_version"] = store.registry_version
             raise
-        if ack.replay:
-            body = _REPLAY_ACK % (ack.lsn, store.registry_version)
-        else:
-            body = _ACK % (ack.lsn, ack.registry_version)
-        reply = encode_frame(OP_PUSH, CT_JSON, body)
-        return _deferred(slot, reply) if ack.pending else reply
-
-    def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
-        body = self._push_many(payload, ct, tcp=True)
-        return self._after_durable(encode_frame(OP_PUSH_MANY, CT_JSON, _encode(body)))
-
-    def _after_durable(self, reply: bytes) -> bytes | PendingReply:
-        """``reply`` now if every accepted record is applied, else once it is."""
-        slot = PendingReply()
+        if request is None:
+            if ack.replay:
+                body = _REPLAY_ACK % (ack.lsn, store.registry_version)
+            else:
+                body = _ACK % (ack.lsn, ack.registry_version)
+            reply = encode_frame(_PUSH_OP, CT_JSON, body)
+        else:  # a replay is the original ack, byte for byte, plus a header (§6.6)
+            reply = json_response(200, _ACK % (ack.lsn, ack.registry_version),
+                                  request.keep_alive, replay=ack.replay)
+        if not ack.pending:
+            return reply
+        assert slot is not None
         slot.payload = reply
-        return reply if self.store.log.after_pending(slot.fire) else slot
-
-    def _tcp_read(self, op: int, ct: int, payload: bytes) -> bytes:
-        try:
-            body = messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
-        except msgspec.DecodeError as exc:
-            raise BeavaError("internal_error", reason=str(exc)) from None
-        store = self.store
-        now = store.query_time()
-        if op == OP_BATCH_GET:
-            results, aliases = reads.batch_get(store.table, body, now)
-            self._log_aliases(aliases)
-            return encode_frame(OP_GET_RESPONSE, CT_JSON, _encode({"results": results}))
-        if op == OP_GET:
-            # A MessagePack body cannot carry the legacy shapes: it fails on `table` instead.
-            value = reads.get(store.table, body, now, legacy_shape_check=ct == CT_JSON)
-        elif op == OP_MGET:
-            value = reads.mget(store.table, store.registry, body, now)
-        else:
-            value = reads.get_multi(store.table, store.registry, body, now)
-        if ct == CT_MSGPACK:
-            return encode_frame(OP_GET_RESPONSE, CT_MSGPACK,
-                                messages.encode_msgpack(reads.finite_or_none(value)))
-        return encode_frame(OP_GET_RESPONSE, CT_JSON, _encode(value))
-
-    def _log_aliases(self, tables: list[str]) -> None:
-        if self.on_alias is not None:
-            for table in tables:
-                self.on_alias(table)
-
-    def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
-        return encode_frame(OP_GET_RESPONSE, CT_JSON, _encode(self.reset()))
-
-    # push_many (extension, spec/wire.md §10) -----------------------------------------
+        return slot
 
     def _push_many(self, payload: bytes, ct: int, *, tcp: bool) -> dict[str, Any]:
+        """PUSH_MANY and /push_many (spec/wire.md §10)."""
         store = self.store
         top = {"registry_version": store.registry_version} if tcp else None
         try:
@@ -235,93 +173,138 @@ class Service:
                 ack_lsn = ack.lsn
         return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors, "registry_version": version}
 
-    # HTTP data plane ------------------------------------------------------------------
+    def _after_durable(self, reply: bytes) -> bytes | PendingReply:
+        """``reply`` now if every accepted record is applied, else once it is."""
+        slot = PendingReply()
+        slot.payload = reply
+        return reply if self.store.log.after_pending(slot.fire) else slot
 
-    def handle_http(self, request: HttpRequest) -> bytes | PendingReply:
-        headers = _HTTP_HEADERS
-        pending = False
+    def _log_aliases(self, tables: list[str]) -> None:
+        if self.on_alias is not None:
+            for table in tables:
+                self.on_alias(table)
+
+    # framed TCP (spec/wire.md §2.5) ---------------------------------------------------
+
+    def _tcp_ping(self, ct: int, payload: bytes) -> bytes:
+        body = {"registry_version": self.store.registry_version, "server_version": __version__}
+        return encode_frame(_REPLY_OP["ping"], CT_JSON, _encode(body))
+
+    def _tcp_register(self, ct: int, payload: bytes) -> bytes:
+        status, body = self.store.register(payload)
+        op = _REPLY_OP["register"] if status == 200 else OP_ERROR  # same bodies as HTTP
+        return encode_frame(op, CT_JSON, _encode(body))
+
+    def _tcp_push(self, ct: int, payload: bytes) -> bytes | PendingReply:
+        envelope: messages.TcpPushJson | messages.TcpPushMsgpack
         try:
-            route, param = resolve(request.method, request.target)
-            if route in _STATE_READ_ROUTES and request.after_pending:
-                # a read behind this connection's unapplied push waits until it is applied
-                self.store.log.barrier()
-            status, body, replay, pending = self._http_route(route, param, request)
-            if replay:
-                headers = _REPLAY_HEADERS
-            payload = body if isinstance(body, bytes) else _encode(body)
-        except BeavaError as err:
-            status, payload = err.status, _encode(err.body())
-        except Exception as exc:  # a bug must cost one request, never the connection
-            err = _internal_error(exc)
-            status, payload = err.status, _encode(err.body())
-        response = render_response(status, payload, headers, request.keep_alive)
-        return self._after_durable(response) if pending else response
+            if ct == CT_JSON:
+                envelope = messages.tcp_push_json(payload)
+                fields = messages.json_any(envelope.body)
+            else:
+                envelope = messages.tcp_push_msgpack(payload)
+                fields = envelope.body
+        except msgspec.DecodeError:
+            return _UNSUPPORTED
+        return self._push(envelope.event, fields, None)
 
-    def http_protocol_error(self) -> bytes:
-        return render_response(400, b'{"error":{"code":"http_protocol_error"}}', _HTTP_HEADERS,
-                               keep_alive=False)
+    def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
+        body = self._push_many(payload, ct, tcp=True)
+        reply = encode_frame(_REPLY_OP["push_many"], CT_JSON, _encode(body))
+        return self._after_durable(reply)
 
-    def _http_route(self, route: str, param: Any, request: HttpRequest
-                    ) -> tuple[int, dict | bytes, bool, bool]:
-        """``(status, body, is a replay, wait for durability)``."""
-        if route in ("push", "push_event", "push_many"):
-            return self._http_write_route(route, param, request)
-        status, body = self._http_read_route(route, param, request)
-        return status, body, False, False
-
-    def _http_write_route(self, route: str, param: Any, request: HttpRequest
-                          ) -> tuple[int, dict | bytes, bool, bool]:
-        if route == "push_many":
-            return 200, self._push_many(request.body, CT_JSON, tcp=False), False, True
-        if route == "push":
-            try:
-                envelope = messages.json_any(request.body)
-            except msgspec.DecodeError:
-                raise BeavaError("invalid_json_body") from None
-            if not isinstance(envelope, dict) or not isinstance(envelope.get("event"), str):
-                raise BeavaError("missing_event_name_in_body")
-            event, fields = envelope["event"], envelope.get("data", {})
-        else:
-            try:
-                fields = messages.json_any(request.body)
-            except msgspec.DecodeError:
-                raise BeavaError("invalid_event") from None
-            if not isinstance(fields, dict):
-                raise BeavaError("invalid_event")
-            event = param
-        ack = self.store.push(event, fields)
-        body = {"ack_lsn": ack.lsn, "idempotent_replay": False,
-                "registry_version": ack.registry_version}
-        return 200, body, ack.replay, ack.pending
-
-    def _http_read_route(self, route: str, param: Any, request: HttpRequest
-                         ) -> tuple[int, dict | bytes]:
+    def _tcp_get(self, ct: int, payload: bytes) -> bytes:
         store = self.store
-        if route == "ping":
-            return 200, {"pong": True, "registry_version": store.registry_version}
-        if route == "register":
-            media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            if media != "application/json":
-                raise BeavaError("unsupported_media_type", path="/register",
-                                 reason="expected application/json",
-                                 top={"registry_version": store.registry_version})
-            return store.register(request.body)
-        if route == "reset":
-            return 200, self.reset()
-        if route == "health":
-            return 200, {"status": "ok"}
-        if route == "ready":
-            return 200, {"status": "ready"}
-        if route == "legacy_get":
-            feature, key = param
-            return 200, reads.legacy_get(store.table, store.registry, feature, key,
-                                         store.query_time())
-        try:
-            body = messages.json_any(request.body)
-        except msgspec.DecodeError as exc:
-            raise BeavaError("internal_error", reason=str(exc)) from None
-        if route == "get":
-            return 200, reads.get(store.table, body, store.query_time())
+        # A MessagePack body cannot carry the legacy shapes: it fails on `table` instead.
+        value = reads.get(store.table, _decode_read(ct, payload), store.query_time(),
+                          legacy_shape_check=ct == CT_JSON)
+        return _read_frame("get", ct, value)
+
+    def _tcp_mget(self, ct: int, payload: bytes) -> bytes:
+        store = self.store
+        return _read_frame("mget", ct, reads.mget(store.table, store.registry,
+                                          _decode_read(ct, payload), store.query_time()))
+
+    def _tcp_get_multi(self, ct: int, payload: bytes) -> bytes:
+        store = self.store
+        return _read_frame("get_multi", ct, reads.get_multi(store.table, store.registry,
+                                               _decode_read(ct, payload), store.query_time()))
+
+    def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes:
+        store = self.store
+        body = _decode_read(ct, payload)
         results, aliases = reads.batch_get(store.table, body, store.query_time())
         self._log_aliases(aliases)
-        return 200, {"results": results}
+        return encode_frame(_REPLY_OP["batch_get"], CT_JSON,  # always JSON
+                            _encode({"results": results}))
+
+    def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
+        return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
+
+    # HTTP data plane (spec/wire.md §3.3) ----------------------------------------------
+
+    def _http_ping(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        body = {"pong": True, "registry_version": self.store.registry_version}
+        return json_response(200, body, request.keep_alive)
+
+    def _http_register(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        store = self.store
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            raise BeavaError("unsupported_media_type", path="/register",
+                             reason="expected application/json",
+                             top={"registry_version": store.registry_version})
+        status, body = store.register(request.body)
+        return json_response(status, body, request.keep_alive)
+
+    def _http_push(self, request: HttpRequest, params: tuple[str, ...]) -> bytes | PendingReply:
+        try:
+            envelope = messages.json_any(request.body)
+        except msgspec.DecodeError:
+            raise BeavaError("invalid_json_body") from None
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("event"), str):
+            raise BeavaError("missing_event_name_in_body")
+        return self._push(envelope["event"], envelope.get("data", {}), request)
+
+    def _http_push_event(self, request: HttpRequest, params: tuple[str, ...]
+                         ) -> bytes | PendingReply:
+        (event,) = params
+        try:
+            fields = messages.json_any(request.body)
+        except msgspec.DecodeError:
+            raise BeavaError("invalid_event") from None
+        if not isinstance(fields, dict):
+            raise BeavaError("invalid_event")
+        return self._push(event, fields, request)
+
+    def _http_push_many(self, request: HttpRequest, params: tuple[str, ...]
+                        ) -> bytes | PendingReply:
+        body = self._push_many(request.body, CT_JSON, tcp=False)
+        return self._after_durable(json_response(200, body, request.keep_alive))
+
+    def _http_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        store = self.store
+        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time())
+        return json_response(200, row, request.keep_alive)
+
+    def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        store = self.store
+        body = _decode_read(CT_JSON, request.body)
+        results, aliases = reads.batch_get(store.table, body, store.query_time())
+        self._log_aliases(aliases)
+        return json_response(200, {"results": results}, request.keep_alive)
+
+    def _http_legacy_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        feature, key = params
+        store = self.store
+        value = reads.legacy_get(store.table, store.registry, feature, key, store.query_time())
+        return json_response(200, value, request.keep_alive)
+
+    def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, self.reset(), request.keep_alive)
+
+    def _http_health(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, {"status": "ok"}, request.keep_alive)
+
+    def _http_ready(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, {"status": "ready"}, request.keep_alive)

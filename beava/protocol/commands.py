@@ -1,0 +1,114 @@
+"""The command table (spec/wire.md §2.4, §3.2): one record per command, every fact the
+transports need about it in that one row.
+
+Derived from it: framed-TCP dispatch (:class:`beava.protocol.dispatch.FrameDispatch`),
+HTTP routing (:mod:`beava.protocol.http_routes`) and read holding (``STATE_READ_OPS``: a
+read behind an unapplied push of its connection waits, spec/wire.md §2.6). The table only
+names commands; the server supplies one handler per name (:func:`bind_handlers`, checked
+once at start). Opcode and content-type numbers are ``beava_client.opcodes``'s own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TypeVar
+
+from beava_client.opcodes import (
+    CONTENT_TYPES,
+    CT_JSON,
+    OP_BATCH_GET,
+    OP_GET,
+    OP_GET_MULTI,
+    OP_GET_RESPONSE,
+    OP_MGET,
+    OP_PING,
+    OP_PUSH,
+    OP_PUSH_MANY,
+    OP_PUSH_SYNC,
+    OP_REGISTER,
+    OP_RESET,
+)
+
+ANY_CONTENT_TYPE = frozenset(range(256))  # PING ignores the content-type byte
+JSON_ONLY = frozenset((CT_JSON,))
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command. ``op is None``: HTTP only; ``http_method is None``: framed TCP only."""
+
+    name: str
+    op: int | None = None  # framed-TCP request opcode
+    reply_op: int | None = None  # framed-TCP opcode of a successful reply
+    content_types: frozenset[int] = CONTENT_TYPES  # framed-TCP content types accepted
+    implemented: bool = True  # False: the opcode is answered op_not_implemented
+    http_method: str | None = None
+    http_paths: tuple[str, ...] = ()  # exact routing paths (spec/wire.md §3.1 normalisation)
+    http_prefixes: tuple[str, ...] = ()  # paths whose remainder holds the route parameters
+    http_params: int = 0  # parameters in that remainder, "/"-separated, the last takes the rest
+    reads_state: bool = False  # the answer depends on applied pushes
+
+    @property
+    def framed(self) -> bool:
+        """Served on framed TCP by a handler."""
+        return self.op is not None and self.implemented
+
+    @property
+    def routed(self) -> bool:
+        """Served on the HTTP data plane."""
+        return self.http_method is not None
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("ping", op=OP_PING, reply_op=OP_PING, content_types=ANY_CONTENT_TYPE,
+            http_method="POST", http_paths=("/ping",)),
+    Command("register", op=OP_REGISTER, reply_op=OP_REGISTER, content_types=JSON_ONLY,
+            http_method="POST", http_paths=("/register",)),
+    Command("push", op=OP_PUSH, reply_op=OP_PUSH,
+            http_method="POST", http_paths=("/push", "/push-sync")),
+    Command("push_event",  # legacy: the event name is the rest of the path
+            http_method="POST", http_prefixes=("/push/", "/push-sync/", "/push-batch/"),
+            http_params=1),
+    Command("push_sync", op=OP_PUSH_SYNC, implemented=False),
+    Command("push_many", op=OP_PUSH_MANY, reply_op=OP_PUSH_MANY,
+            http_method="POST", http_paths=("/push_many",)),
+    Command("get", op=OP_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
+            http_method="POST", http_paths=("/get",)),
+    Command("mget", op=OP_MGET, reply_op=OP_GET_RESPONSE, reads_state=True),
+    Command("get_multi", op=OP_GET_MULTI, reply_op=OP_GET_RESPONSE, reads_state=True),
+    Command("batch_get", op=OP_BATCH_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
+            http_method="POST", http_paths=("/batch_get",)),
+    Command("legacy_get", reads_state=True,  # GET /get/<feature>/<key>
+            http_method="GET", http_prefixes=("/get/",), http_params=2),
+    Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE,
+            http_method="POST", http_paths=("/reset",)),
+    Command("health", http_method="GET", http_paths=("/health",)),
+    Command("ready", http_method="GET", http_paths=("/ready",)),
+)
+
+BY_NAME: Mapping[str, Command] = MappingProxyType({c.name: c for c in COMMANDS})
+BY_OP: Mapping[int, Command] = MappingProxyType({c.op: c for c in COMMANDS if c.op is not None})
+FRAMED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.framed)
+ROUTED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.routed)
+
+# Request opcodes that wait behind an unapplied push on their connection.
+STATE_READ_OPS = frozenset(c.op for c in COMMANDS if c.reads_state and c.op is not None)
+
+_H = TypeVar("_H")
+
+
+class HandlerTableError(Exception):
+    """The handlers given for a transport do not match the commands it serves."""
+
+
+def bind_handlers(handlers: Mapping[str, _H], commands: Iterable[Command]) -> dict[str, _H]:
+    """``handlers`` (command name -> handler) checked against ``commands``: exactly one
+    handler for each, none for anything else; raises :class:`HandlerTableError`."""
+    names = {command.name for command in commands}
+    missing = sorted(names - handlers.keys())
+    unknown = sorted(handlers.keys() - names)
+    if missing or unknown:
+        raise HandlerTableError(f"handlers missing for {missing}, not commands here: {unknown}")
+    return dict(handlers)

@@ -1,0 +1,110 @@
+"""The command table's face on each transport: a request to its command's handler, a
+failure to the transport's error envelope (spec/wire.md §2.4-§2.7, §3.2-§3.4, §5.1).
+
+The server supplies one handler per command name; a handler returns its complete reply
+(a frame, an HTTP response) or a :class:`PendingReply` resolved once durable. A failure it
+raises is turned into the error envelope here, for both transports by :func:`as_error`:
+a :class:`BeavaError` as raised, anything else is a bug, answered ``internal_error`` —
+one request lost, never the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from beava._fast.frame_splitter import encode_frame
+from beava.catalogue.errors import BeavaError
+from beava.protocol.commands import BY_OP, FRAMED, ROUTED, bind_handlers
+from beava.protocol.http import HttpRequest, render_response
+from beava.protocol.http_routes import resolve
+from beava.protocol.messages import encode_json
+from beava.protocol.reply_slots import PendingReply
+from beava_client.opcodes import CONTENT_TYPES, CT_JSON, OP_ERROR
+
+# handler(ct, payload) -> reply frame, or a PendingReply resolved later
+FrameHandler = Callable[[int, bytes], "bytes | PendingReply"]
+# handler(request, route params) -> HTTP response, or a PendingReply resolved later
+HttpHandler = Callable[[HttpRequest, tuple[str, ...]], "bytes | PendingReply"]
+
+DATA_PLANE_HEADERS = (("Content-Type", "application/json"), ("X-Runtime", "hand-rolled"))
+REPLAY_HEADERS = DATA_PLANE_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
+
+
+def as_error(exc: Exception) -> BeavaError:
+    """The wire error a failed request is answered with."""
+    if isinstance(exc, BeavaError):
+        return exc
+    return BeavaError("internal_error", reason=f"{type(exc).__name__}: {exc}")
+
+
+def error_frame(err: BeavaError) -> bytes:
+    """An ERROR_RESPONSE frame (op 0xFFFF, JSON) carrying ``err``'s envelope."""
+    return encode_frame(OP_ERROR, CT_JSON, encode_json(err.body()))
+
+
+def json_response(status: int, body: Any, keep_alive: bool, replay: bool = False) -> bytes:
+    """A data-plane response; ``body`` is JSON text or a value to encode (keys sorted)."""
+    payload = body if isinstance(body, bytes) else encode_json(body)
+    return render_response(status, payload, REPLAY_HEADERS if replay else DATA_PLANE_HEADERS,
+                           keep_alive)
+
+
+class FrameDispatch:
+    """Framed TCP: ``routes`` maps each served opcode to (content types accepted, handler).
+    The connection looks a frame up there itself (no call in between on the push path)
+    and turns to :meth:`refuse` when it is not served and :meth:`failed` when it fails."""
+
+    __slots__ = ("routes",)
+
+    def __init__(self, handlers: Mapping[str, FrameHandler]) -> None:
+        bound = bind_handlers(handlers, FRAMED)
+        self.routes: dict[int, tuple[frozenset[int], FrameHandler]] = {
+            c.op: (c.content_types, bound[c.name]) for c in FRAMED if c.op is not None}
+
+    @staticmethod
+    def failed(exc: Exception) -> bytes:
+        return error_frame(as_error(exc))
+
+    @staticmethod
+    def refuse(op: int, ct: int) -> bytes:
+        """The reply to a frame that no handler takes (spec/wire.md §2.3, §2.5)."""
+        command = BY_OP.get(op)
+        if command is None:
+            err = BeavaError("unknown_op", op=op,
+                             message=f"opcode 0x{op:04x} is not recognised by this server")
+        elif not command.implemented:
+            err = BeavaError("op_not_implemented", op=op,
+                             message=f"opcode 0x{op:04x} ({command.name}) is not yet implemented")
+        elif ct not in CONTENT_TYPES:
+            err = BeavaError("unsupported_content_type",
+                             message=f"unsupported content_type: 0x{ct:02x}")
+        else:
+            err = BeavaError("unsupported_content_type",
+                             message=f"unsupported content_type for {command.name}: 0x{ct:02x}")
+        return error_frame(err)
+
+
+class HttpDispatch:
+    """HTTP data plane: route, hold a read behind the connection's unapplied push
+    (``wait_applied``), call the handler; errors become JSON responses."""
+
+    def __init__(self, handlers: Mapping[str, HttpHandler],
+                 wait_applied: Callable[[], None]) -> None:
+        self._handlers = bind_handlers(handlers, ROUTED)
+        self._wait_applied = wait_applied
+
+    def respond(self, request: HttpRequest) -> bytes | PendingReply:
+        try:
+            command, params = resolve(request.method, request.target)
+            if command.reads_state and request.after_pending:
+                self._wait_applied()
+            return self._handlers[command.name](request, params)
+        except Exception as exc:  # a bug must cost one request, never the connection
+            err = as_error(exc)
+            return json_response(err.status, err.body(), request.keep_alive)
+
+    @staticmethod
+    def protocol_error() -> bytes:
+        """The answer to an unparseable request, sent before closing (spec/wire.md §3.1)."""
+        return json_response(400, BeavaError("http_protocol_error").body(), keep_alive=False)

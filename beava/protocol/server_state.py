@@ -1,0 +1,89 @@
+"""What the connections of one server share (as uvicorn's ``ServerState``).
+
+The server process creates one :class:`ServerState` and hands it to every connection it
+accepts and to whoever resolves deferred replies (the durability log's batch callback,
+shutdown). Nothing here is module-global, so two servers in one process keep apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from beava.protocol.connection import ServerConnection
+    from beava.protocol.tcp import FramedTcpProtocol
+
+# At most this much work per loop iteration for connections with frames left over from
+# an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
+ROUND_SECONDS = 0.001
+
+
+class IntakeGate:
+    """Durability backpressure (spec/durability.md §6.5): while shut, no client socket of
+    the data plane is read; requests already read are still answered."""
+
+    def __init__(self, connections: set[ServerConnection]) -> None:
+        self._connections = connections
+        self.shut = False
+
+    def set(self, shut: bool) -> None:
+        self.shut = shut
+        for conn in list(self._connections):
+            if shut:
+                conn.pause_intake()
+            else:
+                conn.resume_intake()
+
+
+class TurnScheduler:
+    """Round-robin over connections with frames left from an earlier turn: one call per
+    loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets."""
+
+    def __init__(self) -> None:
+        self._queue: deque[FramedTcpProtocol] = deque()
+        self._scheduled = False
+
+    def add(self, conn: FramedTcpProtocol) -> None:
+        self._queue.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+    def _round(self) -> None:
+        self._scheduled = False
+        queue = self._queue
+        deadline = time.perf_counter() + ROUND_SECONDS
+        for _ in range(len(queue)):
+            queue.popleft().next_turn(deadline)  # re-queues itself if work is left
+            if time.perf_counter() > deadline:
+                break
+        if queue and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+
+class ServerState:
+    """The open connections (shutdown walks them), the connections whose deferred replies
+    were resolved since the last flush, the intake gate and the turn scheduler."""
+
+    __slots__ = ("connections", "dirty", "intake", "turns")
+
+    def __init__(self) -> None:
+        self.connections: set[ServerConnection] = set()
+        self.dirty: list[ServerConnection] = []  # appended by PendingReply.resolve
+        self.intake = IntakeGate(self.connections)
+        self.turns = TurnScheduler()
+
+    def flush_dirty(self) -> None:
+        """Write every connection's replies that became ready (after a durable batch):
+        one write per connection."""
+        dirty = self.dirty
+        while dirty:
+            conns = dirty[:]
+            dirty.clear()
+            for conn in conns:
+                conn.dirty = False
+                conn.flush_ready()

@@ -1,0 +1,156 @@
+"""Service: the handlers the command table binds, over a real in-memory FeatureStore.
+One push handler serves both transports; what differs is what the wire spec makes differ
+(spec/wire.md §5.1, §6.6, §6.7)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from beava._fast.frame_splitter import encode_frame
+from beava.durability.group_commit import Callback, Item
+from beava.engine.store import FeatureStore
+from beava.protocol.dispatch import FrameDispatch, HttpDispatch
+from beava.protocol.http import HttpRequest
+from beava.protocol.reply_slots import PendingReply
+from beava.server.service import Service
+from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR, OP_GET, OP_GET_RESPONSE, OP_PUSH
+
+REGISTER = json.dumps({"nodes": [
+    {"kind": "event", "name": "E", "schema": {"fields": {"k": "str", "id": "str"}},
+     "dedupe_key": "id"},
+    {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
+     "table_primary_key": ["k"],
+     "ops": [{"op": "group_by", "keys": ["k"], "agg": {"n": {"op": "count"}}}]}]}).encode()
+
+
+class HeldLog:
+    """A strict-mode stand-in: accepted pushes wait until ``release``."""
+
+    mode = "strict"
+    acks_immediately = False
+
+    def __init__(self, store: FeatureStore) -> None:
+        self.store = store
+        self.items: list[Item] = []
+
+    def submit(self, record: bytes, item: Item) -> bool:
+        self.items.append(item)
+        return False
+
+    def after_pending(self, callback: Callback) -> bool:
+        if not self.items:
+            return True
+        self.items.append((0, None, None, 0, callback))
+        return False
+
+    def barrier(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        items, self.items = self.items, []
+        self.store.apply_items(items)
+
+
+class Wire:
+    """A Service bound to the command table, called the way the transports call it."""
+
+    def __init__(self, log: str = "memory") -> None:
+        self.store = FeatureStore()
+        if log == "held":
+            self.store.log = HeldLog(self.store)
+        self.service = Service(self.store, test_mode=True)
+        self.frames = FrameDispatch(self.service.frame_handlers())
+        self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied)
+        status, _ = self.store.register(REGISTER)
+        assert status == 200
+
+    def frame(self, op: int, ct: int, body: Any) -> bytes | PendingReply:
+        payload = msgspec.msgpack.encode(body) if ct == CT_MSGPACK else json.dumps(body).encode()
+        content_types, handler = self.frames.routes[op]
+        assert ct in content_types
+        try:
+            return handler(ct, payload)
+        except Exception as exc:
+            return self.frames.failed(exc)
+
+    def post(self, target: str, body: Any) -> bytes | PendingReply:
+        request = HttpRequest("POST", target, {}, json.dumps(body).encode(), True)
+        return self.http.respond(request)
+
+
+def _http_body(response: bytes | PendingReply) -> tuple[bytes, bytes]:
+    assert isinstance(response, bytes)
+    head, _, body = response.partition(b"\r\n\r\n")
+    return head, body
+
+
+@pytest.mark.parametrize("ct", [CT_JSON, CT_MSGPACK])
+def test_tcp_push_acks_and_replays(ct: int) -> None:
+    wire = Wire()
+    push = {"event": "E", "body": {"k": "a", "id": "1"}}
+    assert wire.frame(OP_PUSH, ct, push) == encode_frame(
+        OP_PUSH, CT_JSON, b'{"ack_lsn":2,"idempotent_replay":false,"registry_version":1}')
+    assert wire.frame(OP_PUSH, ct, push) == encode_frame(
+        OP_PUSH, CT_JSON, b'{"ack_lsn":2,"idempotent_replay":true,"registry_version":1}')
+    assert wire.frame(OP_GET, ct, {"table": "T", "key": "a"}) == encode_frame(
+        OP_GET_RESPONSE, ct, msgspec.msgpack.encode({"n": 1}) if ct == CT_MSGPACK
+        else b'{"n":1}')
+
+
+def test_http_push_acks_and_replays_with_the_original_body_and_a_header() -> None:
+    wire = Wire()
+    ack = b'{"ack_lsn":2,"idempotent_replay":false,"registry_version":1}'
+    head, body = _http_body(wire.post("/push", {"event": "E", "data": {"k": "a", "id": "1"}}))
+    assert body == ack and b"X-Beava-Idempotent-Replay" not in head
+    head, body = _http_body(wire.post("/push/E", {"k": "a", "id": "1"}))
+    assert body == ack and b"\r\nX-Beava-Idempotent-Replay: 1\r\n" in head
+
+
+def test_push_errors_carry_the_registry_version_on_tcp_only() -> None:
+    wire = Wire()
+    reply = wire.frame(OP_PUSH, CT_JSON, {"event": "Nope", "body": {}})
+    assert isinstance(reply, bytes) and reply[4:7] == bytes((0xFF, 0xFF, CT_JSON))
+    assert json.loads(reply[7:])["registry_version"] == 1
+    assert json.loads(reply[7:])["error"]["code"] == "event_not_found"
+    head, body = _http_body(wire.post("/push/Nope", {}))
+    assert head.startswith(b"HTTP/1.1 404 ") and "registry_version" not in json.loads(body)
+
+
+def test_tcp_push_envelope_errors_are_flat() -> None:
+    wire = Wire()
+    assert wire.frame(OP_PUSH, CT_JSON, {"event": "E", "data": {}}) == encode_frame(
+        OP_ERROR, CT_JSON, b'{"code":"unsupported"}')
+
+
+@pytest.mark.parametrize("transport", ["tcp", "http"])
+def test_a_push_waiting_for_durability_is_answered_once_applied(transport: str) -> None:
+    wire = Wire(log="held")
+    fields = {"k": "a", "id": "1"}
+    if transport == "tcp":
+        reply = wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": fields})
+    else:
+        reply = wire.post("/push/E", fields)
+    assert isinstance(reply, PendingReply) and reply.data is None
+    get = wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"})
+    assert get == encode_frame(OP_GET_RESPONSE, CT_JSON, b"{}")  # not applied yet
+    assert isinstance(wire.store.log, HeldLog)
+    wire.store.log.release()
+    assert reply.data is not None
+    ack = b'{"ack_lsn":2,"idempotent_replay":false,"registry_version":1}'
+    if transport == "tcp":
+        assert reply.data == encode_frame(OP_PUSH, CT_JSON, ack)
+    else:
+        assert _http_body(reply.data)[1] == ack
+    assert wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"}) == encode_frame(
+        OP_GET_RESPONSE, CT_JSON, b'{"n":1}')
+
+
+def test_an_http_read_behind_a_pending_push_sees_it() -> None:
+    wire = Wire(log="held")
+    assert isinstance(wire.post("/push/E", {"k": "a", "id": "1"}), PendingReply)
+    request = HttpRequest("POST", "/get", {}, b'{"table":"T","key":"a"}', True, True)
+    assert _http_body(wire.http.respond(request))[1] == b'{"n":1}'
