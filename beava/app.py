@@ -11,13 +11,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,6 +24,14 @@ from typing import Any, NoReturn, Protocol
 
 from beava.dsl.compiler import compile_register_payload
 from beava.errors import BinaryNotFoundError, RegistrationError
+from beava.launcher import (
+    BINARY_ENV,
+    ServerProcess,
+    ServerStartError,
+    installed_server_command,
+    server_command,
+    split_addr,
+)
 from beava_client import (
     AsyncHttpClient,
     AsyncTcpClient,
@@ -184,17 +189,19 @@ def _raise_server_error(err: ServerError) -> NoReturn:
 
 
 def _server_command() -> list[str]:
-    """``$BEAVA_BINARY`` when set (no fallback), else this distribution's own server."""
-    binary = os.environ.get("BEAVA_BINARY")
-    if binary is None:
-        return [sys.executable, "-m", "beava"]
+    """``$BEAVA_BINARY`` when set (no fallback), else this distribution's own server run
+    with ``-P``, so the working directory (a source checkout, say) is not imported."""
+    command = server_command()
+    if os.environ.get(BINARY_ENV) is None:
+        return command
+    binary = command[0]
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise BinaryNotFoundError(
             f"BEAVA_BINARY={binary!r} is not an executable file. Point it at the beava "
             "server executable, or unset it to run this installation's server "
-            f"({sys.executable} -m beava); install with `pip install beava`."
+            f"({' '.join(installed_server_command())}); install with `pip install beava`."
         )
-    return [binary]
+    return command
 
 
 def _startup_timeout() -> float:
@@ -210,19 +217,15 @@ def _startup_timeout() -> float:
     return value
 
 
-def _split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 class EmbeddedServer:
     """A private beava server process on OS-assigned ports (spec/sdk.md §8.3).
 
-    ``start()`` spawns it and waits for its ``server.http_bound`` / ``server.tcp_bound``
-    stdout lines; ``stop()`` sends SIGTERM (SIGKILL after 5 s) and removes its directory.
-    stdout is drained by a thread for the whole life of the process. The data directories
-    are passed as ``BEAVA_WAL_DIR`` / ``BEAVA_SNAPSHOT_DIR`` (the embed contract), or with
-    ``data_dir_flag`` as ``--data-dir`` (how ``beava quickstart`` runs its server).
+    ``start()`` spawns it through :class:`beava.launcher.ServerProcess` and waits for its
+    ``server.http_bound`` / ``server.tcp_bound`` stdout lines; if it exits or stays silent
+    first, the ``TimeoutError`` raised (a ``ServerStartError``) carries the last lines of its
+    stderr. ``stop()`` sends SIGTERM (SIGKILL after 5 s) and removes its directory. The data
+    directories are passed as ``BEAVA_WAL_DIR`` / ``BEAVA_SNAPSHOT_DIR`` (the embed contract),
+    or with ``data_dir_flag`` as ``--data-dir`` (how ``beava quickstart`` runs its server).
     """
 
     def __init__(
@@ -234,11 +237,15 @@ class EmbeddedServer:
         self.directory = ""
         self.http_addr: tuple[str, int] | None = None
         self.tcp_addr: tuple[str, int] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
-        self._bound = threading.Event()
+        self._server: ServerProcess | None = None
         self._lock = threading.Lock()
         self._stopped = False
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The server's process, once spawned."""
+        server = self._server
+        return None if server is None else server.proc
 
     def start(self) -> None:
         """Spawn the server and wait until both listeners are bound."""
@@ -250,72 +257,31 @@ class EmbeddedServer:
         os.makedirs(os.path.join(self.directory, "wal"))
         os.makedirs(os.path.join(self.directory, "snapshots"))
         atexit.register(self.stop)
-        env = dict(os.environ)
-        env.update({
-            "BEAVA_LISTEN_ADDR": "127.0.0.1:0",
-            "BEAVA_TCP_PORT": "0",
-            "BEAVA_ADMIN_ADDR": "127.0.0.1:0",
-            "BEAVA_DEV_ENDPOINTS": "1",
-        })
-        argv = [*self.command, "--config", "/dev/null"]
+        env = {"BEAVA_DEV_ENDPOINTS": "1"}
+        args: list[str] = []
         if self.data_dir_flag:
-            argv += ["--data-dir", self.directory]  # WAL in <dir>/wal, snapshots beside it
+            args += ["--data-dir", self.directory]  # WAL in <dir>/wal, snapshots beside it
         else:
             env["BEAVA_WAL_DIR"] = os.path.join(self.directory, "wal")
             env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
         if self.test_mode:
             env["BEAVA_TEST_MODE"] = "1"
+        server = ServerProcess(args, command=self.command, env=env, keep_output=False)
         try:
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, env=env,
-            )
+            server.start()
         except OSError as exc:
             self.stop()
-            raise BinaryNotFoundError(f"cannot start the beava server {argv[0]!r}: {exc}") from exc
-        self._reader = threading.Thread(
-            target=self._read_stdout, name="beava-embed-stdout", daemon=True
-        )
-        self._reader.start()
-        bound = self._bound.wait(timeout)
-        if not bound or self.tcp_addr is None or self.http_addr is None:
-            code = self._proc.poll()
-            if bound and code is None:  # stdout reached EOF: the process is exiting
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    code = self._proc.wait(1.0)
+            raise BinaryNotFoundError(
+                f"cannot start the beava server {self.command[0]!r}: {exc}"
+            ) from exc
+        self._server = server
+        try:
+            server.wait_bound(timeout)
+        except ServerStartError:
             self.stop(kill=True)
-            if code is not None:
-                raise TimeoutError(
-                    f"the beava server exited with code {code} before reporting its "
-                    "listening addresses"
-                )
-            raise TimeoutError(
-                f"the beava server did not report its listening addresses within {timeout}s"
-            )
-
-    def _read_stdout(self) -> None:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        for raw in proc.stdout:
-            if self._bound.is_set():
-                continue  # keep draining so the server never blocks on a full pipe
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(line, dict):
-                continue
-            kind = line.get("kind")
-            addr = line.get("addr")
-            if not isinstance(addr, str):
-                continue
-            if kind == "server.http_bound":
-                self.http_addr = _split_addr(addr)
-            elif kind == "server.tcp_bound":
-                self.tcp_addr = _split_addr(addr)
-            if self.http_addr is not None and self.tcp_addr is not None:
-                self._bound.set()
-        self._bound.set()  # EOF: wake a waiting start()
+            raise
+        self.http_addr = split_addr(server.addrs["http"])
+        self.tcp_addr = split_addr(server.addrs["tcp"])
 
     @property
     def tcp_url(self) -> str:
@@ -334,21 +300,14 @@ class EmbeddedServer:
             if self._stopped:
                 return
             self._stopped = True
-        proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-                try:
-                    proc.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if self._reader is not None:
-                self._reader.join(1.0)
-            if proc.stdout is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdout.close()
+        server = self._server
+        if server is not None:
+            if kill:
+                server.kill()
+                server.join_output(1.0)
+            else:
+                server.stop(STOP_TIMEOUT_S)
+            server.close_pipes()
         if self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
         atexit.unregister(self.stop)

@@ -1,10 +1,12 @@
 """``beava quickstart``: a self-contained demo against a real server (spec/server.md §12).
 
-It starts ``python -m beava`` on ephemeral ports with a temporary data directory (WAL on,
-test mode), registers a small pipeline through the SDK, pushes five page views showing
-that each read reflects the push before it, prints the live features and a decision
-taken from them, then stops the server and removes the directory. Nothing is written to
-the working directory unless ``--write-example PATH`` is given.
+It starts the installed server (``python -P -m beava``, whatever the working directory)
+on ephemeral ports with a temporary data directory (WAL on, test mode), registers a small
+pipeline through the SDK, pushes five page views showing that each read reflects the push
+before it, prints the live features and a decision taken from them, then stops the server
+and removes the directory. Nothing is written to the working directory unless
+``--write-example PATH`` is given. When the server cannot start, the error shows the last
+lines of its stderr.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import beava as bv
 from beava.app import EmbeddedServer
+from beava.launcher import installed_server_command
 
 __all__ = ["run_quickstart"]
 
@@ -121,7 +124,8 @@ def run_quickstart(write_example: str | None) -> int:
     ``http://127.0.0.1:8080``) to that path. Returns the process exit code."""
     out = sys.stdout
     started = time.monotonic()
-    server = EmbeddedServer([sys.executable, "-m", "beava"], test_mode=True, data_dir_flag=True)
+    server = EmbeddedServer(installed_server_command(), test_mode=True,
+                            data_dir_flag=True)
     try:
         server.start()
         out.write(f"beava quickstart: started a beava server on {server.tcp_url} "

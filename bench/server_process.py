@@ -2,51 +2,31 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
+from beava.launcher import ServerProcess, installed_server_command, split_addr
+
+START_TIMEOUT_S = 60.0
 
 
 class BenchServer:
+    """The installed server (inherited ``BEAVA_*`` variables dropped) on OS-assigned ports,
+    started and ready (``server.ready``) when the constructor returns."""
+
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
-        full_env.update({"BEAVA_LISTEN_ADDR": "127.0.0.1:0", "BEAVA_TCP_PORT": "0",
-                         "BEAVA_ADMIN_ADDR": "127.0.0.1:0"})
-        full_env.update(env or {})
-        self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "beava", "--config", "/dev/null", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            env=full_env)
-        self.addrs: dict[str, str] = {}
-        self.bound_after_s = 0.0
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            kind = line.get("kind", "")
-            if kind.endswith("_bound"):
-                self.addrs[kind.split(".")[1].removesuffix("_bound")] = line["addr"]
-                if "http" in self.addrs and "tcp" in self.addrs and not self.bound_after_s:
-                    self.bound_after_s = time.perf_counter() - self.t0
-            if kind == "server.ready":
-                break
-        # Keep draining stdout so the server never blocks on a full pipe.
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.server = ServerProcess(args, command=installed_server_command(), env=env,
+                                    inherit_beava=False, keep_output=False)
+        self.server.start()
+        self.proc = self.server.proc
+        self.server.wait_ready(START_TIMEOUT_S)
+        self.addrs = self.server.addrs
+        bound_at = self.server.bound_at
+        assert bound_at is not None  # ready comes after both bind lines
+        self.bound_after_s = bound_at - self.server.started_at
 
     def tcp(self) -> tuple[str, int]:
-        host, _, port = self.addrs["tcp"].rpartition(":")
-        return host.strip("[]"), int(port)
+        return split_addr(self.addrs["tcp"])
 
     def pid(self) -> int:
         return self.proc.pid
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(10)
+        self.server.stop(10)

@@ -2,76 +2,49 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import socket
 import struct
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
+from typing import Any
+
+from beava.launcher import ServerProcess, installed_server_command, split_addr
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-BOUND_KINDS = {"server.http_bound": "http", "server.tcp_bound": "tcp",
-               "server.admin_bound": "admin"}
-
-
-def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 class BeavaProcess:
-    """A ``python -m beava`` child on OS-assigned ports; stdout is parsed and drained."""
+    """A beava server child on OS-assigned ports (``python -P -m beava``: the installed
+    package, which with the editable install is this checkout); inherited ``BEAVA_*``
+    variables are dropped. stdout is parsed and kept (``lines``, ``raw_lines``, ``addrs``),
+    the last lines of stderr too (``stderr_text()``)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, memory_only: bool = True,
                  test_mode: bool = True, wait: bool = True, cwd: str | None = None) -> None:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
-        full_env.update({"BEAVA_LISTEN_ADDR": "127.0.0.1:0", "BEAVA_TCP_PORT": "0",
-                         "BEAVA_ADMIN_ADDR": "127.0.0.1:0"})
-        full_env.update(env or {})
-        argv = [sys.executable, "-m", "beava", "--config", "/dev/null", *args]
+        flags = [*args]
         if memory_only:
-            argv.append("--memory-only")
+            flags.append("--memory-only")
         if test_mode:
-            argv.append("--test-mode")
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, env=full_env, cwd=cwd)
-        self.lines: list[dict] = []
-        self.raw_lines: list[str] = []
-        self.addrs: dict[str, str] = {}
-        self._bound = threading.Event()
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+            flags.append("--test-mode")
+        self.server = ServerProcess(flags, command=installed_server_command(), env=env,
+                                    inherit_beava=False, cwd=cwd)
+        self.server.start()
+        self.proc: subprocess.Popen[bytes] = self.server.proc
+        self.started_at = self.server.started_at
+        self.lines: list[dict[str, Any]] = self.server.lines
+        self.raw_lines: list[str] = self.server.raw_lines
+        self.addrs: dict[str, str] = self.server.addrs
         if wait:
             self.wait_bound()
 
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            text = raw.decode("utf-8", "replace").rstrip("\n")
-            self.raw_lines.append(text)
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            self.lines.append(line)
-            kind = BOUND_KINDS.get(line.get("kind", ""))
-            if kind:
-                self.addrs[kind] = line["addr"]
-            if line.get("kind") == "server.ready":
-                self._bound.set()
-        self._bound.set()
-
     def wait_bound(self, timeout: float = 10.0) -> None:
-        if not self._bound.wait(timeout) or "tcp" not in self.addrs:
-            self.kill()
-            err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-            raise RuntimeError(f"beava did not start: {self.raw_lines} {err}")
+        """Wait for ``server.ready`` or the end of stdout (a server that exits after binding,
+        say during recovery, returns here too); the TCP listener must have been bound."""
+        ended = self.server.wait_until(lambda: self.server.ready, timeout) \
+            or self.server.output_ended
+        if not ended or "tcp" not in self.addrs:
+            raise self.server.start_failure(timeout, "its TCP address and readiness")
 
     @property
     def http(self) -> tuple[str, int]:
@@ -90,19 +63,22 @@ class BeavaProcess:
         return f"http://{self.addrs['http']}"
 
     def kinds(self) -> list[str]:
-        return [line.get("kind", "") for line in self.lines]
+        return self.server.kinds()
+
+    def stderr_text(self) -> str:
+        """The last lines of the server's stderr (all of it, once it has exited)."""
+        return "\n".join(self.server.stderr_tail())
+
+    def join_output(self, timeout: float = 5.0) -> None:
+        """Wait until stdout and stderr have been read to their end (the process ended)."""
+        self.server.join_output(timeout)
 
     def terminate(self, timeout: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self._reader.join(timeout)
-        return code
+        """SIGTERM and wait (SIGKILL after ``timeout`` s); the exit code."""
+        return self.server.stop(timeout)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.server.kill()
 
 
 # framed TCP ------------------------------------------------------------------------------

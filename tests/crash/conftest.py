@@ -147,14 +147,14 @@ def wait_snapshot(proc: BeavaProcess, lsn: int, timeout: float = 10.0) -> dict:
 def wait_dead(proc: BeavaProcess, timeout: float = 15.0) -> int:
     """Wait for a process that is expected to kill itself (crash point); its return code."""
     code = proc.proc.wait(timeout)
-    proc._reader.join(5)
+    proc.join_output(5)
     return code
 
 
 def sigkill(proc: BeavaProcess) -> None:
     """SIGKILL the server (no cleanup), then wait for it and for its stdout to drain."""
     proc.kill()
-    proc._reader.join(5)
+    proc.join_output(5)
 
 
 def assert_clean_recovery(proc: BeavaProcess, data_dir: Path) -> None:
@@ -315,7 +315,7 @@ class Servers:
                     code = proc.proc.wait(5)
                 except subprocess.TimeoutExpired:
                     code = None
-                err = proc.proc.stderr.read().decode() if code is not None else ""
+                err = proc.stderr_text() if code is not None else ""
                 raise AssertionError(f"server not ready (exit {code}): {proc.raw_lines} {err}")
         return proc
 

@@ -549,7 +549,7 @@ def test_second_server_on_same_data_dir_exits_3(servers: Servers) -> None:
     assert second.proc.wait(20) == 3
     fatal = wait_line(second, "server.fatal")
     assert fatal["exit_code"] == 3 and "lock" in fatal["reason"]
-    assert second.proc.stderr.read().decode().startswith("Error: ")
+    assert second.stderr_text().startswith("Error: ")
     with TcpClient(*first.tcp, timeout=10) as client:
         assert client.ping()["registry_version"] == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -15,6 +16,7 @@ import pytest
 
 import beava as bv
 from beava.app import EmbeddedServer
+from beava.launcher import ServerStartError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,6 +113,50 @@ def test_server_exiting_before_binding(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(TimeoutError, match="exited with code 3"), bv.App():
         pass
     assert time.monotonic() - started < 4
+
+
+def test_server_stderr_is_shown_when_it_cannot_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that dies at start-up: the error names the exit code and carries the last
+    lines of its stderr (here, what an uncompiled source tree would print)."""
+    broken = script(tmp_path, "broken",
+                    'echo "Traceback (most recent call last):" >&2\n'
+                    'echo "ImportError: cannot import name \'frame_splitter\' from '
+                    '\'beava._fast\'" >&2\n'
+                    "exit 1\n")
+    monkeypatch.setenv("BEAVA_BINARY", broken)
+    with pytest.raises(TimeoutError) as info, bv.App():
+        pass
+    message = str(info.value)
+    assert "exited with code 1 before reporting its listening addresses" in message
+    assert "ImportError: cannot import name 'frame_splitter' from 'beava._fast'" in message
+    assert isinstance(info.value, ServerStartError)
+    assert info.value.returncode == 1
+    assert info.value.stderr_tail[-1].startswith("ImportError")
+
+
+def test_app_and_the_installed_server_from_a_source_tree(tmp_path: Path) -> None:
+    """A script run with a source checkout as working directory (``python examples/x.py``
+    from the repository root): the embedded server is the installed one, not the
+    ``beava/`` of the working directory (here one that cannot be imported)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "beava").mkdir(parents=True)
+    (checkout / "beava" / "__init__.py").write_text('raise ImportError("source tree imported")\n')
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import beava as bv\n"
+        "@bv.event\nclass Ping:\n    source: str\n"
+        "@bv.table\ndef PingCount(p: Ping) -> bv.Table:\n    return p.agg(pings=bv.count())\n"
+        "with bv.App(test_mode=True) as app:\n"
+        "    app.register(PingCount)\n"
+        "    app.push('Ping', {'source': 'a'})\n"
+        "    print('row', app.get('PingCount'))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run([sys.executable, str(program)], cwd=checkout, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "row {'pings': 1}\n"
 
 
 def test_only_json_bound_lines_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

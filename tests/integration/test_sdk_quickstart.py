@@ -48,6 +48,23 @@ def test_quickstart(tmp_path: Path) -> None:
     assert list(tmp.iterdir()) == []  # the temporary data directory is removed
 
 
+def test_quickstart_from_the_repository_root(tmp_path: Path) -> None:
+    """README's first command runs ``.venv/bin/beava quickstart`` in the repository root,
+    where ``beava/`` is the source tree: the quickstart's server must still start (the
+    installed server is run with ``-P``; with the editable install it is this tree)."""
+    command = Path(sys.executable).with_name("beava")
+    assert command.is_file(), f"no beava command beside {sys.executable}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
+    env.pop("PYTHONPATH", None)
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.run([str(command), "quickstart"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"SiteMetrics {FINAL_ROW}" in proc.stdout
+    assert "ENGAGED: median dwell 2110 ms" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_quickstart_write_example(tmp_path: Path, clean_server: BeavaProcess) -> None:
     cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
     cwd.mkdir()
