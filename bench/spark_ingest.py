@@ -1,6 +1,6 @@
 """Rows/s from Spark into one beava server through ``beava_spark.push_dataframe``.
 
-For each workload (../shared/workloads) a memory-only server is started and registered, a
+For each workload (bench/workloads/) a memory-only server is started and registered, a
 DataFrame of the workload's event is generated in Spark and cached (so the timed runs
 measure the push, not the generation), one warm-up push is made, then ``repeat`` timed
 pushes. Also reported: the Spark-side ceiling, i.e. the same job with a partition

@@ -1,6 +1,6 @@
-"""Benchmark workloads (../shared/workloads) and their synthetic events.
+"""Benchmark workloads (bench/workloads/, copies of the shared set) and their synthetic events.
 
-Event generation follows ../shared/workloads/README.md: group-key fields draw from a pool of
+Event generation follows bench/workloads/README.md: group-key fields draw from a pool of
 K keys (throughput) or take a fresh value per event (memory runs), other strings from 1,000
 short strings, f64 uniform in [0, 1000) (lat/lon in the US box), i64 flags 0/1, and
 ``event_time`` an epoch-ms integer. Seeded: the same arguments give the same events.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 FLAG_FIELDS = {"declined", "is_3ds", "success", "is_chargeback"}
 
 

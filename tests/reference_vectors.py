@@ -1,4 +1,5 @@
-"""Reading the recorded conformance vectors (shared/conformance, format in its README).
+"""Reading the recorded conformance vectors (tests/conformance/vectors, copies of the shared
+set; format in its README).
 
 Shared by the offline register replay and the live error-code tests: where the recorded
 reference behaviour is, and how to read the reference's exact text that a vector keeps in a
@@ -11,18 +12,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.support import SHARED
+from tests.support import CONFORMANCE_VECTORS
 
-VECTORS = SHARED / "conformance"
 REFERENCE_PREFIX = "reference: "
 
 
 def load_scenarios(file_name: str) -> list[dict[str, Any]]:
-    """The scenarios of one vector file, or [] when the shared vectors are not present."""
-    path = VECTORS / file_name
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())["scenarios"]
+    """The scenarios of one vector file (a missing file raises: missing data never skips)."""
+    scenarios: list[dict[str, Any]] = json.loads(
+        (CONFORMANCE_VECTORS / file_name).read_text())["scenarios"]
+    return scenarios
 
 
 def is_matcher(x: Any) -> bool:

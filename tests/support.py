@@ -11,7 +11,11 @@ from typing import Any
 from beava.launcher import ServerProcess, installed_server_command, split_addr
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+TESTS = REPO / "tests"
+# In-repository copies of the project's shared sets (each folder's README says so).
+CONFORMANCE_VECTORS = TESTS / "conformance" / "vectors"
+CONFORMANCE_RUNNER = TESTS / "conformance" / "runner.py"
+SPEC = TESTS / "spec"
 
 
 class BeavaProcess:

@@ -5,8 +5,8 @@ Each code is sent over HTTP and framed TCP (push also as MessagePack and through
 the error op 0xFFFF with ct 0x01), the envelope family of spec/wire.md §5.1 (push errors carry
 `registry_version` on TCP only; register errors carry `path`, `reason` and `registry_version`)
 and, for register errors, the exact `path`: the reference's own path recorded in the `$comment`
-of shared/conformance/register_errors.json where a vector has one, otherwise the path of the
-rule tables of spec/registry.md §3.5-§7, §13, §14 and spec/expressions.md §9.
+of tests/conformance/vectors/register_errors.json where a vector has one, otherwise the path of
+the rule tables of spec/registry.md §3.5-§7, §13, §14 and spec/expressions.md §9.
 
 Not triggered here: `wal_sync_timeout` and `aggregation_duplicate_feature_name` are reserved
 and never emitted (wire.md §5.2); `wal_unavailable` needs the WAL append of a register to fail
@@ -26,7 +26,7 @@ import pytest
 
 from tests.reference_vectors import load_scenarios, reference_text
 from tests.register_payloads import table_node
-from tests.support import SHARED, BeavaProcess, FrameConn, http_request
+from tests.support import SPEC, BeavaProcess, FrameConn, http_request
 
 OP_PING, OP_REGISTER, OP_PUSH, OP_ERROR = 0x0000, 0x0001, 0x0010, 0xFFFF
 CT_JSON, CT_MSGPACK = 0x01, 0x02
@@ -730,7 +730,7 @@ def test_tcp_push_envelope_unsupported(push_server: BeavaProcess, conn: FrameCon
 
 # coverage against the spec ---------------------------------------------------------------
 
-WIRE = SHARED / "spec" / "wire.md"
+WIRE = SPEC / "wire.md"
 
 
 def spec_code_table() -> dict[str, tuple[str, str]]:
@@ -764,14 +764,12 @@ COVERED = ({c.code for c in REGISTER_CASES} | {c.code for c in PUSH_CASES}
               "unsupported"})
 
 
-@pytest.mark.skipif(not WIRE.exists(), reason="shared/spec not found")
 def test_every_emitted_code_is_covered() -> None:
     wanted = emitted_by_register_or_push()
     assert "event_not_found" in wanted and "force_required" in wanted  # the parse worked
     assert wanted - NOT_TRIGGERED == COVERED
 
 
-@pytest.mark.skipif(not WIRE.exists(), reason="shared/spec not found")
 def test_statuses_match_the_spec_table() -> None:
     rows = spec_code_table()
     assert {code: int(rows[code][0]) for code in SPEC_STATUS} == SPEC_STATUS

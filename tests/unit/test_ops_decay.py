@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from beava._fast.ops_decay import COLUMNS
 
+from beava._fast.ops_decay import COLUMNS
 from tests.op_columns import feed_events
 
 HL = 60_000  # half-life in ms used by most tests
@@ -255,7 +255,7 @@ def test_clear_and_growth_keep_other_slots():
     assert col.py_read(999, 0) == 0.0
 
 
-# ---- conformance scenarios (shared/conformance/ops_decay.json), hand-translated -------------
+# ---- conformance scenarios (tests/conformance/vectors/ops_decay.json), hand-translated -----------
 
 
 def test_conformance_single_event():

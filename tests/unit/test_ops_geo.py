@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from beava._fast.ops_geo import COLUMNS
 
 KM_PER_DEGREE = 6371.0 * math.pi / 180  # haversine km of one degree on a great circle
@@ -178,7 +179,7 @@ def test_distance_from_home_samples_zero_is_one_and_default_is_100():
     assert default.py_read(0, 0) == pytest.approx(49.5 * KM_PER_DEGREE, rel=1e-12)
 
 
-# ---- conformance scenario ops.geo (shared/conformance/ops_geo.json), hand-translated -----------
+# ---- conformance scenario ops.geo (tests/conformance/vectors/ops_geo.json), hand-translated ------
 
 
 def test_conformance_geo():

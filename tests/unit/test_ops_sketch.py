@@ -9,10 +9,10 @@ import random
 
 import datasketches as ds
 import pytest
+
 from beava._fast.ops_sketch import COLUMNS, bloom_geometry, counters, murmur3_128
 from beava._fast.uddsketch import UDDSketch
-
-from tests.support import SHARED
+from tests.support import CONFORMANCE_VECTORS
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -40,7 +40,7 @@ _ABSENT = object()
 
 
 def scenario(file: str, name: str) -> dict:
-    data = json.loads((SHARED / "conformance" / file).read_text())
+    data = json.loads((CONFORMANCE_VECTORS / file).read_text())
     return next(s for s in data["scenarios"] if s["name"] == name)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from beava._fast.ops_velocity import COLUMNS
 
+from beava._fast.ops_velocity import COLUMNS
 from tests.op_columns import feed_events
 
 FIELDLESS = {"inter_arrival_stats", "burst_count"}
@@ -376,7 +376,7 @@ def test_z_score_null_cases():
     assert values(col, range(3)) == [None, None, 1.0 / math.sqrt(2.0)]
 
 
-# ---- conformance scenarios (shared/conformance/ops_velocity.json), hand-translated -------------
+# ---- conformance scenarios (tests/conformance/vectors/ops_velocity.json), hand-translated --------
 
 
 def test_conformance_timing():

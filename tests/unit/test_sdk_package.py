@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import beava as bv
-from tests.support import SHARED
+from tests.support import SPEC
 
 REPO = Path(__file__).resolve().parents[2]
-SDK_SPEC = SHARED / "spec" / "sdk.md"
+SDK_SPEC = SPEC / "sdk.md"
 
 
 def spec_package_surface() -> dict[str, list[str]]:
