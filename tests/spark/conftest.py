@@ -54,8 +54,9 @@ def spark() -> Iterator[Any]:
 class FaultProxy:
     """Forwards framed TCP between clients and a beava server on 127.0.0.1.
 
-    - ``drop_after``: once a connection has forwarded that many request bytes, close both
-      sides (at most ``max_drops`` times; None = never).
+    - ``drop_after``: once a connection has forwarded that many request bytes, close the
+      client's side; the server reads what was forwarded, then EOF (at most ``max_drops``
+      times; None = never).
     - ``hide_push_many``: rewrite OP_PUSH_MANY requests to an unassigned opcode, so the
       server answers ``unknown_op`` as beava 0.0.6 does.
     Counts connections, drops and request frames per opcode.
@@ -118,7 +119,14 @@ class FaultProxy:
                     upstream.sendall(out)
                     forwarded += len(out)
                 if self._may_drop(forwarded):
-                    break
+                    # The client loses its connection at once; the server gets a FIN after
+                    # the forwarded requests. Closing the upstream socket outright could
+                    # reset it while those requests are still unread, and the server would
+                    # then apply none of them.
+                    _close(client)
+                    with contextlib.suppress(OSError):
+                        upstream.shutdown(socket.SHUT_WR)
+                    return
         except OSError:
             pass
         _close(client, upstream)
