@@ -34,7 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 __all__ = [
+    "BINARY_ENV",
     "BOUND_KINDS",
+    "EPHEMERAL_PORTS",
+    "STDERR_TAIL_LINES",
+    "STOP_TIMEOUT_S",
     "ServerProcess",
     "ServerStartError",
     "installed_server_command",
@@ -144,6 +148,7 @@ class ServerProcess:
         """``time.monotonic()`` when both the HTTP and the TCP address were known."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
+        self._stderr_lock = threading.Lock()
         self._changed = threading.Condition()
         self._stdout_done = threading.Event()
         self._stdout_thread: threading.Thread | None = None
@@ -223,7 +228,9 @@ class ServerProcess:
                 raw = stream.readline(STDERR_LINE_BYTES)
                 if not raw:
                     return
-                self._stderr_tail.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._stderr_lock:
+                    self._stderr_tail.append(line)
         except (OSError, ValueError):
             pass
 
@@ -289,7 +296,8 @@ class ServerProcess:
         if self._proc is not None and self._proc.poll() is not None \
                 and self._stderr_thread is not None:
             self._stderr_thread.join(OUTPUT_GRACE_S)
-        return list(self._stderr_tail)
+        with self._stderr_lock:
+            return list(self._stderr_tail)
 
     def kinds(self) -> list[str]:
         """The ``kind`` of every JSON stdout line so far (with ``keep_output``)."""
