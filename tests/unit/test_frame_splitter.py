@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import struct
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from beava._fast.frame_splitter import (
     FRAME_TOO_LARGE,
     FRAME_TOO_SHORT,
     FrameSplitter,
     encode_frame,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def test_encode_frame_layout():
