@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from typing import Any
+
+import msgspec
 
 from beava.catalogue.operators import lookup, normalise_params, resolve_params
 from beava.engine.registry import FeatureSpec
@@ -26,3 +29,14 @@ def feed_events(col: Any, events: Iterable[tuple[Any, ...]], slot: int = 0) -> N
     for now, x, *matched in events:
         row = {} if x is ... else {"x": x}
         col.py_update(slot, row, matched[0] if matched else True, now)
+
+
+def through_snapshot(state: Any) -> Any:
+    """A column's ``dump()`` after a trip through MessagePack, as a snapshot carries it."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(state))
+
+
+def block_records(*blocks: tuple[int, bytes]) -> bytes:
+    """The block-record bytes of a block column's snapshot: ``[int64 slot][int64 n][n bytes]``
+    per ``(slot, block bytes)``."""
+    return b"".join(struct.pack("=qq", slot, len(raw)) + raw for slot, raw in blocks)

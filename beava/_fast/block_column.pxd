@@ -8,6 +8,7 @@ cdef class BlockColumn(Column):
     cdef BlockRelease release   # frees one block; PyMem_Free unless a subclass sets another
 
     # Raw snapshots (blocks that are plain bytes): the bytes of one block, and the check of
-    # one snapshot entry before it is restored (raises ValueError when it cannot be one).
+    # one snapshot block of n bytes before it is restored (raises ValueError when it cannot
+    # be one).
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1
-    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1
+    cdef int check_block(self, const char* raw, Py_ssize_t n) except -1

@@ -7,19 +7,22 @@ subclass sets it in ``__cinit__``). The slot array takes exactly the capacity as
 the table already grows its capacity geometrically, and spare slots would cost a pointer
 each in every such feature.
 
-Snapshot format of blocks that are plain bytes: ``[(slot, block bytes)]`` for the slots
-holding a block, in slot order. Subclasses whose blocks hold pointers or references
-override ``dump`` and ``load``.
+Snapshot format of blocks that are plain bytes: one bytes object of block records (see
+snapshot_state.pxd), one per slot holding a block. Subclasses whose blocks hold pointers or
+references override ``dump`` and ``load``.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
-from beava._fast.slot_buffers cimport (
-    buffer_bytes,
-    check_dump_slots,
-    grow_zeroed,
-    release_blocks,
+from beava._fast.slot_buffers cimport check_dump_slots, grow_zeroed, release_blocks
+from beava._fast.snapshot_state cimport (
+    RECORD_HEADER,
+    new_bytes,
+    record_next,
+    record_put,
+    state_bytes,
 )
 
 
@@ -47,30 +50,41 @@ cdef class BlockColumn(Column):
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         raise NotImplementedError(type(self).__name__)
 
-    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
+    cdef int check_block(self, const char* raw, Py_ssize_t n) except -1:
         raise NotImplementedError(type(self).__name__)
 
     cpdef object dump(self, Py_ssize_t nslots):
-        cdef Py_ssize_t slot
-        cdef list out = []
+        cdef Py_ssize_t slot, total = 0
+        cdef char* out
         check_dump_slots(nslots, self.capacity)
         for slot in range(nslots):
             if self.blocks[slot] != NULL:
-                out.append((slot, buffer_bytes(self.blocks[slot],
-                                               self.block_nbytes(self.blocks[slot]))))
-        return out
+                total += RECORD_HEADER + self.block_nbytes(self.blocks[slot])
+        records = new_bytes(total, &out)
+        for slot in range(nslots):
+            if self.blocks[slot] != NULL:
+                out = record_put(out, slot, self.blocks[slot],
+                                 self.block_nbytes(self.blocks[slot]))
+        return records
 
     cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t slot
-        cdef bytes raw
+        cdef bytes records = state_bytes(state, f"{type(self).__name__} blocks")
+        cdef const char* p = records
+        cdef Py_ssize_t total = len(records), off = 0, n
+        cdef int64_t slot = -1
         cdef void* block
         self.ensure(nslots)
         release_blocks(self.blocks, nslots, self.release)
-        for slot, raw in state:
-            self.check_block(slot, nslots, raw)
-            block = PyMem_Malloc(len(raw))
-            if block == NULL:
-                raise MemoryError()
-            memcpy(block, <const char*>raw, len(raw))
-            release_blocks(self.blocks + slot, 1, self.release)  # a repeated slot: the last wins
-            self.blocks[slot] = block
+        try:
+            while off < total:
+                off = record_next(p, total, off, slot, nslots, &slot, &n, type(self).__name__)
+                self.check_block(p + off, n)
+                block = PyMem_Malloc(n)
+                if block == NULL:
+                    raise MemoryError()
+                memcpy(block, p + off, n)
+                self.blocks[slot] = block
+                off += n
+        except BaseException:
+            release_blocks(self.blocks, nslots, self.release)
+            raise

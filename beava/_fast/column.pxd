@@ -20,6 +20,11 @@ cdef class Column:
     # The feature value at query time ``T`` (JSON-ready Python value; the op's empty value
     # when the slot has no data).
     cdef object read(self, Py_ssize_t slot, int64_t T)
-    # Snapshot support: picklable state of slots [0, nslots), and its inverse.
+    # Snapshot support: the state of slots [0, nslots) as plain data (None, bool, int, float,
+    # str, bytes, list, dict with str keys: values MessagePack encodes and decodes back to the
+    # same thing; typed buffers as bytes, never tuples or other objects), and its inverse.
+    # load() takes decoded snapshot data, which may be damaged or crafted: it checks types,
+    # lengths and ranges before copying anything (snapshot_state.pxd) and raises ValueError
+    # when the state cannot be this column's; the caller then discards the column.
     cpdef object dump(self, Py_ssize_t nslots)
     cpdef load(self, object state, Py_ssize_t nslots)

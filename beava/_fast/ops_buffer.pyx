@@ -24,6 +24,14 @@ from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
+from beava._fast.snapshot_state cimport (
+    RECORD_HEADER,
+    new_bytes,
+    record_head,
+    record_next,
+    state_bytes,
+    state_list,
+)
 from beava._fast.slot_buffers cimport (
     ValueRing,
     check_dump_slots,
@@ -218,24 +226,23 @@ cdef class CountColumn(BlockColumn):
         cdef const CountBlock* b = <const CountBlock*>block
         return count_block_size(b.mode, b.cap, b.ncells)
 
-    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
+    cdef int check_block(self, const char* raw, Py_ssize_t n) except -1:
         cdef CountBlock header
         cdef SparseCell e
         cdef int32_t i
-        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(CountBlock):
-            raise ValueError(f"bad histogram snapshot entry for slot {slot}")
-        memcpy(&header, <const char*>raw, sizeof(CountBlock))
+        if n < <Py_ssize_t>sizeof(CountBlock):
+            raise ValueError(f"snapshot histogram block of {n} bytes")
+        memcpy(&header, raw, sizeof(CountBlock))
         if (header.ncells != self.ncells or header.mode < SPARSE or header.mode > DENSE64
                 or header.used < 0 or header.used > header.cap
-                or <size_t>len(raw) != count_block_size(header.mode, header.cap,
-                                                         header.ncells)):
-            raise ValueError(f"bad histogram block header for slot {slot}")
+                or <size_t>n != count_block_size(header.mode, header.cap, header.ncells)):
+            raise ValueError("snapshot histogram block header does not fit the op")
         if header.mode == SPARSE:
             for i in range(header.used):
-                memcpy(&e, <const char*>raw + sizeof(CountBlock) + i * sizeof(SparseCell),
+                memcpy(&e, raw + sizeof(CountBlock) + i * sizeof(SparseCell),
                        sizeof(SparseCell))
                 if not 0 <= e.cell < self.ncells:
-                    raise ValueError(f"bad histogram cell in slot {slot}")
+                    raise ValueError(f"snapshot histogram cell {e.cell} outside the op's")
         return 0
 
 
@@ -465,14 +472,14 @@ cdef class SeasonalDeviationColumn(BlockColumn):
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         return season_size((<const SeasonBlock*>block).cap)
 
-    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
+    cdef int check_block(self, const char* raw, Py_ssize_t n) except -1:
         cdef SeasonBlock header
-        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(SeasonBlock):
-            raise ValueError(f"bad seasonal_deviation snapshot entry for slot {slot}")
-        memcpy(&header, <const char*>raw, sizeof(SeasonBlock))
-        if (header.cap < 1 or header.cap > 24 or header.used < 0
-                or header.used > header.cap or <size_t>len(raw) != season_size(header.cap)):
-            raise ValueError(f"bad seasonal_deviation block header for slot {slot}")
+        if n < <Py_ssize_t>sizeof(SeasonBlock):
+            raise ValueError(f"snapshot seasonal_deviation block of {n} bytes")
+        memcpy(&header, raw, sizeof(SeasonBlock))
+        if (header.cap < 1 or header.cap > 24 or header.used < 1
+                or header.used > header.cap or <size_t>n != season_size(header.cap)):
+            raise ValueError("snapshot seasonal_deviation block header does not fit the op")
         return 0
 
 
@@ -647,44 +654,82 @@ cdef class EventTypeMixColumn(BlockColumn):
         return {key: count / total for key, count in held}
 
     cpdef object dump(self, Py_ssize_t nslots):
-        # [(slot, total, [(category, count), ...] in admission order)].
-        cdef Py_ssize_t i
+        # [names, records]: `names` lists the categories held in this column (first-seen
+        # order); the data of a slot's block record is [int64 total] then, per held category
+        # in admission order, [int64 index in names][int64 count].
+        cdef Py_ssize_t i, total = 0
         cdef int32_t k
+        cdef int64_t entry[2]
         cdef MixBlock* b
-        cdef list out = []
+        cdef char* out
+        cdef dict index = {}
+        cdef list names = []
         check_dump_slots(nslots, self.capacity)
         for i in range(nslots):
             b = <MixBlock*>self.blocks[i]
             if b != NULL:
-                out.append((i, b.total, [(<object>mix_entries(b)[k].key, mix_entries(b)[k].count)
-                                         for k in range(b.used)]))
-        return out
+                total += RECORD_HEADER + sizeof(int64_t) + b.used * sizeof(entry)
+        records = new_bytes(total, &out)
+        for i in range(nslots):
+            b = <MixBlock*>self.blocks[i]
+            if b == NULL:
+                continue
+            out = record_head(out, i, sizeof(int64_t) + b.used * sizeof(entry))
+            memcpy(out, &b.total, sizeof(int64_t))
+            out += sizeof(int64_t)
+            for k in range(b.used):
+                key = <object>mix_entries(b)[k].key
+                found = index.get(key)
+                if found is None:
+                    found = index[key] = len(names)
+                    names.append(key)
+                entry[0] = found
+                entry[1] = mix_entries(b)[k].count
+                memcpy(out, entry, sizeof(entry))
+                out += sizeof(entry)
+        return [names, records]
 
     cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t slot
+        cdef list parts = state_list(state, 2, "event_type_mix state")
+        cdef list names = state_list(parts[0], -1, "event_type_mix categories")
+        cdef bytes records = state_bytes(parts[1], "event_type_mix records")
+        cdef const char* p = records
+        cdef Py_ssize_t total = len(records), off = 0, n, used, k
+        cdef int64_t slot = -1
+        cdef int64_t entry[2]
         cdef MixBlock* b
-        cdef int32_t cap
+        for name in names:
+            if type(name) is not str:
+                raise ValueError(f"snapshot event_type_mix category {name!r} is not a str")
+        names = [self.shared(name) for name in names]
         self.ensure(nslots)
         release_blocks(self.blocks, nslots, self.release)
-        for slot, total, entries in state:
-            if slot < 0 or slot >= nslots:
-                raise ValueError(f"event_type_mix snapshot slot {slot} outside [0, {nslots})")
-            cap = len(entries)
-            b = <MixBlock*>PyMem_Malloc(mix_size(cap))
-            if b == NULL:
-                raise MemoryError()
-            b.cap = cap
-            b.used = 0
-            b.total = total
-            self.blocks[slot] = b
-            for key, count in entries:
-                if type(key) is not str:
-                    raise ValueError(f"event_type_mix snapshot category {key!r} is not a str")
-                key = self.shared(key)
-                Py_INCREF(key)
-                mix_entries(b)[b.used].key = <PyObject*>key
-                mix_entries(b)[b.used].count = count
-                b.used += 1
+        try:
+            while off < total:
+                off = record_next(p, total, off, slot, nslots, &slot, &n, "event_type_mix")
+                used = (n - <Py_ssize_t>sizeof(int64_t)) // <Py_ssize_t>sizeof(entry)
+                if n != <Py_ssize_t>sizeof(int64_t) + used * <Py_ssize_t>sizeof(entry):
+                    raise ValueError(f"snapshot event_type_mix block of {n} bytes")
+                b = <MixBlock*>PyMem_Malloc(mix_size(<int32_t>used))
+                if b == NULL:
+                    raise MemoryError()
+                b.cap = <int32_t>used
+                b.used = 0
+                memcpy(&b.total, p + off, sizeof(int64_t))
+                self.blocks[slot] = b
+                for k in range(used):
+                    memcpy(entry, p + off + sizeof(int64_t) + k * sizeof(entry), sizeof(entry))
+                    if not 0 <= entry[0] < len(names):
+                        raise ValueError(f"snapshot event_type_mix category index {entry[0]}")
+                    key = names[entry[0]]
+                    Py_INCREF(key)
+                    mix_entries(b)[k].key = <PyObject*>key
+                    mix_entries(b)[k].count = entry[1]
+                    b.used += 1
+                off += n
+        except BaseException:
+            release_blocks(self.blocks, nslots, self.release)
+            raise
 
 
 # ---- value buffers --------------------------------------------------------------------

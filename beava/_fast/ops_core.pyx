@@ -28,6 +28,7 @@ from libc.string cimport memcpy, memmove, memset
 from beava._fast.column cimport Column
 from beava._fast.moments cimport Moments, moments_add
 from beava._fast.slot_buffers cimport grow_zeroed, row_number
+from beava._fast.snapshot_state cimport state_buffer, state_bytes, state_dict, state_list
 from beava._fast.window cimport MAX_BUCKETS, bucket_active, bucket_epoch, bucket_width
 
 
@@ -139,6 +140,11 @@ cdef inline object extreme_value(ExtremeCell* c, ObjectTable objs):
     if c.tag == TAG_OBJ:
         return objs.get(c.v.handle)
     return None
+
+
+cdef inline bint valid_handle(int64_t h, list objs) noexcept:
+    """Whether a snapshot min/max cell's handle names a value of its ``objs`` list."""
+    return 0 <= h < len(objs) and objs[h] is not None
 
 
 cdef bint objects_less(object a, object b) except -1:
@@ -513,15 +519,31 @@ cdef class BucketArena(Column):
         return self.dump_members(nslots, self.members)
 
     cpdef load(self, object state, Py_ssize_t nslots):
+        """Restore slots [0, nslots) from a ``dump`` of an arena with the same members."""
         cdef Py_ssize_t slot
+        cdef CoreColumn m
+        cdef dict d = state_dict(state, "bucket arena")
+        dumped = []
+        for item in state_list(d.get("members"), -1, "bucket arena members"):
+            name, kind = state_list(item, 2, "bucket arena member")
+            if type(name) is not str or type(kind) is not str:
+                raise ValueError(f"snapshot bucket arena member {item!r}")
+            dumped.append((name, kind))
+        own = []
+        for m in self.members:
+            own.append((m.name, KIND_NAMES[m.kind]))
+        own.sort()
+        if len(set(dumped)) != len(dumped) or sorted(dumped) != own:
+            raise ValueError(f"snapshot bucket arena of members {dumped}, expected {own}")
         self.ensure(nslots)
         for slot in range(self.capacity):
             self.clear(slot)
-        self.merge_state(state, nslots)
+        self.merge_state(state, nslots, None, True)
 
     cdef object dump_members(self, Py_ssize_t nslots, tuple members):
-        """Picklable buckets of slots [0, nslots) restricted to ``members``: per slot a
-        bucket count, then records ``[epoch | cells of members]``; object handles inside
+        """Buckets of slots [0, nslots) restricted to ``members``, as plain data: per slot a
+        bucket count (one byte each in ``counts``), then in ``records`` the slot's records
+        ``[epoch | cells of members]`` in ascending epoch order; object handles inside
         min/max cells index the ``objs`` list."""
         cdef CoreColumn m
         cdef Py_ssize_t nmaps = len(members), j = 0
@@ -560,35 +582,50 @@ cdef class BucketArena(Column):
             free(maps)
         return {
             "window_ms": self.window,
-            "members": [(m.name, KIND_NAMES[m.kind]) for m in members],
+            "members": [[m.name, KIND_NAMES[m.kind]] for m in members],
             "counts": bytes(counts),
             "records": bytes(records),
             "objs": self.objs.snapshot(),
         }
 
-    cdef int merge_state(self, object state, Py_ssize_t nslots, tuple targets=None) except -1:
+    cdef int merge_state(self, object state, Py_ssize_t nslots, tuple targets=None,
+                         bint exact=False) except -1:
         """Add the buckets of a ``dump_members`` state into this arena: buckets are matched
         by epoch; the cells of each dumped member go to ``targets[i]`` when given, else to
-        the member with the same name and op (dumped members without one are ignored)."""
-        if state["window_ms"] != self.window:
-            raise ValueError(f"window {state['window_ms']} ms does not match {self.window} ms")
+        the member with the same name and op (dumped members without one are ignored).
+
+        The state is checked before anything changes (ValueError); ``exact`` also requires
+        it to cover exactly ``nslots`` slots, with no byte left over."""
+        cdef dict d = state_dict(state, "bucket arena")
+        window = d.get("window_ms")
+        if type(window) is not int or window != self.window:
+            raise ValueError(f"window {window!r} ms does not match {self.window} ms")
         cdef CoreColumn m
         by_name = {m.name: m for m in self.members}
-        dumped = state["members"]
+        cdef list dumped = state_list(d.get("members"), -1, "bucket arena members")
+        cdef bytes counts = state_bytes(d.get("counts"), "bucket counts")
+        cdef bytes records = state_bytes(d.get("records"), "bucket records")
+        cdef list objs = state_list(d.get("objs"), -1, "bucket arena objects")
+        if targets is not None and len(targets) != len(dumped):
+            raise ValueError("one target per dumped member expected")
+        if exact and len(counts) != nslots:
+            raise ValueError(f"snapshot bucket counts cover {len(counts)} slots, not {nslots}")
         cdef CellMap* maps = <CellMap*>realloc(NULL, (len(dumped) + 1) * sizeof(CellMap))
         if maps == NULL:
             raise MemoryError()
-        cdef Py_ssize_t nmaps = 0, dsize = EPOCH_SIZE, j, slot
-        cdef bytes counts = state["counts"]
-        cdef bytes records = state["records"]
-        cdef list objs = state["objs"]
+        cdef Py_ssize_t nmaps = 0, dsize = EPOCH_SIZE, j, slot, total = 0
         cdef const unsigned char* cp = counts
-        cdef const char* src = records
+        cdef const char* src
         cdef int k
+        cdef int64_t epoch, prev
         cdef char* rec
         cdef ExtremeCell* c
+        cdef ExtremeCell cell
         try:
-            for i, (name, kind) in enumerate(dumped):
+            for i in range(len(dumped)):
+                name, kind = state_list(dumped[i], 2, "bucket arena member")
+                if type(name) is not str or type(kind) is not str or kind not in KIND_NAMES:
+                    raise ValueError(f"snapshot bucket arena member {dumped[i]!r}")
                 kind_index = KIND_NAMES.index(kind)
                 target = by_name.get(name) if targets is None else targets[i]
                 if target is not None and (<CoreColumn>target).kind == kind_index:
@@ -600,9 +637,31 @@ cdef class BucketArena(Column):
                     nmaps += 1
                 dsize += cell_size(kind_index)
             nslots = min(nslots, len(counts))
-            if len(records) < dsize * sum(counts[:nslots]):
-                raise ValueError("truncated bucket state")
+            for slot in range(nslots):
+                if cp[slot] > MAX_BUCKETS:
+                    raise ValueError(f"snapshot slot {slot} holds {cp[slot]} buckets")
+                total += cp[slot]
+            if len(records) < dsize * total or (exact and len(records) != dsize * total):
+                raise ValueError(f"snapshot bucket records: {len(records)} bytes for "
+                                 f"{total} buckets of {dsize}")
+            # every record first: epochs ascending per slot, min/max cells well formed
+            src = records
+            for slot in range(nslots):
+                for k in range(cp[slot]):
+                    memcpy(&epoch, src, EPOCH_SIZE)
+                    if k and epoch <= prev:
+                        raise ValueError(f"snapshot buckets of slot {slot} out of order")
+                    prev = epoch
+                    for j in range(nmaps):
+                        if not maps[j].extreme:
+                            continue
+                        memcpy(&cell, src + maps[j].src, sizeof(ExtremeCell))
+                        if cell.tag < TAG_EMPTY or cell.tag > TAG_OBJ or (
+                                cell.tag == TAG_OBJ and not valid_handle(cell.v.handle, objs)):
+                            raise ValueError(f"snapshot min/max cell of slot {slot}")
+                    src += dsize
             self.ensure(nslots)
+            src = records
             for slot in range(nslots):
                 for k in range(cp[slot]):
                     rec = self.find_or_insert(slot, (<const int64_t*>src)[0])
@@ -738,17 +797,30 @@ cdef class CoreColumn(Column):
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef Py_ssize_t slot
         cdef ExtremeCell* c
+        cdef ExtremeCell cell
+        cdef bint extreme = self.kind == K_MIN or self.kind == K_MAX
+        if self.arena is not None:
+            self.ensure(nslots)
+            for slot in range(self.capacity):
+                self.clear(slot)
+            self.arena.merge_state(state, nslots, None, True)
+            return
+        cdef dict d = state_dict(state, "core column")
+        cdef bytes cells = state_buffer(d.get("cells"), nslots * self.csize, "core cells")
+        cdef list objs = state_list(d.get("objs"), -1, "core column objects")
+        cdef const char* src = cells
+        if extreme:
+            for slot in range(nslots):
+                memcpy(&cell, src + slot * self.csize, sizeof(ExtremeCell))
+                if cell.tag < TAG_EMPTY or cell.tag > TAG_OBJ or (
+                        cell.tag == TAG_OBJ and not valid_handle(cell.v.handle, objs)):
+                    raise ValueError(f"snapshot min/max cell of slot {slot}")
         self.ensure(nslots)
         for slot in range(self.capacity):
             self.clear(slot)
-        if self.arena is not None:
-            self.arena.merge_state(state, nslots)
-            return
-        cdef bytes cells = state["cells"]
-        cdef list objs = state["objs"]
-        nslots = min(nslots, len(cells) // self.csize)
-        memcpy(self.data, <const char*>cells, nslots * self.csize)
-        if self.kind == K_MIN or self.kind == K_MAX:
+        if nslots:
+            memcpy(self.data, src, nslots * self.csize)
+        if extreme:
             for slot in range(nslots):
                 c = <ExtremeCell*>(self.data + slot * self.csize)
                 if c.tag == TAG_OBJ:

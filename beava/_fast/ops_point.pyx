@@ -13,6 +13,7 @@ from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from beava._fast.op_params cimport bounded_n, lifetime_only
+from beava._fast.snapshot_state cimport state_buffer, state_list
 from beava._fast.slot_buffers cimport (
     TAG_EMPTY,
     TAG_OBJ,
@@ -71,7 +72,8 @@ cdef class ValueColumn(Column):
         return value_decode(self.tags[slot], self.values[slot])
 
     cpdef object dump(self, Py_ssize_t nslots):
-        # (tags, payloads with object pointers zeroed, [(slot, object)]).
+        # [tags, payloads, objects]: the payload of a TAG_OBJ slot is zero and its value is
+        # the next item of `objects` (slot order).
         cdef bytes payloads
         cdef Payload* out
         cdef list objects = []
@@ -83,29 +85,38 @@ cdef class ValueColumn(Column):
             out[i] = self.values[i]
             if self.tags[i] == TAG_OBJ:
                 out[i].i = 0
-                objects.append((i, <object>self.values[i].o))
-        return (buffer_bytes(self.tags, nslots), payloads, objects)
+                objects.append(<object>self.values[i].o)
+        return [buffer_bytes(self.tags, nslots), payloads, objects]
 
     cpdef load(self, object state, Py_ssize_t nslots):
-        cdef Py_ssize_t i, slot
-        cdef Py_ssize_t n_objects = 0
-        tags, payloads, objects = state
+        cdef list parts = state_list(state, 3, "first/last state")
+        cdef bytes tags = state_buffer(parts[0], nslots, "first/last tags")
+        cdef bytes payloads = state_buffer(parts[1], nslots * sizeof(Payload),
+                                           "first/last payloads")
+        cdef list objects = state_list(parts[2], -1, "first/last objects")
+        cdef const uint8_t* t = <const uint8_t*><const char*>tags
+        cdef Py_ssize_t i, used = 0
+        for i in range(nslots):
+            if t[i] == TAG_OBJ:
+                if used >= len(objects) or objects[used] is None:
+                    raise ValueError(f"snapshot first/last: no value for slot {i}")
+                used += 1
+            elif t[i] > TAG_OBJ:
+                raise ValueError(f"snapshot first/last: tag {t[i]} in slot {i}")
+        if used != len(objects):
+            raise ValueError("snapshot first/last: more values than object-tagged slots")
         self.ensure(nslots)
         for i in range(nslots):
             self.clear(i)
         load_bytes(self.tags, tags, nslots)
         load_bytes(self.values, payloads, nslots * sizeof(Payload))
+        used = 0
         for i in range(nslots):
-            if self.tags[i] == TAG_OBJ:
-                self.values[i].o = NULL
-                n_objects += 1
-        if n_objects != len(objects):
-            raise ValueError("snapshot objects do not match the object-tagged slots")
-        for slot, obj in objects:
-            if self.tags[slot] != TAG_OBJ or self.values[slot].o != NULL:
-                raise ValueError(f"snapshot object for slot {slot} does not fit its tag")
-            Py_INCREF(obj)
-            self.values[slot].o = <PyObject*>obj
+            if t[i] == TAG_OBJ:
+                obj = objects[used]
+                used += 1
+                Py_INCREF(obj)
+                self.values[i].o = <PyObject*>obj
 
 
 cdef class FirstColumn(ValueColumn):
@@ -153,7 +164,11 @@ cdef class RingColumn(BlockColumn):
     cpdef load(self, object state, Py_ssize_t nslots):
         self.ensure(nslots)
         release_blocks(self.blocks, nslots, self.release)
-        rings_load(<ValueRing**>self.blocks, nslots, state)
+        try:
+            rings_load(<ValueRing**>self.blocks, nslots, state, self.limit)
+        except BaseException:
+            release_blocks(self.blocks, nslots, self.release)
+            raise
 
 
 cdef class FirstNColumn(RingColumn):

@@ -23,6 +23,7 @@ from beava._fast.slot_buffers cimport (
     grow_zeroed,
     grown_capacity,
     load_bytes,
+    ring_cap_for,
     ring_head_alloc,
     ring_next_cap,
 )
@@ -294,14 +295,17 @@ cdef class TimeSinceLastNColumn(BlockColumn):
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         return ring_size((<const TimeRing*>block).cap)
 
-    cdef int check_block(self, Py_ssize_t slot, Py_ssize_t nslots, bytes raw) except -1:
+    cdef int check_block(self, const char* raw, Py_ssize_t n) except -1:
+        # A ring grown by update(): 1 to n times held, at least as many seen, the capacity
+        # that growth gives for them.
         cdef TimeRing header
-        if slot < 0 or slot >= nslots or len(raw) < <Py_ssize_t>sizeof(TimeRing):
-            raise ValueError(f"bad time_since_last_n snapshot entry for slot {slot}")
-        memcpy(&header, <const char*>raw, sizeof(TimeRing))
-        if (header.cap < 1 or header.cap > self.n or header.held > header.cap
-                or header.held < 0 or <size_t>len(raw) != ring_size(header.cap)):
-            raise ValueError(f"bad time_since_last_n ring header for slot {slot}")
+        if n < <Py_ssize_t>sizeof(TimeRing):
+            raise ValueError(f"snapshot time_since_last_n ring of {n} bytes")
+        memcpy(&header, raw, sizeof(TimeRing))
+        if (header.held < 1 or header.held > self.n or header.seen < header.held
+                or header.cap != ring_cap_for(header.held, self.n)
+                or <size_t>n != ring_size(header.cap)):
+            raise ValueError("snapshot time_since_last_n ring header does not fit the op")
         return 0
 
 

@@ -53,6 +53,7 @@ from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
 from beava._fast.float_text cimport repr_double
 from beava._fast.slot_buffers cimport number_value
+from beava._fast.snapshot_state cimport state_bytes
 from beava._fast.uddsketch cimport (
     UddSketch,
     udd_copy,
@@ -811,6 +812,74 @@ cdef int km_feed_hll(KeyMap* m, object target) except -1:
     return 0
 
 
+cdef inline int varint_within(const uint8_t* p, Py_ssize_t avail, uint64_t* v) noexcept nogil:
+    # varint_get reading at most ``avail`` bytes; 0 when the varint does not end in them.
+    cdef uint64_t out = 0
+    cdef int n = 0
+    while n < avail and n < 10:
+        out |= (<uint64_t>(p[n] & 0x7F)) << (7 * n)
+        if not p[n] & 0x80:
+            v[0] = out
+            return n + 1
+        n += 1
+    return 0
+
+
+cdef int km_check(KeyMap* m, bint counted) except -1:
+    """Check a KeyMap read from a snapshot as km_insert / km_add leave it: its entries tile
+    the last ``used`` bytes exactly (each ends where the one written before it starts),
+    each is one well-formed ``[count][tag][length][key]``, and the keys ascend strictly in
+    offset order. Raises ValueError otherwise."""
+    cdef uint32_t n = km_n(m), i, prev = 0, off
+    cdef uint32_t* order = <uint32_t*>malloc(4 * (<size_t>n + 1))
+    cdef const uint8_t* e
+    cdef Py_ssize_t avail, at, w
+    cdef uint64_t v
+    cdef KeyView before, key
+    if order == NULL:
+        raise MemoryError()
+    try:
+        memcpy(order, km_offs(m), 4 * <size_t>n)
+        qsort(order, n, 4, _cmp_u32)
+        for i in range(n):
+            off = order[i]
+            if off <= prev or off > m.used:
+                raise ValueError("snapshot sketch entries overlap or leave the block")
+            e = km_entry(m, off)
+            avail = off - prev
+            at = 0
+            if counted:
+                w = varint_within(e, avail, &v)
+                if w == 0:
+                    raise ValueError("snapshot sketch count is not a varint")
+                at += w
+            if at >= avail:
+                raise ValueError("snapshot sketch entry has no key")
+            if e[at] == TAG_STR:
+                w = varint_within(e + at + 1, avail - at - 1, &v)
+                if w == 0 or v != <uint64_t>(avail - at - 1 - w):
+                    raise ValueError("snapshot sketch text key does not fill its entry")
+            elif e[at] == TAG_INT or e[at] == TAG_FLOAT:
+                if avail - at - 1 != 8:
+                    raise ValueError("snapshot sketch number key is not 8 bytes")
+            elif e[at] == TAG_BOOL:
+                if avail - at - 1 != 1 or e[at + 1] > 1:
+                    raise ValueError("snapshot sketch bool key is not one 0/1 byte")
+            else:
+                raise ValueError(f"snapshot sketch key tag {e[at]}")
+            prev = off
+        if prev != m.used:
+            raise ValueError("snapshot sketch entries do not fill the block")
+        for i in range(n):
+            km_key(m, i, counted, &key)
+            if i and key_cmp(&before, &key) >= 0:
+                raise ValueError("snapshot sketch keys are not in ascending order")
+            before = key
+    finally:
+        free(order)
+    return 0
+
+
 cdef Node* obj_block(object obj, Node* like) except NULL:
     cdef ObjBlock* b = <ObjBlock*>malloc(sizeof(ObjBlock))
     if b == NULL:
@@ -933,6 +1002,8 @@ cdef void dump_block(_Writer w, Node* b):
 
 
 cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
+    """One block of a ``dump_block`` stream, checked (ValueError) before it is used: a mode
+    the op keeps, sizes within the stream, well-formed contents."""
     cdef int64_t epoch = r.i64()
     cdef uint8_t mode = r.u8()
     cdef uint32_t n, used, size, i
@@ -942,33 +1013,39 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
     cdef Node* b
     cdef const uint8_t* p
     cdef const uint8_t* offsets
-    if mode == MODE_KEYS:
+    cdef double x
+    if mode == MODE_KEYS and kind != KIND_QUANTILE:
         n = r.u32()
         used = r.u32()
+        if n >= 1 << 24:
+            raise ValueError("snapshot sketch holds too many keys")
         offsets = r.take(4 * <Py_ssize_t>n)
         p = r.take(used)
-        if n >= 1 << 24:
-            raise ValueError("corrupt sketch column snapshot")
         m = km_new(4 * <size_t>n + used)
         memcpy(km_offs(m), offsets, 4 * <size_t>n)
         km_set_n(m, n)
         m.used = used
         memcpy(km_entry(m, used), p, used)
-        for i in range(n):
-            if km_offs(m)[i] == 0 or km_offs(m)[i] > used:
-                free(m)
-                raise ValueError("corrupt sketch column snapshot")
+        try:
+            km_check(m, kind != KIND_N_UNIQUE)
+        except BaseException:
+            free(m)
+            raise
         b = <Node*>m
-    elif mode == MODE_VALUES:
+    elif mode == MODE_VALUES and kind == KIND_QUANTILE:
         n = r.u32()
         if n > QUANTILE_EXACT_MAX:
-            raise ValueError("corrupt sketch column snapshot")
+            raise ValueError("snapshot quantile list longer than its exact mode")
         p = r.take(8 * <Py_ssize_t>n)
+        for i in range(n):
+            memcpy(&x, p + 8 * i, 8)
+            if not isfinite(x) or (i and x < (<const double*>(p + 8 * (i - 1)))[0]):
+                raise ValueError("snapshot quantile list is not finite and ascending")
         q = ql_new(n)
         memcpy(ql_values(q), p, 8 * <size_t>n)
         q.n = <uint16_t>n
         b = <Node*>q
-    elif mode == MODE_UDD:
+    elif mode == MODE_UDD and kind == KIND_QUANTILE:
         size = r.u32()
         p = r.take(size)
         s = <QSketch*>malloc(sizeof(QSketch))
@@ -978,12 +1055,12 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
         try:
             if udd_decode(&s.sk, p, size) != size:
                 udd_release(&s.sk)
-                raise ValueError("corrupt sketch column snapshot")
+                raise ValueError("snapshot UDDSketch has trailing bytes")
         except BaseException:
             free(s)
             raise
         b = <Node*>s
-    elif mode == MODE_OBJ:
+    elif mode == MODE_OBJ and (kind == KIND_N_UNIQUE or kind == KIND_TOP_K):
         size = r.u32()
         blob = PyBytes_FromStringAndSize(<const char*>r.take(size), size)
         if kind == KIND_N_UNIQUE:
@@ -992,7 +1069,7 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
             obj = _ds.frequent_strings_sketch.deserialize(blob)
         b = obj_block(obj, NULL)
     else:
-        raise ValueError("corrupt sketch column snapshot")
+        raise ValueError(f"snapshot sketch block of mode {mode} for op kind {kind}")
     b.epoch = epoch
     b.next = NULL
     return b
@@ -1148,26 +1225,36 @@ cdef class SketchColumn(BlockColumn):
         return bytes(w.buf)
 
     cpdef load(self, object state, Py_ssize_t nslots):
-        cdef _Reader r = _Reader(state)
-        cdef Py_ssize_t slot, stored
+        cdef _Reader r = _Reader(state_bytes(state, "sketch column"))
+        cdef Py_ssize_t slot
         cdef int count, i
         cdef Node** link
+        cdef int64_t newer = 0
         if r.u8() != SNAPSHOT_FORMAT or r.u8() != self.kind or r.u8() != self.windowed:
             raise ValueError("sketch column snapshot of another format, op or window mode")
-        stored = r.u32()
-        self.ensure(nslots if nslots > stored else stored)
+        if r.u32() != nslots:
+            raise ValueError(f"sketch column snapshot does not hold {nslots} slots")
+        self.ensure(nslots)
         for slot in range(self.capacity):
             self.clear(slot)
-        for slot in range(stored):
-            count = r.u8()
-            if count > MAX_BUCKETS or (count > 1 and not self.windowed):
-                raise ValueError("corrupt sketch column snapshot")
-            link = <Node**>&self.blocks[slot]
-            for i in range(count):
-                link[0] = load_block(r, self.kind)
-                link = &link[0].next
-        if r.at != r.data.shape[0]:
-            raise ValueError("trailing bytes in sketch column snapshot")
+        try:
+            for slot in range(nslots):
+                count = r.u8()
+                if count > MAX_BUCKETS or (count > 1 and not self.windowed):
+                    raise ValueError(f"snapshot sketch slot {slot} holds {count} buckets")
+                link = <Node**>&self.blocks[slot]
+                for i in range(count):
+                    link[0] = load_block(r, self.kind)
+                    if i and link[0].epoch >= newer:
+                        raise ValueError(f"snapshot sketch buckets of slot {slot} out of order")
+                    newer = link[0].epoch
+                    link = &link[0].next
+            if r.at != r.data.shape[0]:
+                raise ValueError("trailing bytes in sketch column snapshot")
+        except BaseException:
+            for slot in range(nslots):
+                self.clear(slot)
+            raise
 
 
 cdef void free_chain(void* head) noexcept:
@@ -1856,36 +1943,65 @@ cdef class BloomMemberColumn(BlockColumn):
         return bytes(w.buf)
 
     cpdef load(self, object state, Py_ssize_t nslots):
-        cdef _Reader r = _Reader(state)
-        cdef Py_ssize_t slot, stored, size
+        cdef _Reader r = _Reader(state_bytes(state, "bloom_member column"))
+        cdef Py_ssize_t slot, size
         cdef Bloom* b
         cdef uint8_t probe, dense
-        cdef uint32_t n
+        cdef uint32_t n, i
+        cdef const uint8_t* p
+        cdef uint64_t bit, last = 0
+        cdef uint16_t bit16
+        cdef uint32_t bit32
         if r.u8() != SNAPSHOT_FORMAT or r.u8() != KIND_BLOOM:
             raise ValueError("sketch column snapshot of another format or op")
-        stored = r.u32()
-        self.ensure(nslots if nslots > stored else stored)
+        if r.u32() != nslots:
+            raise ValueError(f"bloom_member snapshot does not hold {nslots} slots")
+        self.ensure(nslots)
         for slot in range(self.capacity):
             self.clear(slot)
-        for slot in range(stored):
-            if not r.u8():
-                continue
-            probe = r.u8()
-            dense = r.u8()
-            n = r.u32()
-            size = self.m // 8 if dense else <Py_ssize_t>n * self.width
-            b = <Bloom*>malloc(fit(sizeof(Bloom) + size))
-            if b == NULL:
-                raise MemoryError()
-            b.last_probe = probe
-            b.dense = dense
-            b.n = n
-            b.cap = n if dense else <uint32_t>((fit(sizeof(Bloom) + size) - sizeof(Bloom))
-                                               // self.width)
-            memcpy(bloom_data(b), r.take(size), size)
-            self.blocks[slot] = b
-        if r.at != r.data.shape[0]:
-            raise ValueError("trailing bytes in sketch column snapshot")
+        try:
+            for slot in range(nslots):
+                if not r.u8():
+                    continue
+                probe = r.u8()
+                dense = r.u8()
+                n = r.u32()
+                if probe > 1 or dense > 1:
+                    raise ValueError(f"snapshot bloom_member flags of slot {slot}")
+                size = self.m // 8 if dense else <Py_ssize_t>n * self.width
+                p = r.take(size)
+                if not dense:
+                    # ascending set bits of the filter, fewer than its dense bitmap holds
+                    if <uint64_t>n * self.width >= self.m // 8:
+                        raise ValueError(f"snapshot bloom_member slot {slot} not densified")
+                    for i in range(n):
+                        if self.width == 2:
+                            memcpy(&bit16, p + 2 * i, 2)
+                            bit = bit16
+                        elif self.width == 4:
+                            memcpy(&bit32, p + 4 * i, 4)
+                            bit = bit32
+                        else:
+                            memcpy(&bit, p + 8 * i, 8)
+                        if bit >= self.m or (i and bit <= last):
+                            raise ValueError(f"snapshot bloom_member bits of slot {slot}")
+                        last = bit
+                b = <Bloom*>malloc(fit(sizeof(Bloom) + size))
+                if b == NULL:
+                    raise MemoryError()
+                b.last_probe = probe
+                b.dense = dense
+                b.n = n
+                b.cap = n if dense else <uint32_t>((fit(sizeof(Bloom) + size) - sizeof(Bloom))
+                                                   // self.width)
+                memcpy(bloom_data(b), p, size)
+                self.blocks[slot] = b
+            if r.at != r.data.shape[0]:
+                raise ValueError("trailing bytes in sketch column snapshot")
+        except BaseException:
+            for slot in range(nslots):
+                self.clear(slot)
+            raise
 
 
 COLUMNS = {

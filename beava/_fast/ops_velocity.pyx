@@ -15,7 +15,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.math cimport fabs, isnan, sqrt
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.moments cimport Moments, moments_add
@@ -173,6 +173,28 @@ cdef class BurstCountColumn(StructColumn):
         if n < 1 or n > SPILL_MAX:
             raise ValueError(f"burst_count snapshot block of {used} bytes")
         return sizeof(BurstSpill) + block_entries(n, SPILL_MAX) * sizeof(BurstEntry)
+
+    cdef int check_state(self, Py_ssize_t nslots) except -1:
+        # _park relies on the sub-windows of the spill and the current one having distinct
+        # ring slots (so the spill never outgrows SPILL_MAX entries).
+        cdef Py_ssize_t slot
+        cdef int64_t i
+        cdef uint64_t taken
+        cdef BurstState* s
+        cdef BurstSpill* spill
+        for slot in range(nslots):
+            spill = <BurstSpill*>self.blocks[slot]
+            if spill == NULL:
+                continue
+            s = (<BurstState*>self.buf) + slot
+            if s.max_seen <= 0:
+                raise ValueError(f"snapshot burst_count slot {slot}: spill without events")
+            taken = (<uint64_t>1) << (s.cur_q & (RING_SLOTS - 1))
+            for i in range(spill.len):
+                if taken & ((<uint64_t>1) << (spill.entries[i].q & (RING_SLOTS - 1))):
+                    raise ValueError(f"snapshot burst_count slot {slot}: repeated ring slot")
+                taken |= (<uint64_t>1) << (spill.entries[i].q & (RING_SLOTS - 1))
+        return 0
 
     cdef int64_t _park(self, Py_ssize_t slot, BurstState* s, int64_t q) except -1:
         # Moving to sub-window q whose ring slot differs from the current one: park the

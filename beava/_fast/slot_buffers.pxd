@@ -9,6 +9,16 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy, memset
 
+from beava._fast.snapshot_state cimport (
+    RECORD_HEADER,
+    new_bytes,
+    record_head,
+    record_next,
+    state_buffer,
+    state_bytes,
+    state_list,
+)
+
 # Tag of a stored row value ("inherits": ints stay ints, floats floats, bools bools).
 cdef enum:
     TAG_EMPTY = 0
@@ -76,12 +86,11 @@ cdef inline bytes buffer_bytes(const void* buf, Py_ssize_t nbytes):
     return (<const char*>buf)[:nbytes]
 
 
-cdef inline int load_bytes(void* buf, bytes data, Py_ssize_t nbytes) except -1:
-    # Inverse of buffer_bytes; the length must match exactly.
-    if len(data) != nbytes:
-        raise ValueError(f"snapshot buffer has {len(data)} bytes, expected {nbytes}")
+cdef inline int load_bytes(void* buf, object data, Py_ssize_t nbytes) except -1:
+    # Inverse of buffer_bytes: `data` must be bytes of exactly nbytes.
+    cdef bytes raw = state_buffer(data, nbytes, "buffer")
     if nbytes:
-        memcpy(buf, <const char*>data, nbytes)
+        memcpy(buf, <const char*>raw, nbytes)
     return 0
 
 
@@ -271,41 +280,92 @@ cdef inline void ring_free(void* block) noexcept:
     PyMem_Free(r)
 
 
-cdef inline tuple ring_dump(ValueRing* r):
-    # (cap, seen, entries in physical order): enough to rebuild the exact ring.
-    return (r.cap, r.seen, [ring_get(r, i) for i in range(r.held)])
+cdef inline int32_t ring_cap_for(int64_t held, int32_t limit) noexcept nogil:
+    # Capacity of a ring grown by ring_next_cap after `held` (1 <= held <= limit) appends.
+    cdef int64_t cap = 2 if limit > 2 else limit
+    while cap < held and cap < limit:
+        cap = cap * 2 if cap * 2 < limit else limit
+    return <int32_t>cap
 
 
-cdef inline ValueRing* ring_load(tuple state) except NULL:
-    cdef int32_t cap = state[0]
-    cdef list values = state[2]
-    cdef ValueRing* r
-    if len(values) > cap:
-        raise ValueError("ring snapshot holds more entries than its capacity")
-    r = ring_alloc(cap)
-    r.seen = state[1]
-    for v in values:
-        ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
-        r.held += 1
-    return r
-
+# Snapshot of the value rings of slots [0, n): [records, objects]. The data of a slot's
+# block record is [int64 seen][held payloads of 8 bytes][held tags]; a TAG_OBJ payload is
+# zero and its value is the next item of `objects` (slot order, then entry order).
 
 cdef inline list rings_dump(ValueRing** rings, Py_ssize_t n):
-    # [(slot, ring state)] for the slots that hold a ring.
-    cdef Py_ssize_t i
-    cdef list out = []
+    cdef Py_ssize_t i, total = 0
+    cdef int32_t k
+    cdef ValueRing* r
+    cdef Payload value
+    cdef char* out
+    cdef char* p
+    cdef list objects = []
     for i in range(n):
         if rings[i] != NULL:
-            out.append((i, ring_dump(rings[i])))
-    return out
+            total += RECORD_HEADER + sizeof(int64_t) + rings[i].held * (sizeof(Payload) + 1)
+    records = new_bytes(total, &out)
+    for i in range(n):
+        r = rings[i]
+        if r == NULL:
+            continue
+        p = record_head(out, i, sizeof(int64_t) + r.held * (sizeof(Payload) + 1))
+        memcpy(p, &r.seen, sizeof(int64_t))
+        p += sizeof(int64_t)
+        for k in range(r.held):
+            value = ring_values(r)[k]
+            if ring_tags(r)[k] == TAG_OBJ:
+                objects.append(<object>value.o)
+                value.i = 0
+            memcpy(p, &value, sizeof(Payload))
+            p += sizeof(Payload)
+        memcpy(p, ring_tags(r), r.held)
+        out = p + r.held
+    return [records, objects]
 
 
-cdef inline int rings_load(ValueRing** rings, Py_ssize_t n, list state) except -1:
-    # Inverse of rings_dump into slots [0, n), which must hold no ring.
-    cdef Py_ssize_t slot
-    for item in state:
-        slot = item[0]
-        if slot < 0 or slot >= n:
-            raise ValueError(f"snapshot slot {slot} outside [0, {n})")
-        rings[slot] = ring_load(item[1])
+cdef inline int rings_load(ValueRing** rings, Py_ssize_t nslots, object state,
+                           int32_t limit) except -1:
+    # Inverse of rings_dump into slots [0, nslots), which must hold no ring. Every ring
+    # holds 1 to `limit` values and has seen at least as many; on error the rings restored
+    # so far stay in place, complete (the caller releases them).
+    cdef list parts = state_list(state, 2, "value rings")
+    cdef bytes records = state_bytes(parts[0], "value ring records")
+    cdef list objects = state_list(parts[1], -1, "value ring objects")
+    cdef const char* p = records
+    cdef Py_ssize_t total = len(records), off = 0, n, held, k, used = 0
+    cdef int64_t slot = -1, seen
+    cdef const char* payloads
+    cdef const uint8_t* tags
+    cdef Payload value
+    cdef ValueRing* r
+    while off < total:
+        off = record_next(p, total, off, slot, nslots, &slot, &n, "value rings")
+        held = (n - <Py_ssize_t>sizeof(int64_t)) // <Py_ssize_t>(sizeof(Payload) + 1)
+        if n != <Py_ssize_t>sizeof(int64_t) + held * <Py_ssize_t>(sizeof(Payload) + 1):
+            raise ValueError(f"snapshot value ring of slot {slot}: {n} bytes")
+        memcpy(&seen, p + off, sizeof(int64_t))
+        if held < 1 or held > limit or seen < held:
+            raise ValueError(f"snapshot value ring of slot {slot}: {held} values of at most "
+                             f"{limit}, {seen} seen")
+        payloads = p + off + sizeof(int64_t)
+        tags = <const uint8_t*>(payloads + held * sizeof(Payload))
+        r = ring_alloc(ring_cap_for(held, limit))
+        r.seen = seen
+        rings[slot] = r
+        for k in range(held):
+            memcpy(&value, payloads + k * sizeof(Payload), sizeof(Payload))
+            if tags[k] == TAG_OBJ:
+                if used >= len(objects) or objects[used] is None:
+                    raise ValueError(f"snapshot value ring of slot {slot}: missing value")
+                value.o = <PyObject*>objects[used]
+                Py_INCREF(<object>value.o)
+                used += 1
+            elif tags[k] != TAG_INT and tags[k] != TAG_FLOAT and tags[k] != TAG_BOOL:
+                raise ValueError(f"snapshot value ring of slot {slot}: tag {tags[k]}")
+            ring_values(r)[k] = value
+            ring_tags(r)[k] = tags[k]
+            r.held = <int32_t>(k + 1)
+        off += n
+    if used != len(objects):
+        raise ValueError("snapshot value rings: more values than object-tagged entries")
     return 0

@@ -37,4 +37,7 @@ cdef class StructColumn(Column):
     # Bytes to allocate when a snapshot restores `used` bytes into blocks[slot] (after the
     # slot's struct is restored); raises ValueError when `used` cannot belong to that state.
     cdef Py_ssize_t block_capacity(self, Py_ssize_t slot, Py_ssize_t used) except -1
+    # Check the restored state of slots [0, nslots) beyond struct and block sizes (an op
+    # whose updates index by stored values); raises ValueError. The default accepts it.
+    cdef int check_state(self, Py_ssize_t nslots) except -1
     cdef int _load_blocks(self, bytes records, Py_ssize_t nslots) except -1

@@ -8,8 +8,8 @@ also own one side block per slot, allocated on first need; the struct never hold
 pointer, so the struct buffer snapshots as plain bytes.
 
 Snapshot format: ``dump`` returns the struct bytes, or, for ops with side blocks,
-``(struct_bytes, records)`` where ``records`` concatenates ``[int64 slot][int64 n][n bytes]``
-for every slot holding a block, in slot order.
+``[struct_bytes, records]`` where ``records`` holds one block record (snapshot_state.pxd)
+per slot holding a block.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -24,8 +24,15 @@ from beava._fast.slot_buffers cimport (
     load_bytes,
     release_blocks,
 )
-
-cdef Py_ssize_t RECORD_HEADER = 2 * sizeof(int64_t)
+from beava._fast.snapshot_state cimport (
+    RECORD_HEADER,
+    new_bytes,
+    record_next,
+    record_put,
+    state_buffer,
+    state_bytes,
+    state_list,
+)
 
 
 cdef class StructColumn(Column):
@@ -81,39 +88,47 @@ cdef class StructColumn(Column):
         memcpy(self.buf + slot * self.itemsize, <const char*>self.empty, self.itemsize)
         return 0
 
+    cdef int check_state(self, Py_ssize_t nslots) except -1:
+        return 0
+
     cpdef object dump(self, Py_ssize_t nslots):
-        """Picklable state of slots [0, nslots) (see the module docstring)."""
+        """State of slots [0, nslots) as plain data (see the module docstring)."""
         cdef bytes structs
-        cdef bytearray records
-        cdef int64_t header[2]
-        cdef Py_ssize_t slot
+        cdef Py_ssize_t slot, total = 0
+        cdef char* out
         check_dump_slots(nslots, self.capacity)
         structs = buffer_bytes(self.buf, nslots * self.itemsize)
         if self.blocks == NULL:
             return structs
-        records = bytearray()
         for slot in range(nslots):
-            if self.blocks[slot] == NULL:
-                continue
-            header[0] = slot
-            header[1] = self.block_size(slot)
-            records += (<char*>header)[:RECORD_HEADER]
-            records += (<char*>self.blocks[slot])[:header[1]]
-        return (structs, bytes(records))
+            if self.blocks[slot] != NULL:
+                total += RECORD_HEADER + self.block_size(slot)
+        records = new_bytes(total, &out)
+        for slot in range(nslots):
+            if self.blocks[slot] != NULL:
+                out = record_put(out, slot, self.blocks[slot], self.block_size(slot))
+        return [structs, records]
 
     cpdef load(self, object state, Py_ssize_t nslots):
         """Restore slots [0, nslots) from ``dump`` output of the same op and params."""
         cdef Py_ssize_t slot
+        cdef list parts
+        what = type(self).__name__
+        if self.blocks == NULL:
+            structs = state_buffer(state, nslots * self.itemsize, what)
+            records = None
+        else:
+            parts = state_list(state, 2, what)
+            structs = state_buffer(parts[0], nslots * self.itemsize, what)
+            records = state_bytes(parts[1], what)
         self.ensure(nslots)
         for slot in range(nslots):
             self.clear(slot)
-        if self.blocks == NULL:
-            load_bytes(self.buf, state, nslots * self.itemsize)
-            return
-        structs, records = state
         load_bytes(self.buf, structs, nslots * self.itemsize)
         try:
-            self._load_blocks(records, nslots)
+            if records is not None:
+                self._load_blocks(records, nslots)
+            self.check_state(nslots)
         except BaseException:
             for slot in range(nslots):  # never leave a half-restored, inconsistent slot
                 self.clear(slot)
@@ -121,34 +136,24 @@ cdef class StructColumn(Column):
 
     cdef int _load_blocks(self, bytes records, Py_ssize_t nslots) except -1:
         cdef const char* p = records
-        cdef Py_ssize_t total = len(records)
-        cdef Py_ssize_t off = 0, prev = -1, used, cap
-        cdef int64_t header[2]
+        cdef Py_ssize_t total = len(records), off = 0, used, cap
+        cdef int64_t slot = -1
         cdef void* block
         while off < total:
-            if total - off < RECORD_HEADER:
-                raise ValueError("truncated block record in snapshot")
-            memcpy(header, p + off, RECORD_HEADER)
-            off += RECORD_HEADER
-            if header[0] <= prev or header[0] >= nslots:
-                raise ValueError(f"block record for slot {header[0]} out of order or range")
-            if header[1] <= 0 or header[1] > total - off:
-                raise ValueError(f"block record of {header[1]} bytes does not fit")
-            prev = header[0]
-            used = header[1]
-            cap = self.block_capacity(prev, used)
+            off = record_next(p, total, off, slot, nslots, &slot, &used, type(self).__name__)
+            cap = self.block_capacity(slot, used)
             if cap < used:
-                raise ValueError(f"block record of {used} bytes too large for slot {prev}")
+                raise ValueError(f"block record of {used} bytes too large for slot {slot}")
             block = PyMem_Malloc(<size_t>cap)
             if block == NULL:
                 raise MemoryError()
             memcpy(block, p + off, used)
-            self.blocks[prev] = block
-            if self.block_size(prev) != used:
-                raise ValueError(f"block record of slot {prev} does not match its state")
+            self.blocks[slot] = block
+            if self.block_size(slot) != used:
+                raise ValueError(f"block record of slot {slot} does not match its state")
             off += used
-        for prev in range(nslots):  # every struct must agree with its restored block
-            used = self.block_size(prev)
-            if (self.blocks[prev] == NULL) != (used == 0):
-                raise ValueError(f"snapshot side block of slot {prev} does not match its state")
+        for slot in range(nslots):  # every struct must agree with its restored block
+            used = self.block_size(slot)
+            if (self.blocks[slot] == NULL) != (used == 0):
+                raise ValueError(f"snapshot side block of slot {slot} does not match its state")
         return 0

@@ -17,6 +17,7 @@ from libc.string cimport memcpy
 
 from beava._fast.column cimport Column
 from beava._fast.float_text cimport repr_double
+from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
 from beava._fast.ops_core import share_windows
 
@@ -273,8 +274,9 @@ cdef class TableKernel:
                 memcpy(self.touch, previous.touch, previous.capacity * sizeof(int64_t))
 
     def dump(self) -> dict:
-        """Picklable state of every entity: keys in slot order, last-touch times, the state
-        of each column that owns storage (by feature name) and of each bucket arena."""
+        """State of every entity as plain data (column.pxd): keys in slot order, last-touch
+        times (int64 per slot, empty for global tables), the state of each column that owns
+        storage (by feature name) and of each bucket arena."""
         cdef Py_ssize_t n = len(self.keys)
         keys = [None] * n
         for key, slot in self.keys.items():
@@ -289,29 +291,60 @@ cdef class TableKernel:
             "arenas": [arena.dump(n) for arena in self.arenas],
         }
 
-    def load(self, dict state) -> None:
-        """Replace all entities by a ``dump()`` of a kernel built from the same spec."""
-        keys = state["keys"]
+    def load(self, object state) -> None:
+        """Replace all entities by a ``dump()`` of a kernel built from the same spec.
+
+        The state comes from a snapshot file: anything that does not fit this kernel raises
+        ValueError, and the kernel is then left without entities."""
+        cdef dict d = state_dict(state, "table")
+        cdef list keys = state_list(d.get("keys"), -1, "table keys")
         cdef Py_ssize_t n = len(keys)
-        cdef bytes touch = state["touch"]
-        for name in state["columns"]:
-            if name not in self.by_name or self.by_name[name] not in self.feature_state:
-                raise ValueError(f"snapshot has state for unknown column {name!r}")
-        by_window = {arena.window: arena for arena in self.arenas}
-        for arena_state in state["arenas"]:
-            if arena_state["window_ms"] not in by_window:
-                raise ValueError(f"snapshot has a bucket arena of {arena_state['window_ms']} ms")
-        self.keys = {key: slot for slot, key in enumerate(keys)}
+        cdef bytes touch = state_buffer(d.get("touch"),
+                                        n * sizeof(int64_t) if self.key_fields else 0,
+                                        "table last-touch times")
+        cdef dict columns = state_dict(d.get("columns"), "table columns")
+        cdef list arenas = state_list(d.get("arenas"), len(self.arenas), "table bucket arenas")
+        if self.key_fields:
+            for key in keys:
+                if type(key) is not str:
+                    raise ValueError(f"snapshot entity key {key!r} is not a str")
+        elif keys != [] and keys != [""]:
+            raise ValueError(f"snapshot keys {keys!r} of a global table")
+        slots = {key: slot for slot, key in enumerate(keys)}
+        if len(slots) != n:
+            raise ValueError("snapshot entity keys repeat")
+        owned = {}
+        for col in self.feature_state:
+            owned[(<Column>col).name] = col
+        if set(columns) != set(owned):
+            raise ValueError(f"snapshot columns {sorted(map(str, columns))} do not match "
+                             f"{sorted(owned)}")
+        by_window = {}
+        for arena_state in arenas:
+            window = state_dict(arena_state, "bucket arena").get("window_ms")
+            arena = None
+            for candidate in self.arenas:
+                if candidate.window == window and type(window) is int:
+                    arena = candidate
+            if arena is None or window in by_window:
+                raise ValueError(f"snapshot bucket arena of {window!r} ms does not match")
+            by_window[window] = (arena, arena_state)
         if n > self.capacity:
             self.grow(n)
         for col in self.state_cols:
             for slot in range(self.capacity):
                 (<Column>col).clear(slot)
-        if self.touch != NULL and n:
-            if len(touch) != n * <Py_ssize_t>sizeof(int64_t):
-                raise ValueError("snapshot last-touch times do not match its keys")
-            memcpy(self.touch, <const char*>touch, len(touch))
-        for name, col_state in state["columns"].items():
-            (<Column>self.by_name[name]).load(col_state, n)
-        for arena_state in state["arenas"]:
-            (<Column>by_window[arena_state["window_ms"]]).load(arena_state, n)
+        self.keys = slots
+        try:
+            if self.touch != NULL and n:
+                memcpy(self.touch, <const char*>touch, n * sizeof(int64_t))
+            for name, col_state in columns.items():
+                (<Column>owned[name]).load(col_state, n)
+            for arena, arena_state in by_window.values():
+                (<Column>arena).load(arena_state, n)
+        except BaseException:
+            self.keys = {}
+            for col in self.state_cols:
+                for slot in range(self.capacity):
+                    (<Column>col).clear(slot)
+            raise

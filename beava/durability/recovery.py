@@ -26,6 +26,7 @@ from typing import Any
 
 from beava.durability.crash_points import CrashPoints
 from beava.durability.snapshots import (
+    STATE_FORMAT,
     LoadedSnapshot,
     SnapshotInvalid,
     list_snapshots,
@@ -109,7 +110,7 @@ def recover(wal_dir: str, snapshot_dir: str, *,
             load_snapshot: Callable[[LoadedSnapshot], None],
             apply: Callable[[Record], None], log: Any,
             crash_points: CrashPoints | None = None,
-            state_formats: frozenset[int] = frozenset({1}),
+            state_formats: frozenset[int] = frozenset({STATE_FORMAT}),
             mounts_path: str = MOUNTS_PATH) -> RecoveryResult:
     """Run recovery; raises RecoveryFatal for the §9.6 conditions (exit 3).
 

@@ -41,7 +41,10 @@ from beava.durability.wal_format import (
 SNAPSHOT_MAGIC = b"BVSNAP01"
 SNAPSHOT_FORMAT_VERSION = 1
 SNAPSHOT_HEADER_SIZE = 64
-STATE_FORMAT = 1
+# Encoding of the body's "state" (§8.3): 2 = the engine state as nested MessagePack data
+# (EngineState.dump: plain values, column buffers as bin). Format 1 (a pickled blob) is not
+# supported: such snapshots are invalid and never unpickled.
+STATE_FORMAT = 2
 BODY_KEYS = ("registry", "next_lsn", "state_format", "state", "dedupe")
 
 _HEADER_BODY = struct.Struct("<8sIIQQQIQII")
@@ -161,7 +164,7 @@ def read_snapshot(path: str, state_formats: frozenset[int] = frozenset({STATE_FO
         raise SnapshotInvalid("body CRC mismatch")
     try:
         body = _decode_msgpack(body_bytes)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise SnapshotInvalid(f"body is not MessagePack: {exc}") from None
     if not isinstance(body, dict):
         raise SnapshotInvalid("body is not a map")

@@ -8,7 +8,6 @@ nothing of sockets: requests arrive decoded and answers leave as Python values o
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,7 @@ from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import MemoryLog
 from beava.durability.recovery import Unapplicable
-from beava.durability.snapshots import LoadedSnapshot, encode_snapshot_body
+from beava.durability.snapshots import LoadedSnapshot, SnapshotInvalid, encode_snapshot_body
 from beava.durability.wal import WalFatal, WalUnavailable
 from beava.durability.wal_format import (
     BODY_JSON,
@@ -39,6 +38,8 @@ _encode_msgpack = msgspec.msgpack.Encoder().encode
 _encode_json = msgspec.json.Encoder(order="sorted").encode
 _decode_json = msgspec.json.Decoder().decode
 _decode_msgpack = msgspec.msgpack.Decoder().decode
+# Longest reason quoted from a snapshot that does not load (it may echo the file's data).
+_MAX_REASON = 300
 
 
 def wall_clock_ms() -> int:
@@ -274,24 +275,49 @@ class FeatureStore:
         self.watermark_ms = record.timestamp_ms
 
     def snapshot_body(self) -> bytes:
-        """The §8.3 snapshot body of the applied state (runs in the snapshot child)."""
+        """The §8.3 snapshot body of the applied state (runs in the snapshot child); the
+        engine state is nested in the MessagePack body as plain data (state_format 2)."""
         dedupe = [[event, key, lsn, at, version]
                   for (event, key), (lsn, at, version) in self._dedupe.items()]
-        state = pickle.dumps(self.engine.dump(), protocol=pickle.HIGHEST_PROTOCOL)
         return encode_snapshot_body(self.applied_lsn, self.registry.version,
-                                    list(self.registry.nodes), state, dedupe)
+                                    list(self.registry.nodes), self.engine.dump(), dedupe)
 
     def load_snapshot(self, snapshot: LoadedSnapshot) -> None:
-        """Install a snapshot read by recovery (its state_format was checked there)."""
+        """Install a snapshot read by recovery (its header, CRCs and state_format were
+        checked there). The body is data from a file: whatever of it does not load raises
+        SnapshotInvalid, and the store is then left as it was."""
         body = snapshot.body
-        registry = registry_from_record(body["registry"], body["registry"]["version"])
+        try:
+            registry = registry_from_record(body["registry"], body["registry"]["version"])
+            engine = EngineState(registry)
+            engine.load(body["state"])
+            dedupe = _snapshot_dedupe(body["dedupe"])
+            checkers = build_checkers(registry.events)
+        except Exception as exc:  # a damaged or crafted body: any failure rejects it
+            reason = f"{type(exc).__name__}: {exc}"
+            if len(reason) > _MAX_REASON:
+                reason = reason[:_MAX_REASON] + "..."
+            raise SnapshotInvalid(f"state does not load: {reason}") from None
         self.registry = registry
-        self.engine = EngineState(registry)
-        self.engine.load(pickle.loads(body["state"]))
-        self._checkers = build_checkers(registry.events)
-        self._dedupe = {(e, k): (lsn, at, v) for e, k, lsn, at, v in body["dedupe"]}
+        self.engine = engine
+        self._checkers = checkers
+        self._dedupe = dedupe
         self.last_lsn = self.applied_lsn = body["next_lsn"] - 1
         self.watermark_ms = snapshot.header.watermark_ms
+
+
+def _snapshot_dedupe(entries: Any) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """The dedupe cache of a snapshot body's ``dedupe`` list (ValueError on a bad entry)."""
+    if type(entries) is not list:
+        raise ValueError("dedupe is not a list")
+    out = {}
+    for entry in entries:
+        if (type(entry) is not list or len(entry) != 5
+                or [type(v) for v in entry] != [str, str, int, int, int]):
+            raise ValueError(f"dedupe entry {entry!r} is not [event, key, lsn, at, version]")
+        event, key, lsn, at, version = entry
+        out[(event, key)] = (lsn, at, version)
+    return out
 
 
 def _nothing() -> None:

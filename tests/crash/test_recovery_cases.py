@@ -18,6 +18,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from beava.durability.snapshots import (
+    encode_snapshot_body,
+    read_snapshot_header,
+    write_snapshot_file,
+)
 from beava_client import ServerError, TcpClient
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_PUSH
 from tests.crash.conftest import (
@@ -38,6 +43,7 @@ from tests.crash.conftest import (
     wal_segments,
 )
 from tests.support import REPO, BeavaProcess, http_request
+from tests.unit.test_recovery import pickle_payload, rewrite_snapshot
 
 TXN_NODES = [
     {"kind": "event", "name": "Txn", "schema": {"fields": {"k": "str", "c": "str", "v": "i64"}}},
@@ -552,6 +558,95 @@ def test_second_server_on_same_data_dir_exits_3(servers: Servers) -> None:
     assert second.stderr_text().startswith("Error: ")
     with TcpClient(*first.tcp, timeout=10) as client:
         assert client.ping()["registry_version"] == 0
+
+
+RING_NODES = [
+    *PAD_NODES,
+    {"kind": "derivation", "name": "R", "upstreams": ["E2"], "key": ["user"], "agg": {
+        "recent": {"op": "last_n", "params": {"field": "v", "n": 3}},
+        "hour": {"op": "count", "params": {"window": "1h"}},
+        "pads": {"op": "top_k", "params": {"field": "pad", "k": 2}}}},
+]
+
+
+def stderr_after_stop(proc: BeavaProcess) -> str:
+    assert proc.terminate() == 0
+    return proc.proc.stderr.read().decode()
+
+
+@pytest.mark.parametrize("state_format", [1, 2])
+def test_crafted_pickle_snapshot_is_never_unpickled(servers: Servers, data_dir: Path,
+                                                    tmp_path: Path, state_format: int) -> None:
+    """A snapshot file with a valid header CRC and body CRC whose state is a pickle that
+    creates a file when unpickled (as the old state_format 1, and under the current format):
+    the server starts, logs the snapshot as invalid and rebuilds the state from the WAL."""
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_numbered(client, 5)  # LSNs 2..6 after the registry record
+    sigkill(proc)
+    marker = tmp_path / "unpickled"
+    body = encode_snapshot_body(6, 1, [], pickle_payload(marker), [], state_format=state_format)
+    path = write_snapshot_file(str(data_dir / "snapshots"), 6, 0, 1, body).path
+    read_snapshot_header(path, 6)  # header, CRC and length are valid
+    proc = servers.start()
+    invalid = wait_line(proc, "recovery.snapshot_invalid")
+    assert invalid["level"] == "WARN" and invalid["path"] == path
+    assert invalid["reason"] == ("unsupported state_format 1" if state_format == 1 else
+                                 "state does not load: ValueError: snapshot state is not a "
+                                 "map of tables")
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 6
+    assert lines_of(proc, "recovery.snapshot_loaded") == []
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": 5, "s": 10}
+    assert not marker.exists()
+    assert os.path.exists(path)  # left in place (§9.1 step 4)
+    assert "Traceback" not in stderr_after_stop(proc)
+
+
+def test_snapshot_with_wrong_state_shapes_falls_back(servers: Servers, data_dir: Path) -> None:
+    """The newest snapshot's state is damaged (valid CRCs): recovery rejects it cleanly, loads
+    the older one and replays the rest; without the older one, it replays the whole WAL."""
+    proc = servers.start({"BEAVA_SNAPSHOT_INTERVAL_MS": "100"})
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": RING_NODES})
+        push_numbered(client, 5, pad=1)
+        wait_snapshot(proc, 6)
+        push_numbered(client, 5, start=5, pad=2)
+        wait_snapshot(proc, 11)
+        before = [client.get("T", "u"), client.get("R", "u")]
+    sigkill(proc)
+    assert before == [{"n": 10, "s": 45}, {"hour": 10, "pads": [
+        {"count": 5, "value": "p"}, {"count": 5, "value": "pp"}], "recent": [7, 8, 9]}]
+    snaps = sorted(str(p) for p in (data_dir / "snapshots").glob("*.bsnap"))
+    assert [os.path.basename(p) for p in snaps] == [
+        "snap-0000000000000006.bsnap", "snap-000000000000000b.bsnap"]
+
+    def wrong_shapes(body: dict) -> dict:
+        table = body["state"]["tables"]["R"]
+        table["keys"] = [7]  # an entity key that is not a string
+        recent = table["columns"]["recent"]
+        table["columns"]["recent"] = [recent[0][:-3], recent[1]]  # a ring cut short
+        return body
+
+    rewrite_snapshot(snaps[1], wrong_shapes)
+    proc = servers.start()
+    invalid = wait_line(proc, "recovery.snapshot_invalid")
+    assert invalid["path"] == snaps[1]
+    assert invalid["reason"].startswith("state does not load: ValueError: snapshot entity key 7")
+    assert wait_line(proc, "recovery.snapshot_loaded")["snapshot_lsn"] == 6
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 5
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert [client.get("T", "u"), client.get("R", "u")] == before
+    assert "Traceback" not in stderr_after_stop(proc)
+    os.unlink(snaps[0])
+    proc = servers.start()
+    assert wait_line(proc, "recovery.snapshot_invalid")["path"] == snaps[1]
+    assert wait_line(proc, "recovery.complete")["records_replayed"] == 11
+    assert lines_of(proc, "recovery.snapshot_loaded") == []
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert [client.get("T", "u"), client.get("R", "u")] == before
+    assert "Traceback" not in stderr_after_stop(proc)
 
 
 def test_stale_snapshot_temp_file_is_deleted(servers: Servers, data_dir: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pickle
 import random
 import struct
 import tracemalloc
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from beava._fast import ops_buffer
-from tests.op_columns import engine_column
+from tests.op_columns import block_records, engine_column, through_snapshot
 
 COLUMNS = ops_buffer.COLUMNS
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, a Tuesday
@@ -205,23 +204,38 @@ def count_block(mode: int, ncells: int, cells: list[tuple[int, int]] | list[int]
 
 def test_counts_widen_past_int32():
     hod = engine_column("hour_of_day_histogram")
-    hod.load([(0, count_block(0, 24, [(5, INT32_MAX - 1)], cap=2))], 1)
+    hod.load(block_records((0, count_block(0, 24, [(5, INT32_MAX - 1)], cap=2))), 1)
     for _ in range(2):
         hod.py_update(0, {}, True, 5 * HOUR)
     hod.py_update(0, {}, True, 6 * HOUR)
     assert read(hod)[5:7] == [2**31, 1]
     hist = engine_column("histogram", field="x", buckets=[1, 2])
-    hist.load([(0, count_block(1, 3, [INT32_MAX, 0, 7]))], 1)
+    hist.load(block_records((0, count_block(1, 3, [INT32_MAX, 0, 7]))), 1)
     feed(hist, [0, 0, 5])
     assert read(hist) == {"1-2": 0, "<1": 2**31 + 1, ">=2": 8}
 
 
 def test_histogram_snapshot_rejects_bad_blocks():
     hod = engine_column("hour_of_day_histogram")
-    with pytest.raises(ValueError):
-        hod.load([(0, count_block(0, 24, [(30, 1)], cap=2))], 1)  # cell outside 24
-    with pytest.raises(ValueError):
-        hod.load([(0, count_block(1, 3, [1, 2, 3]))], 1)  # wrong cell count
+    good = count_block(0, 24, [(3, 1)], cap=2)
+    bad = [
+        [(0, good)],  # not the bytes of block records
+        block_records((0, count_block(0, 24, [(30, 1)], cap=2))),  # cell outside 24
+        block_records((0, count_block(1, 3, [1, 2, 3]))),  # wrong cell count
+        block_records((0, good[:-8])),  # size does not match cap
+        block_records((1, good)),  # slot outside [0, 1)
+        block_records((0, good))[:-1],  # truncated
+        block_records((0, good)) + b"\0",  # trailing byte
+    ]
+    for state in bad:
+        with pytest.raises(ValueError):
+            hod.load(state, 1)
+        assert read(hod) == [0] * 24  # nothing half-restored
+    two = engine_column("hour_of_day_histogram", slots=2)
+    with pytest.raises(ValueError, match="out of order"):
+        two.load(block_records((1, good), (0, good)), 2)
+    two.load(block_records((0, good), (1, good)), 2)
+    assert read(two, 1)[3] == 1
 
 
 # ---- seasonal_deviation ---------------------------------------------------------------
@@ -342,8 +356,12 @@ def test_event_type_mix_shares_category_strings_between_entities():
     col = engine_column("event_type_mix", field="x")
     feed(col, ["".join(["vi", "ew"])], slot=0)
     feed(col, ["".join(["v", "iew"])], slot=1)
-    (_, _, [(key0, _)]), (_, _, [(key1, _)]) = col.dump(2)
-    assert key0 is key1
+    names, _records = col.dump(2)
+    assert names == ["view"]  # one category string for the column
+    copy = engine_column("event_type_mix", slots=2, field="x")
+    copy.load(through_snapshot(col.dump(2)), 2)
+    feed(copy, ["".join(["vie", "w"])], slot=0)
+    assert read(copy) == {"view": 1.0} and copy.dump(2)[0] == ["view"]
 
 
 def test_event_type_mix_clear_and_snapshot():
@@ -353,7 +371,7 @@ def test_event_type_mix_clear_and_snapshot():
     feed(col, ["a"], slot=3)
     col.py_clear(3)
     copy = engine_column("event_type_mix", slots=1, field="x", categories=["a", "b"])
-    copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
+    copy.load(through_snapshot(col.dump(4)), 4)
     assert [copy.py_read(s, 0) for s in range(4)] == [
         {"a": 0.5, "b": 0.25}, {}, {"b": 1.0}, {}]
     feed(copy, ["b", "z"], slot=0)
@@ -429,7 +447,7 @@ def test_value_buffers_clear_and_snapshot():
         feed(col, [7], slot=3)
         col.py_clear(3)
         copy = engine_column(op, slots=1, field="x", **wire)
-        copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
+        copy.load(through_snapshot(col.dump(4)), 4)
         for c in (col, copy):
             feed(c, list(range(20)), slot=0)
         for slot in range(4):
@@ -446,7 +464,7 @@ def test_count_and_season_snapshot_roundtrip():
             col.py_update(i % 3, {"x": i % 13}, True, T0 + i * 7 * HOUR)
         col.py_clear(1)
         copy = engine_column(op, slots=1, **wire)
-        copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
+        copy.load(through_snapshot(col.dump(4)), 4)
         for c in (col, copy):
             c.py_update(0, {"x": 2}, True, T0)
         assert [copy.py_read(s, 0) for s in range(4)] == [col.py_read(s, 0) for s in range(4)]

@@ -8,10 +8,12 @@ reads at T with 0 <= T - e < 64 000.
 from __future__ import annotations
 
 import math
-import pickle
+import struct
 
 import pytest
+
 from beava._fast.ops_core import COLUMNS, share_windows
+from tests.op_columns import through_snapshot
 
 W = 64_000
 OPS = ("count", "sum", "mean", "min", "max", "var", "std", "ratio")
@@ -181,7 +183,7 @@ def test_lifetime_dump_load_round_trip(op):
     col = make(op)
     feed(col, ["b", 4, "a"] if op in ("min", "max") else SIX, slot=1)
     feed(col, [7], slot=3)
-    state = pickle.loads(pickle.dumps(col.dump(4)))
+    state = through_snapshot(col.dump(4))
     fresh = make(op, slots=1)
     fresh.load(state, 4)
     assert [fresh.py_read(s, 0) for s in range(4)] == [col.py_read(s, 0) for s in range(4)]
@@ -381,7 +383,7 @@ def test_windowed_dump_load_round_trip(op):
     col = make(op, window=W)
     for now, x in [(1_000, "q"), (2_000, 5), (3_000, "b"), (64_500, 2.5)]:
         col.py_update(2, {"x": x}, True, now)
-    state = pickle.loads(pickle.dumps(col.dump(4)))
+    state = through_snapshot(col.dump(4))
     fresh = make(op, window=W, slots=1)
     fresh.load(state, 4)
     for T in (3_000, 65_000, 66_000, 67_000):
@@ -429,7 +431,7 @@ def test_arena_dump_maps_members_by_name():
     a.py_update(0, {}, True, 1_000)
     b.py_update(0, {"x": "k"}, True, 1_000)
     state = arena.dump(4)
-    assert state["members"] == [("a", "count"), ("b", "min")] and state["window_ms"] == W
+    assert state["members"] == [["a", "count"], ["b", "min"]] and state["window_ms"] == W
     renamed = COLUMNS["min"]("b", "x", None, {}, W)
     renamed.py_ensure(4)
     renamed.load(state, 4)
@@ -438,3 +440,65 @@ def test_arena_dump_maps_members_by_name():
     other.py_ensure(4)
     other.load(state, 4)  # no member named "other": buckets come back, cells stay empty
     assert other.py_read(0, 1_000) is None and other.bucket_arena.bucket_count(0) == 1
+
+
+def test_lifetime_snapshot_rejects_bad_states():
+    col = make("max")
+    feed(col, ["b", 4, "a"], slot=1)
+    good = through_snapshot(col.dump(4))
+    cell = struct.Struct("=qq")  # tag, value / object handle
+    cells = good["cells"]
+    handle_9 = cells[:16] + cell.pack(3, 9) + cells[32:]
+    bad_tag = cells[:16] + cell.pack(7, 0) + cells[32:]
+    for state in (
+        [good["cells"], good["objs"]],  # not a map
+        {**good, "cells": cells[:-1]},  # not 4 cells
+        {**good, "cells": list(cells)},  # not bytes
+        {**good, "objs": "ab"},  # not a list
+        {**good, "cells": handle_9},  # object handle outside objs
+        {**good, "objs": [None] * len(good["objs"])},  # handle of a released object
+        {**good, "cells": bad_tag},  # unknown tag
+    ):
+        fresh = make("max")
+        with pytest.raises(ValueError):
+            fresh.load(state, 4)
+        assert [fresh.py_read(s, 0) for s in range(4)] == [None] * 4
+    fresh = make("max")
+    fresh.load(good, 4)
+    assert fresh.py_read(1, 0) == "b"
+
+
+def test_arena_snapshot_rejects_bad_states():
+    a, b = make("count", window=W, name="a"), make("max", window=W, name="b")
+    (arena,) = share_windows([a, b])
+    for now, x in [(1_000, "k"), (2_000, 3), (2_500, "z")]:
+        a.py_update(1, {}, True, now)
+        b.py_update(1, {"x": x}, True, now)
+    good = through_snapshot(arena.dump(4))
+    records = good["records"]  # [epoch | count | max tag | max value] per bucket
+    swapped = records[24:48] + records[:24]  # epochs out of order
+    for state in (
+        {**good, "window_ms": 2 * W},
+        {**good, "members": [["a", "count"]]},  # another set of members
+        {**good, "members": [["a", "count"], ["b", "min"]]},
+        {**good, "members": [["a", "count"], ["b", "max"], ["b", "max"]]},
+        {**good, "members": [["a", "nope"], ["b", "max"]]},
+        {**good, "counts": good["counts"][:3]},  # not 4 slots
+        {**good, "counts": b"\0\x41\0\0"},  # 65 buckets
+        {**good, "records": records[:-1]},
+        {**good, "records": records + bytes(32)},
+        {**good, "records": swapped},
+        {**good, "objs": []},  # the str maxima have no value
+        {**good, "counts": "x"},
+    ):
+        fresh = make("count", window=W, name="a")
+        other = make("max", window=W, name="b")
+        (target,) = share_windows([fresh, other])
+        with pytest.raises(ValueError):
+            target.load(state, 4)
+        assert target.bucket_count(1) == 0
+    fresh, other = make("count", window=W, name="a"), make("max", window=W, name="b")
+    (target,) = share_windows([other, fresh])  # member order does not matter
+    target.load(good, 4)
+    assert (fresh.py_read(1, 2_500), other.py_read(1, 2_500)) == (3, "k")
+    assert (a.py_read(1, 2_500), b.py_read(1, 2_500)) == (3, "k")

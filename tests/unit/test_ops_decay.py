@@ -11,7 +11,7 @@ import math
 import pytest
 
 from beava._fast.ops_decay import COLUMNS
-from tests.op_columns import feed_events
+from tests.op_columns import feed_events, through_snapshot
 
 HL = 60_000  # half-life in ms used by most tests
 
@@ -231,7 +231,7 @@ def test_dump_load_round_trip(op):
     col = column(op, params=params, slots=3)
     feed_events(col, events, slot=0)
     feed_events(col, events[:1], slot=2)
-    state = col.dump(3)
+    state = through_snapshot(col.dump(3))
     restored = COLUMNS[op](op, "x", None, {} if op == "twa" else {"half_life": HL}, None)
     restored.load(state, 3)
     for slot in range(3):

@@ -12,6 +12,7 @@ import math
 import pytest
 
 from beava._fast.ops_geo import COLUMNS
+from tests.op_columns import through_snapshot
 
 KM_PER_DEGREE = 6371.0 * math.pi / 180  # haversine km of one degree on a great circle
 HOUR = 3_600_000
@@ -213,7 +214,7 @@ def test_dump_load_round_trip(op):
     feed(col, path[:2], slot=1)  # ring partly filled
     feed(col, path[:1], slot=3)
     restored = column(op, params=params, slots=0)
-    restored.load(col.dump(4), 4)
+    restored.load(through_snapshot(col.dump(4)), 4)
     for slot in range(4):
         assert restored.py_read(slot, 0) == col.py_read(slot, 0)
     for c in (col, restored):
@@ -229,11 +230,11 @@ def test_distance_from_home_snapshot_is_checked():
     structs, records = col.dump(2)
     restored = column("distance_from_home", params={**PARAMS, "samples": 3})
     with pytest.raises(ValueError):
-        restored.load((structs, records[:-16]), 2)
+        restored.load([structs, records[:-16]], 2)
     with pytest.raises(ValueError):
-        restored.load((structs, b""), 2)
+        restored.load([structs, b""], 2)
     assert restored.py_read(0, 0) is None  # a failed load leaves empty slots
-    restored.load((structs, records), 2)
+    restored.load([structs, records], 2)
     assert restored.py_read(0, 0) == col.py_read(0, 0)
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pickle
+import struct
 import tracemalloc
 from typing import Any
 
 import pytest
 
 from beava._fast import ops_point
-from tests.op_columns import engine_column
+from tests.op_columns import engine_column, through_snapshot
 
 COLUMNS = ops_point.COLUMNS
 T0 = 1_700_000_000_000
@@ -32,9 +32,9 @@ def same(a: Any, b: Any) -> bool:
 
 
 def roundtrip(col, op: str, nslots: int = 4, **wire: Any):
-    """A fresh column loaded from ``col``'s pickled snapshot."""
+    """A fresh column loaded from ``col``'s snapshot state (through MessagePack)."""
     copy = engine_column(op, slots=1, **wire)
-    copy.load(pickle.loads(pickle.dumps(col.dump(nslots))), nslots)
+    copy.load(through_snapshot(col.dump(nslots)), nslots)
     return copy
 
 
@@ -124,9 +124,9 @@ def test_first_last_snapshot_roundtrip():
         col = engine_column(op, field="x")
         feed(col, ["txt"], slot=0)
         feed(col, [2.5], slot=1)
-        feed(col, [2**70], slot=3)
+        feed(col, [-(2**63)], slot=3)
         copy = roundtrip(col, op, field="x")
-        assert [copy.py_read(s, 0) for s in range(4)] == ["txt", 2.5, None, 2**70]
+        assert [copy.py_read(s, 0) for s in range(4)] == ["txt", 2.5, None, -(2**63)]
         feed(copy, [True], slot=2)
         assert same(copy.py_read(2, 0), True)
 
@@ -134,8 +134,7 @@ def test_first_last_snapshot_roundtrip():
 def test_first_last_snapshot_is_deterministic():
     col = engine_column("last", field="x")
     feed(col, ["a", "b"], slot=1)
-    assert pickle.dumps(col.dump(3)) == pickle.dumps(roundtrip(col, "last", 3, field="x")
-                                                     .dump(3))
+    assert col.dump(3) == roundtrip(col, "last", 3, field="x").dump(3)
 
 
 # ---- first_n / last_n -----------------------------------------------------------------
@@ -228,7 +227,9 @@ def test_ring_clear_frees_the_slot():
     assert read(col, 1) == []
     feed(col, ["d"], slot=1)
     assert read(col, 1) == ["d"]
-    assert [slot for slot, _ in col.dump(4)] == [1]
+    records, objects = col.dump(4)
+    assert objects == ["d"] and struct.unpack_from("=qq", records) == (1, 8 + 9)
+    assert len(records) == 16 + 8 + 9  # one record: slot 1, seen, one payload and tag
 
 
 # ---- lag ------------------------------------------------------------------------------
@@ -300,3 +301,46 @@ def test_memory_per_entity():
     assert bytes_per_slot(lambda n: engine_column("last_n", slots=n, field="x", n=1024), 0) <= 8.5
     assert bytes_per_slot(lambda n: engine_column("last_n", slots=n, field="x", n=1024), 2) <= 44
     assert bytes_per_slot(lambda n: engine_column("lag", slots=n, field="x", n=1), 2) <= 44
+
+
+def test_snapshot_states_are_checked():
+    first = engine_column("first", field="x")
+    feed(first, ["a"], slot=0)
+    feed(first, [3], slot=1)
+    tags, payloads, objects = through_snapshot(first.dump(3))
+    for state in (
+        (tags, payloads, objects),  # a tuple is not snapshot data
+        [tags, payloads],
+        [tags[:-1], payloads, objects],
+        [tags, payloads + b"\0", objects],
+        [tags, payloads, []],  # the str of slot 0 is missing
+        [tags, payloads, ["a", "b"]],
+        [tags, payloads, [None]],
+        [b"\x09" + tags[1:], payloads, []],  # unknown tag
+    ):
+        copy = engine_column("first", field="x")
+        with pytest.raises(ValueError):
+            copy.load(state, 3)
+        assert [read(copy, s) for s in range(3)] == [None] * 3
+    ring = engine_column("last_n", field="x", n=2)
+    feed(ring, ["a", 1, "b"], slot=1)
+    records, objects = through_snapshot(ring.dump(3))
+    seen_at = 16  # after the record header
+    for state in (
+        [records[:-1], objects],
+        [records, []],
+        [records, objects + ["c"]],
+        [records.replace(struct.pack("=q", 1), struct.pack("=q", 3), 1), objects],  # slot 3
+        [records[:seen_at] + struct.pack("=q", 1) + records[seen_at + 8:], objects],  # seen < 2
+        [records, "ab"],
+    ):
+        copy = engine_column("last_n", field="x", n=2)
+        with pytest.raises(ValueError):
+            copy.load(state, 3)
+        assert [read(copy, s) for s in range(3)] == [[], [], []]
+    small = engine_column("last_n", field="x", n=1)  # two values do not fit a ring of one
+    with pytest.raises(ValueError):
+        small.load([records, objects], 3)
+    copy = engine_column("last_n", field="x", n=2)
+    copy.load([records, objects], 3)
+    assert read(copy, 1) == [1, "b"]

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import pickle
 import tracemalloc
 from typing import Any
 
 import pytest
 
 from beava._fast import ops_recency
-from tests.op_columns import engine_column
+from tests.op_columns import engine_column, through_snapshot
 
 COLUMNS = ops_recency.COLUMNS
 T0 = 1_700_000_000_000
@@ -231,7 +230,7 @@ def test_clear_and_snapshot_roundtrip():
             push(col, now, matched, slot)
         col.py_clear(3)
         copy = engine_column(op, slots=1, **wire)
-        copy.load(pickle.loads(pickle.dumps(col.dump(4))), 4)
+        copy.load(through_snapshot(col.dump(4)), 4)
         T = T0 + 20
         assert [copy.py_read(s, T) for s in range(4)] == [col.py_read(s, T) for s in range(4)]
         assert copy.py_read(3, T) == engine_column(op, **wire).py_read(3, T), op

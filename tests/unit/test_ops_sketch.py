@@ -12,6 +12,7 @@ import pytest
 
 from beava._fast.ops_sketch import COLUMNS, bloom_geometry, counters, murmur3_128
 from beava._fast.uddsketch import UDDSketch
+from tests.op_columns import through_snapshot
 from tests.support import CONFORMANCE_VECTORS
 
 T0 = 1_700_000_000_000
@@ -704,7 +705,7 @@ def test_dump_load_round_trip_then_identical_updates(op, window):
     params = {"expected_n": 200} if op == "bloom_member" else {}
     original = make(op, window=window, **params)
     now = _feed(original, 1, 6000, T0)
-    state = original.dump(4)
+    state = through_snapshot(original.dump(4))
     restored = make(op, window=window, slots=1, **params)
     restored.load(state, 4)
     if op != "top_k":

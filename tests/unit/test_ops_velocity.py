@@ -7,7 +7,7 @@ import math
 import pytest
 
 from beava._fast.ops_velocity import COLUMNS
-from tests.op_columns import feed_events
+from tests.op_columns import feed_events, through_snapshot
 
 FIELDLESS = {"inter_arrival_stats", "burst_count"}
 EMPTY = {"rate_of_change": None, "inter_arrival_stats": None, "burst_count": 0,
@@ -164,7 +164,7 @@ def test_burst_count_snapshot_keeps_spilled_slots():
     col = column("burst_count", slots=3)
     feed_events(col, [(q * 1000, ...) for q in range(40)] + [(0, ...)], slot=0)
     feed_events(col, [(7, ...), (8, ...)], slot=2)
-    state = col.dump(3)
+    state = through_snapshot(col.dump(3))
     restored = COLUMNS["burst_count"]("b", None, None, {"sub_window": 1000}, None)
     restored.load(state, 3)
     assert values(restored, range(3)) == values(col, range(3)) == [2, 0, 2]
@@ -173,7 +173,7 @@ def test_burst_count_snapshot_keeps_spilled_slots():
     assert restored.py_read(0, 0) == col.py_read(0, 0) == 3
     structs, records = state
     with pytest.raises(ValueError):
-        restored.load((structs, records[:-8]), 3)
+        restored.load([structs, records[:-8]], 3)
     assert values(restored, range(3)) == [0, 0, 0]  # a failed load leaves empty slots
 
 
@@ -332,7 +332,7 @@ def test_value_change_count_snapshot_with_long_strings():
     for slot, vals in enumerate([["s" * 40, "t" * 40], ["short"], [], [1.5, "u" * 33, 2]]):
         for i, v in enumerate(vals):
             col.py_update(slot, {"v": v}, True, i)
-    state = col.dump(4)
+    state = through_snapshot(col.dump(4))
     restored = COLUMNS["value_change_count"]("v", "v", None, {}, None)
     restored.load(state, 4)
     assert values(restored, range(4)) == values(col, range(4)) == [1, 0, 0, 2]
@@ -343,7 +343,7 @@ def test_value_change_count_snapshot_with_long_strings():
     assert values(restored, range(4)) == values(col, range(4)) == [1, 0, 0, 2]
     structs, records = state
     with pytest.raises(ValueError):
-        restored.load((structs, records[:-1]), 4)
+        restored.load([structs, records[:-1]], 4)
 
 
 def test_value_change_count_clear_frees_long_text():
@@ -434,7 +434,7 @@ def test_dump_load_round_trip(op):
     feed_events(col, events, slot=0)
     feed_events(col, events[:2], slot=2)
     restored = column(op, slots=0)
-    restored.load(col.dump(3), 3)
+    restored.load(through_snapshot(col.dump(3)), 3)
     assert values(restored, range(3)) == values(col, range(3))
     for c in (col, restored):
         feed_events(c, [(100, 50.0), (2000, 2.0)], slot=2)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from beava.durability import wal_format as wf
@@ -23,9 +26,12 @@ from beava.durability.snapshots import (
     LoadedSnapshot,
     SnapshotInvalid,
     encode_snapshot_body,
+    read_snapshot,
     write_snapshot_file,
 )
 from beava.durability.wal import WalWriter, list_segments
+from beava.engine.store import FeatureStore
+from tests.unit.test_snapshots import EVERY_OP_NODES, T0, Clock, all_rows, push_row
 from tests.unit.test_wal import RecordingLog, in_child
 
 
@@ -501,6 +507,134 @@ def test_snapshot_rejected_by_loader_falls_back(tmp_path: Path) -> None:
     assert replayer.snapshots == [10] and replayer.lsns == list(range(11, 31))
     assert lines(log, "recovery.snapshot_invalid") == [
         {"path": newest, "reason": "state cannot be installed"}]
+
+
+# -- snapshots of a real store that do not load ----------------------------------------------------
+
+
+def pickle_payload(marker: Path) -> bytes:
+    """A protocol-0 pickle that creates ``marker`` when unpickled: ``open(marker, "w")``
+    (hand-assembled: GLOBAL builtins.open, MARK, two strings, TUPLE, REDUCE, STOP)."""
+    return b"cbuiltins\nopen\n(V" + str(marker).encode("raw_unicode_escape") + b"\nVw\ntR."
+
+
+def test_pickle_payload_is_live(tmp_path: Path) -> None:
+    """The payload the tests below plant really runs code when unpickled: a throwaway
+    interpreter (never the server) unpickles it and the marker appears."""
+    probe = tmp_path / "probe"
+    subprocess.run([sys.executable, "-c",
+                    "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"],
+                   input=pickle_payload(probe), check=True, timeout=30)
+    assert probe.exists()
+
+
+class _RegistryCapture:
+    """The WAL as FeatureStore.register sees it: keeps the REGISTRY record."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    def write_registry_record(self, record: bytes) -> None:
+        self.records.append(record)
+
+
+def store_history(dirs: Dirs, pushes: int, snapshot_at: tuple[int, ...]
+                  ) -> tuple[FeatureStore, dict[int, str]]:
+    """A live store fed ``pushes`` events (REGISTRY at LSN 1, EVENT j at LSN j + 2), the WAL
+    it writes, and its snapshots taken when ``applied_lsn`` is in ``snapshot_at``."""
+    capture = _RegistryCapture()
+    clock = Clock()
+    live = FeatureStore(clock=clock, wal=capture)
+    status, body = live.register(msgspec.json.encode({"nodes": EVERY_OP_NODES}))
+    assert status == 200, body
+    writer = dirs.writer()
+    writer.start(1)
+    writer.write_and_sync(capture.records[0])
+    paths = {}
+    for j in range(pushes):
+        clock.now = T0 + j * 1_500
+        row = push_row(j)
+        live.push("Ev", row)
+        writer.write_and_sync(wf.encode_record(live.applied_lsn, wf.RECORD_EVENT,
+                                               wf.BODY_MSGPACK, clock.now, 1, b"Ev",
+                                               msgspec.msgpack.encode(row)))
+        if live.applied_lsn in snapshot_at:
+            paths[live.applied_lsn] = write_snapshot_file(
+                str(dirs.snaps), live.applied_lsn, live.watermark_ms, live.registry_version,
+                live.snapshot_body()).path
+    writer.close()
+    return live, paths
+
+
+def rewrite_snapshot(path: str, mutate) -> None:
+    """Replace a snapshot by one whose body is ``mutate(decoded body)``, with valid CRCs."""
+    loaded = read_snapshot(path)
+    body = mutate(dict(loaded.body))
+    os.unlink(path)
+    header = loaded.header
+    write_snapshot_file(os.path.dirname(path), header.snapshot_lsn, header.watermark_ms,
+                        header.registry_version, msgspec.msgpack.encode(body))
+
+
+def recover_store(dirs: Dirs) -> tuple[RecoveryResult, FeatureStore, RecordingLog]:
+    store = FeatureStore(clock=Clock())
+    log = RecordingLog()
+    result = recover(str(dirs.wal), str(dirs.snaps), load_snapshot=store.load_snapshot,
+                     apply=store.replay, log=log, mounts_path=str(dirs.root / "no-mounts"))
+    store.last_lsn = store.applied_lsn = result.next_lsn - 1
+    store.watermark_ms = result.watermark_ms
+    return result, store, log
+
+
+def _pickled_state(marker: Path, state_format: int):
+    def mutate(body: dict) -> dict:
+        return {**body, "state_format": state_format, "state": pickle_payload(marker)}
+    return mutate
+
+
+def _cut_column(body: dict) -> dict:
+    columns = body["state"]["tables"]["L"]["columns"]
+    columns["streak"] = columns["streak"][:-8]
+    return body
+
+
+def _ints_for_keys(body: dict) -> dict:
+    table = body["state"]["tables"]["W"]
+    table["keys"] = list(range(len(table["keys"])))
+    return body
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("pickle, old state_format", "unsupported state_format 1"),
+    ("pickle, current state_format", "state does not load: ValueError: snapshot state is not"),
+    ("column cut short", "state does not load: ValueError: snapshot buffer"),
+    ("int entity keys", "state does not load: ValueError: snapshot entity key 0"),
+])
+def test_store_snapshot_that_does_not_load_falls_back(tmp_path: Path, damage: str,
+                                                     reason: str) -> None:
+    """The newest snapshot is rejected with a WARN line (never unpickled, never half
+    installed), the older one is loaded and the WAL tail replayed: the state is the live
+    one. Without the older snapshot, the whole WAL is replayed."""
+    marker = tmp_path / "unpickled"
+    mutate = {"pickle, old state_format": _pickled_state(marker, 1),
+              "pickle, current state_format": _pickled_state(marker, 2),
+              "column cut short": _cut_column, "int entity keys": _ints_for_keys}[damage]
+    dirs = Dirs(tmp_path / "data")
+    live, paths = store_history(dirs, 300, snapshot_at=(101, 201))
+    rewrite_snapshot(paths[201], mutate)
+    result, store, log = recover_store(dirs)
+    invalid = lines(log, "recovery.snapshot_invalid")
+    assert [line["path"] for line in invalid] == [paths[201]]
+    assert invalid[0]["reason"].startswith(reason), invalid
+    assert lines(log, "recovery.snapshot_loaded")[0]["snapshot_lsn"] == 101
+    assert (result.snapshot_lsn, result.records_replayed, result.next_lsn) == (101, 200, 302)
+    assert all_rows(store, live.watermark_ms) == all_rows(live, live.watermark_ms)
+    os.unlink(paths[101])
+    result, store, log = recover_store(dirs)
+    assert len(lines(log, "recovery.snapshot_invalid")) == 1
+    assert (result.snapshot_lsn, result.records_replayed) == (0, 301)
+    assert all_rows(store, live.watermark_ms) == all_rows(live, live.watermark_ms)
+    assert not marker.exists()
 
 
 # -- continuity (§9.1 step 5) ------------------------------------------------------------------

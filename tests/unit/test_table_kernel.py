@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import math
-import pickle
 
+import msgspec
 import pytest
+
 from beava._fast.ops_core import COLUMNS
 from beava._fast.table_kernel import TableKernel, fmt_f64_debug, group_key
-
 from beava.engine.state import keys
 
 W = 64_000
@@ -218,7 +218,7 @@ def test_dump_load_round_trip():
     k = build()
     for now, u, x in [(1_000, "a", 5), (2_000, "b", "s"), (3_000, "a", "skip"), (70_000, "a", 2.5)]:
         k.apply({"u": u, "x": x}, now)
-    state = pickle.loads(pickle.dumps(k.dump()))
+    state = msgspec.msgpack.decode(msgspec.msgpack.encode(k.dump()))
     fresh = build()
     fresh.load(state)
     assert fresh.keys == k.keys

@@ -84,13 +84,6 @@ class EngineState:
         self._replace_tables(tables)
         self._route()
 
-    def reset(self) -> None:
-        """Drop every entity of every table (the registry stays)."""
-        self._replace_tables({
-            name: TableState(spec) for name, spec in self._registry.tables.items()
-        })
-        self._route()
-
     @property
     def entity_count(self) -> int:
         """Resident (table, entity) rows."""
@@ -108,16 +101,20 @@ class EngineState:
         return family_counters().get("beava_bucket_reclaim_total", 0)
 
     def dump(self) -> dict[str, Any]:
-        """Picklable state of every table (for snapshots)."""
+        """State of every table as plain data (for snapshots; MessagePack-encodable)."""
         return {"tables": {name: t.dump() for name, t in self._tables.items()}}
 
-    def load(self, state: dict[str, Any]) -> None:
-        """Restore a ``dump()`` taken under the current registry; tables it does not
-        mention start empty."""
+    def load(self, state: Any) -> None:
+        """Restore a ``dump()`` taken under the current registry: one entry per table.
+
+        ``state`` is decoded snapshot data; ValueError when it does not fit the registry
+        (this object is then left unchanged)."""
+        if type(state) is not dict or type(state.get("tables")) is not dict:
+            raise ValueError("snapshot state is not a map of tables")
         dumped = state["tables"]
-        unknown = sorted(set(dumped) - set(self._tables))
-        if unknown:
-            raise ValueError(f"snapshot has state for unknown tables {unknown}")
+        if set(dumped) != set(self._tables):
+            raise ValueError(f"snapshot has state for tables {sorted(map(str, dumped))}, "
+                             f"the registry has {sorted(self._tables)}")
         fresh = {name: TableState(spec) for name, spec in self._registry.tables.items()}
         for name, table_state in dumped.items():
             fresh[name].load(table_state)

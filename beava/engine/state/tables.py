@@ -101,10 +101,6 @@ class TableState:
 
         return push
 
-    def apply(self, row: Row, now: int) -> None:
-        """Apply one pushed row (not mutated) stamped ``now`` (operators.md §3)."""
-        self.push(row, now)
-
     def row(
         self, stored_key: str, T: int, features: Sequence[str] | None = None
     ) -> dict[str, Any] | None:
@@ -141,14 +137,11 @@ class TableState:
         """Windowed buckets evicted by the 64-bucket cap (current columns)."""
         return self._kernel.bucket_reclaims
 
-    @property
-    def kernel(self) -> TableKernel:
-        return self._kernel
-
     def dump(self) -> dict[str, Any]:
-        """Picklable state of every entity of this table."""
+        """State of every entity of this table as plain data (TableKernel.dump)."""
         return self._kernel.dump()
 
-    def load(self, state: dict[str, Any]) -> None:
-        """Replace all entities by a ``dump()`` taken under the same TableSpec."""
+    def load(self, state: Any) -> None:
+        """Replace all entities by a ``dump()`` taken under the same TableSpec (ValueError
+        when it does not fit)."""
         self._kernel.load(state)
