@@ -70,7 +70,8 @@ class BeavaProcess:
         return self.server.kinds()
 
     def stderr_text(self) -> str:
-        """The last lines of the server's stderr (all of it, once it has exited)."""
+        """The last lines of the server's stderr (the launcher keeps a bounded tail); once
+        the server has exited, up to its very end."""
         return "\n".join(self.server.stderr_tail())
 
     def join_output(self, timeout: float = 5.0) -> None:
