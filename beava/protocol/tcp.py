@@ -93,19 +93,11 @@ class FramedTcpProtocol(ServerConnection):
         last = self._last_pending
         pending = last is not None and last.data is None
         for index, (op, ct, payload) in enumerate(frames):
-            if (deadline is not None and index and index % TURN_CHECK_EVERY == 0
-                    and time.perf_counter() > deadline):
+            if (index % TURN_CHECK_EVERY == 0 and index and deadline is not None
+                    and time.perf_counter() > deadline):  # cheapest test first: per frame
                 self._park(frames[index:])
                 self._turn_scheduled = True
                 self.state.turns.add(self)
-                break
-            if op == FRAME_TOO_LARGE:
-                out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
-                self._fatal()
-                break
-            if op == FRAME_TOO_SHORT:
-                out.append(_frame_too_short(ct))
-                self._fatal()
                 break
             if pending and op in STATE_READ_OPS:
                 self._park(frames[index:])
@@ -116,6 +108,14 @@ class FramedTcpProtocol(ServerConnection):
                     reply = route[1](ct, payload)
                 except Exception as exc:  # answered with an error frame, connection kept
                     reply = dispatch.failed(exc)
+            elif op == FRAME_TOO_LARGE:  # framing errors are no opcode: tested only here
+                out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
+                self._fatal()
+                break
+            elif op == FRAME_TOO_SHORT:
+                out.append(_frame_too_short(ct))
+                self._fatal()
+                break
             else:
                 reply = dispatch.refuse(op, ct)
             if type(reply) is PendingReply and reply.data is None:

@@ -6,6 +6,7 @@ an unapplied push exactly for the commands marked as reading state (§2.6)."""
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
@@ -88,6 +89,20 @@ def test_refused_frames_are_answered_and_the_connection_stays_open() -> None:
     conn.data_received(frame(0x0000, 0xEE))
     assert split_frames(transport.take()) == [(0x0000, CT_JSON, b"ping")]
     assert not transport.closed and transport.reading
+
+
+async def test_framing_errors_are_answered_then_the_connection_closes() -> None:
+    conn, transport = tcp_connection(frame_handlers([]))  # max payload 1 MiB
+    conn.data_received(frame(0x0000, CT_JSON) + struct.pack(">IHB", (1 << 20) + 4, 0x0010, 1))
+    assert error_body(transport.take()[len(frame(0x0000, CT_JSON, b"ping")):]) == {"error": {
+        "code": "frame_too_large", "declared": (1 << 20) + 4, "limit": (1 << 20) + 3,
+        "message": f"declared frame length {(1 << 20) + 4} exceeds limit {(1 << 20) + 3}"}}
+    assert transport.eof
+    conn, transport = tcp_connection(frame_handlers([]))
+    conn.data_received(b"\x00\x00\x00\x02\x00\x00")
+    assert error_body(transport.take()) == {"error": {
+        "code": "frame_error", "message": "declared frame length 2 is below the minimum 3"}}
+    assert transport.eof
 
 
 def test_handler_failures_become_error_frames() -> None:
