@@ -87,7 +87,6 @@ COMMANDS: tuple[Command, ...] = (
     Command("ready", http_method="GET", http_paths=("/ready",)),
 )
 
-BY_NAME: Mapping[str, Command] = MappingProxyType({c.name: c for c in COMMANDS})
 BY_OP: Mapping[int, Command] = MappingProxyType({c.op: c for c in COMMANDS if c.op is not None})
 FRAMED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.framed)
 ROUTED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.routed)

@@ -10,7 +10,6 @@ import pytest
 
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import (
-    BY_NAME,
     COMMANDS,
     FRAMED,
     ROUTED,
@@ -22,6 +21,7 @@ from beava.protocol.http_routes import resolve
 from beava_client import opcodes as client_opcodes
 
 BEAVA = Path(__file__).resolve().parents[2] / "beava"
+BY_NAME = {c.name: c for c in COMMANDS}
 
 
 # --- the table ------------------------------------------------------------------------------
