@@ -16,10 +16,10 @@ import msgspec
 
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
-from beava.durability.group_commit import MemoryLog
+from beava.durability.group_commit import GroupCommit, Item, MemoryLog, PeriodicLog
 from beava.durability.recovery import Unapplicable
 from beava.durability.snapshots import LoadedSnapshot, SnapshotInvalid, encode_snapshot_body
-from beava.durability.wal import WalFatal, WalUnavailable
+from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
 from beava.durability.wal_format import (
     BODY_JSON,
     BODY_MSGPACK,
@@ -40,6 +40,9 @@ _decode_json = msgspec.json.Decoder().decode
 _decode_msgpack = msgspec.msgpack.Decoder().decode
 # Longest reason quoted from a snapshot that does not load (it may echo the file's data).
 _MAX_REASON = 300
+
+
+DurabilityLog = MemoryLog | GroupCommit | PeriodicLog
 
 
 def wall_clock_ms() -> int:
@@ -63,11 +66,12 @@ class PushAck:
 
 
 class FeatureStore:
-    def __init__(self, *, memory_governance_enforce: bool = True, clock=wall_clock_ms,
-                 log: Any = None, wal: Any = None, crash: CrashPoints | None = None) -> None:
+    def __init__(self, *, memory_governance_enforce: bool = True,
+                 clock: Callable[[], int] = wall_clock_ms, log: DurabilityLog | None = None,
+                 wal: WalWriter | None = None, crash: CrashPoints | None = None) -> None:
         self.memory_governance_enforce = memory_governance_enforce
         self.clock = clock
-        self.log = log if log is not None else MemoryLog()
+        self.log: DurabilityLog = log if log is not None else MemoryLog()
         self.wal = wal
         self.crash = crash if crash is not None else CrashPoints(None)
         self.before_reset: Callable[[], None] | None = None
@@ -93,11 +97,11 @@ class FeatureStore:
 
     # registry -------------------------------------------------------------------------
 
-    def register(self, body: bytes) -> tuple[int, dict]:
+    def register(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """POST /register semantics; returns ``(status, response body)``."""
         outcome = register(self.registry, body,
                            memory_governance_enforce=self.memory_governance_enforce)
-        if outcome.registry is None:
+        if outcome.registry is None or outcome.record is None:
             return outcome.status, outcome.body
         self.log.barrier()
         lsn = self.last_lsn + 1
@@ -153,7 +157,7 @@ class FeatureStore:
         self.last_lsn = lsn = self.last_lsn + 1
         self.pushes_total += 1
         log = self.log
-        if log.mode == "memory":
+        if isinstance(log, MemoryLog):
             self._apply(lsn, event, row, now)
             return PushAck(lsn, version, False, False)
         record = encode_record(lsn, RECORD_EVENT, BODY_MSGPACK, now, version,
@@ -161,12 +165,12 @@ class FeatureStore:
         applied = log.submit(record, (lsn, event, row, now, on_durable))
         return PushAck(lsn, version, False, not applied)
 
-    def apply_items(self, items: list) -> None:
+    def apply_items(self, items: list[Item]) -> None:
         """Apply accepted pushes in LSN order (called by the durability log)."""
         apply = self.engine.apply
         watermark = self.watermark_ms
         for lsn, event, row, now, on_applied in items:
-            if event is not None:
+            if event is not None and row is not None:  # else a waiter item
                 apply(event, row, now)
                 self.applied_lsn = lsn
                 if now > watermark:
@@ -175,7 +179,7 @@ class FeatureStore:
             if on_applied is not None:
                 on_applied()
 
-    def _apply(self, lsn: int, event: str, row: dict, now: int) -> None:
+    def _apply(self, lsn: int, event: str, row: dict[str, Any], now: int) -> None:
         self.engine.apply(event, row, now)
         self.applied_lsn = lsn
         if now > self.watermark_ms:
