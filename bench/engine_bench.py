@@ -47,6 +47,13 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` so far (``/proc/<pid>/stat``), in seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_args(mode: str) -> tuple[list[str], dict[str, str]]:
     if mode == "memory":
         return ["--memory-only"], {}
@@ -68,14 +75,17 @@ def throughput(name: str, *, mode: str = "memory", connections: int = 16, depth:
         # warm-up: create the entities so the timed run measures steady state
         asyncio.run(loadgen.blast(server.tcp(), frames, connections=connections, depth=depth,
                                   seconds=1.0))
+        cpu_before = cpu_seconds(server.pid())
         result = asyncio.run(loadgen.blast(server.tcp(), frames, connections=connections,
                                            depth=depth, seconds=seconds))
+        cpu = cpu_seconds(server.pid()) - cpu_before
     finally:
         server.stop()
     if result.errors:
         print(f"  {result.errors} error replies, first: {result.first_error[:200]!r}")
     return Row(name, mode, result.rate, result.errors,
-               {"connections": connections, "depth": depth, "content": content})
+               {"connections": connections, "depth": depth, "content": content,
+                "cpu_us_per_event": cpu * 1e6 / result.replies if result.replies else 0.0})
 
 
 def null_ceiling(name: str, *, connections: int = 16, depth: int = 1024, seconds: float = 5.0
@@ -193,6 +203,8 @@ def chart(rows: list[Row], latency: dict | None, path: str) -> None:
 
 
 def print_rows(rows: list[Row]) -> None:
-    print(f"{'workload':<22}{'mode':<14}{'events/s':>14}{'errors':>8}")
+    print(f"{'workload':<22}{'mode':<14}{'events/s':>14}{'errors':>8}{'server CPU us/event':>22}")
     for r in rows:
-        print(f"{r.workload:<22}{r.mode:<14}{r.events_per_s:>14,.0f}{r.errors:>8}")
+        cpu = r.extra.get("cpu_us_per_event")
+        cpu_text = f"{cpu:>22.2f}" if cpu is not None else f"{'-':>22}"
+        print(f"{r.workload:<22}{r.mode:<14}{r.events_per_s:>14,.0f}{r.errors:>8}{cpu_text}")
