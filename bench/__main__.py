@@ -43,6 +43,20 @@ def main() -> None:
     spark.add_argument("--repeat", type=int, default=3)
     spark.add_argument("--master", default="local[2]")
     spark.add_argument("--json", action="store_true")
+    cmp = sub.add_parser("compare", help="this server against a reference beava binary, "
+                                         "alternating: events/s, CPU per event, GET latency")
+    cmp.add_argument("workloads", nargs="*",
+                     default=["small", "large-with-sketches", "fraud-team"])
+    cmp.add_argument("--reference", metavar="PATH",
+                     help="the reference server binary (default: $BEAVA_REFERENCE_BINARY)")
+    cmp.add_argument("--modes", nargs="+", choices=("memory", "wal"), default=["memory", "wal"])
+    cmp.add_argument("--rounds", type=int, default=3)
+    cmp.add_argument("--seconds", type=float, default=5.0, help="timed push run per server")
+    cmp.add_argument("--samples", type=int, default=2000, help="GETs idle and under load")
+    cmp.add_argument("--connections", type=int, default=16)
+    cmp.add_argument("--depth", type=int, default=1024)
+    cmp.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
+    cmp.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
     args = parser.parse_args()
 
     if args.what == "startup":
@@ -91,6 +105,16 @@ def main() -> None:
 
         print(json.dumps(engine_bench.memory_per_keyset(args.workload, keysets=args.keysets),
                          indent=2))
+    elif args.what == "compare":
+        from bench import compare
+
+        try:
+            compare.main(args.reference, args.workloads, args.modes, rounds=args.rounds,
+                         seconds=args.seconds, samples=args.samples,
+                         connections=args.connections, depth=args.depth,
+                         chart_path=args.chart, json_path=args.json)
+        except ValueError as exc:
+            parser.error(str(exc))
     elif args.what == "spark":
         from bench.spark_ingest import main as run_spark
 

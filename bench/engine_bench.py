@@ -122,28 +122,56 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
         register(server.addrs["http"], wl.register)
         asyncio.run(loadgen.blast(server.tcp(), frames, connections=4, depth=depth,
                                   seconds=1.0))
-        key = bodies[0][wl.key_fields[0]]
-        table = wl.first_table()
-        host, port = server.tcp()
-        out = os.path.join(tempfile.mkdtemp(prefix="beava-bench-"), "latencies.json")
-        sampler = [sys.executable, "-m", "bench.get_sampler", host, str(port), table, key,
-                   str(samples), out]
-        subprocess.run(sampler, check=True)
-        with open(out) as fh:
-            idle = json.load(fh)
-        proc = subprocess.Popen(sampler)
-
-        async def load_while_reading() -> None:
-            while proc.poll() is None:
-                await loadgen.blast(server.tcp(), frames, connections=connections,
-                                    depth=depth, seconds=0.5)
-
-        asyncio.run(load_while_reading())
-        with open(out) as fh:
-            loaded = json.load(fh)
+        latencies = sample_get_latencies(server.tcp(), wl.first_table(),
+                                         bodies[0][wl.key_fields[0]], frames, samples=samples,
+                                         connections=connections, depth=depth)
     finally:
         server.stop()
-    return {"idle": _percentiles(idle), "under_push_load": _percentiles(loaded)}
+    return {"idle": _percentiles(latencies.idle),
+            "under_push_load": _percentiles(latencies.under_push_load)}
+
+
+@dataclass
+class GetLatencies:
+    idle: list[float]
+    under_push_load: list[float]
+    push_replies: int
+    """Push replies (and error replies among them) of the load run while sampling."""
+    push_errors: int
+    first_push_error: bytes = b""
+
+
+def sample_get_latencies(addr: tuple[str, int], table: str, key: str, frames: list[bytes], *,
+                         samples: int = 5000, connections: int = 16, depth: int = 1024
+                         ) -> GetLatencies:
+    """Sequential GETs of one key from a process of their own (``bench.get_sampler``),
+    against a running server at ``addr``: first idle, then while ``frames`` are pushed on
+    ``connections`` other connections. Latencies in seconds."""
+    host, port = addr
+    out = os.path.join(tempfile.mkdtemp(prefix="beava-bench-"), "latencies.json")
+    sampler = [sys.executable, "-m", "bench.get_sampler", host, str(port), table, key,
+               str(samples), out]
+    subprocess.run(sampler, check=True)
+    with open(out) as fh:
+        idle = json.load(fh)
+    proc = subprocess.Popen(sampler)
+    results: list[loadgen.BlastResult] = []
+
+    async def load_while_reading() -> None:
+        while proc.poll() is None:
+            results.append(await loadgen.blast(addr, frames, connections=connections,
+                                               depth=depth, seconds=0.5))
+
+    asyncio.run(load_while_reading())
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, sampler)
+    with open(out) as fh:
+        loaded = json.load(fh)
+    os.remove(out)
+    os.rmdir(os.path.dirname(out))
+    first_error = next((r.first_error for r in results if r.errors), b"")
+    return GetLatencies(idle, loaded, sum(r.replies for r in results),
+                        sum(r.errors for r in results), first_error)
 
 
 def memory_per_keyset(name: str = "fraud-team", *, keysets: int = 50_000,
