@@ -52,49 +52,65 @@ cdef bint str_has_control(str s):
     return False
 
 
-# What a scan of a value found: nothing, a MessagePack extension (never a valid field
-# value, spec/wire.md §2.3), or a control character (which wins: it is checked first).
+# What a scan of a value found: nothing, a value that cannot be stored (invalid_event), or
+# a control character (which wins: it is checked first). Not storable: a MessagePack
+# extension (spec/wire.md §2.3); a map key that is not a string (MessagePack allows any:
+# JSON replies and dedupe keys could not render it); containers nested deeper than
+# MAX_VALUE_DEPTH (replay, snapshots and reads walk values recursively).
 cdef enum:
     SCAN_CLEAN = 0
-    SCAN_EXT = 1
+    SCAN_INVALID = 1
     SCAN_CONTROL = 2
 
+# Containers inside one field value: {"a": [1]} is depth 2 (docs/limits.md).
+cdef enum:
+    MAX_VALUE_DEPTH = 64
 
-cdef int scan_value(object value) except -1:
+
+cdef int scan_value(object value, int depth) except -1:
     cdef type t = type(value)
     cdef int found = SCAN_CLEAN
     if t is str:
         return SCAN_CONTROL if str_has_control(<str>value) else SCAN_CLEAN
     if t is dict:
-        return scan_dict(<dict>value)
+        return scan_dict(<dict>value, depth + 1)
     if t is list:
+        if depth >= MAX_VALUE_DEPTH:
+            return SCAN_INVALID
         for item in <list>value:
-            found = max(found, scan_value(item))
+            found = max(found, scan_value(item, depth + 1))
             if found == SCAN_CONTROL:
                 break
         return found
     if t is Ext:
-        return SCAN_EXT
+        return SCAN_INVALID
     return SCAN_CLEAN
 
 
-cdef int scan_dict(dict d) except -1:
+cdef int scan_dict(dict d, int depth) except -1:
+    # ``depth``: containers from the field value down to ``d``, itself included
     cdef Py_ssize_t pos = 0
     cdef PyObject* key
     cdef PyObject* val
-    cdef int found = SCAN_CLEAN
+    cdef int found = SCAN_INVALID if depth > MAX_VALUE_DEPTH else SCAN_CLEAN
+    if found == SCAN_INVALID:
+        return found
     while PyDict_Next(d, &pos, &key, &val):
-        if type(<object>key) is str and str_has_control(<str>key):
-            return SCAN_CONTROL
-        found = max(found, scan_value(<object>val))
+        if type(<object>key) is str:
+            if str_has_control(<str>key):
+                return SCAN_CONTROL
+        else:
+            found = SCAN_INVALID
+        found = max(found, scan_value(<object>val, depth))
         if found == SCAN_CONTROL:
             return found
     return found
 
 
 def has_control_character(object value):
-    """Whether a string, or any key or string at any depth of a container, holds a Cc."""
-    return scan_value(value) == SCAN_CONTROL
+    """Whether a string, or any key or string in a container, holds a Cc (containers are
+    scanned down to MAX_VALUE_DEPTH)."""
+    return scan_value(value, 0) == SCAN_CONTROL
 
 
 cdef object _widen(object value):
@@ -158,7 +174,7 @@ cdef class EventChecker:
         cdef bint undeclared = False
         cdef bint event_time = False
         cdef bint widen = False
-        cdef bint ext = False
+        cdef bint unstorable = False  # an extension, a non-string key, too deep
         cdef int overflow = 0
         cdef int scanned
         cdef int code
@@ -169,13 +185,13 @@ cdef class EventChecker:
                 if str_has_control(<str><object>val):
                     return "control_character_in_string"
             elif t is dict or t is list:
-                scanned = scan_value(<object>val)
+                scanned = scan_value(<object>val, 0)
                 if scanned == SCAN_CONTROL:
                     return "control_character_in_string"
-                ext = ext or scanned == SCAN_EXT
+                unstorable = unstorable or scanned == SCAN_INVALID
                 widen = True
             elif t is Ext:
-                ext = True
+                unstorable = True
             elif t is int:
                 PyLong_AsLongLongAndOverflow(<object>val, &overflow)
                 if overflow:
@@ -211,7 +227,7 @@ cdef class EventChecker:
                     return "invalid_event"
             elif <object>found is None:
                 return "invalid_event"
-        if ext:
+        if unstorable:
             return "invalid_event"
         if widen:
             _widen_dict(fields)

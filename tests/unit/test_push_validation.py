@@ -89,3 +89,32 @@ def test_big_integers_become_floats(events):
     _, row = validate_push("Txn", {**good(), "qty": 2**70, "blob": {"x": [2**64]}}, events)
     assert row["qty"] == float(2**70) and isinstance(row["qty"], float)
     assert isinstance(row["blob"]["x"][0], float)
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    """``depth`` containers, lists and maps taking turns, around ``leaf``."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("field", ["blob", "note"])
+def test_values_nest_at_most_64_containers_deep(events, field):
+    _, row = validate_push("Txn", {**good(), field: nested(64)}, events)
+    assert row[field] == nested(64)
+    assert code_of(events, "Txn", {**good(), field: nested(65)}) == "invalid_event"
+    # a thousand levels (an acknowledged push of that depth could not be replayed)
+    assert code_of(events, "Txn", {**good(), field: nested(1000)}) == "invalid_event"
+
+
+def test_map_keys_inside_values_must_be_strings(events):
+    # MessagePack maps may have any keys; such a value could not be rendered in a reply
+    assert code_of(events, "Txn", {**good(), "blob": {7: "x"}}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "note": [{"a": {(1, 2): 1}}]}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "blob": {b"k": 1}}) == "invalid_event"
+
+
+def test_control_characters_win_over_unstorable_values(events):
+    assert code_of(events, "Txn", {**good(), "blob": {7: "x\n"}}) == "control_character_in_string"
+    assert code_of(events, "Txn", {**good(), "blob": nested(70), "zz": 1}) == "unknown_field_v0"
