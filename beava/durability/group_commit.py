@@ -1,8 +1,9 @@
 """Acknowledgement timing of pushes: memory-only, periodic fsync, strict group commit
 (spec/durability.md §2, §6).
 
-The store hands every accepted push record to one of these logs together with an item
-describing how to apply it, ``(lsn, event, row, now_ms, on_applied)``; the log calls its
+The store appends every accepted push record to the log's pending batch (``buf``, a
+bytearray) and hands the log an item describing how to apply it,
+``(lsn, event, row, now_ms, on_applied)``; the log calls its
 ``apply_items`` function (the store's) with items in LSN order. ``MemoryLog`` is not used
 for pushes (the store applies them itself); ``PeriodicLog`` buffers the record and applies
 at once, fsyncing on a tick; ``GroupCommit`` applies only after the fsync that covers the
@@ -69,9 +70,8 @@ class _WorkerLog:
         self.on_fatal = on_fatal
         self.after_batch = after_batch
         self.next_lsn = next_lsn
-        self._records: list[bytes] = []
+        self.buf = bytearray()  # the pending batch: records appended by the store
         self._callbacks: list[Item] = []
-        self._bytes = 0
         self._in_flight: concurrent.futures.Future[None] | None = None
         self._in_flight_callbacks: list[Item] = []
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
@@ -80,7 +80,7 @@ class _WorkerLog:
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
-        return self._bytes + self._in_flight_bytes
+        return len(self.buf) + self._in_flight_bytes
 
     def _check_pressure(self) -> None:
         limit = self.limit_bytes
@@ -93,15 +93,14 @@ class _WorkerLog:
             self.pressured = False
             self.on_pressure(False)
 
-    def _take(self) -> tuple[bytes, list[Item]]:
-        data = b"".join(self._records)
-        callbacks = self._callbacks
-        self._records, self._callbacks, self._bytes = [], [], 0
+    def _take(self) -> tuple[bytearray, list[Item]]:
+        data, callbacks = self.buf, self._callbacks
+        self.buf, self._callbacks = bytearray(), []
         return data, callbacks
 
     def _start(self) -> None:
         """Hand the pending batch to the worker (at most one batch in flight)."""
-        if self._in_flight is not None or not (self._records or self._callbacks):
+        if self._in_flight is not None or not (self.buf or self._callbacks):
             return
         data, callbacks = self._take()
         future = self._executor.submit(self.wal.write_and_sync, data) if data else None
@@ -138,7 +137,7 @@ class _WorkerLog:
         if self.next_lsn is not None:
             # A new segment is named by the LSN of the next record written to it: the first
             # pending record's (accepted, LSN assigned, not written yet), else the next one.
-            base = record_lsn_at(self._records[0], 0) if self._records else self.next_lsn()
+            base = record_lsn_at(self.buf, 0) if self.buf else self.next_lsn()
             try:
                 self.wal.maybe_rotate(base)
             except WalFatal as exc:
@@ -152,7 +151,7 @@ class _WorkerLog:
                 concurrent.futures.wait([future])
                 self._finish(future)  # may hand the next batch to the worker
                 continue
-            if not (self._records or self._callbacks):
+            if not (self.buf or self._callbacks):
                 self._check_pressure()
                 return
             data, callbacks = self._take()
@@ -178,11 +177,10 @@ class GroupCommit(_WorkerLog):
         super().__init__(*args, **kwargs)
         self._scheduled = False
 
-    def submit(self, record: bytes, item: Item) -> bool:
-        self._records.append(record)
+    def submit(self, item: Item) -> bool:
+        """Accept the push of ``item``, whose record is already appended to ``buf``."""
         self._callbacks.append(item)
-        self._bytes += len(record)
-        if self._bytes >= self.fsync_bytes:
+        if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
         elif not self._scheduled:
@@ -194,7 +192,7 @@ class GroupCommit(_WorkerLog):
     def after_pending(self, callback: Callback) -> bool:
         """Run ``callback`` once everything accepted so far is durable (dedupe replays of a
         pending original). Returns True when that is already the case (nothing pending)."""
-        if not (self._records or self._callbacks or self._in_flight is not None):
+        if not (self.buf or self._callbacks or self._in_flight is not None):
             return True
         self._callbacks.append((0, None, None, 0, callback))
         if not self._scheduled:
@@ -218,11 +216,10 @@ class PeriodicLog(_WorkerLog):
         self.tick_s = tick_ms / 1000.0
         self._timer = self._loop.call_later(self.tick_s, self._tick)
 
-    def submit(self, record: bytes, item: Item) -> bool:
-        self._records.append(record)
-        self._bytes += len(record)
+    def submit(self, item: Item) -> bool:
+        """Apply ``item`` at once; its record is already appended to ``buf``."""
         self.apply_items([item])
-        if self._bytes >= self.fsync_bytes:
+        if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
         return True

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, Item, MemoryLog, PeriodicLog
@@ -160,9 +161,9 @@ class FeatureStore:
         if isinstance(log, MemoryLog):
             self._apply(lsn, event, row, now)
             return PushAck(lsn, version, False, False)
-        record = encode_record(lsn, RECORD_EVENT, BODY_MSGPACK, now, version,
-                               event.encode(), _encode_msgpack(row))
-        applied = log.submit(record, (lsn, event, row, now, on_durable))
+        append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
+                      _encode_msgpack(row))
+        applied = log.submit((lsn, event, row, now, on_durable))
         return PushAck(lsn, version, False, not applied)
 
     def apply_items(self, items: list[Item]) -> None:

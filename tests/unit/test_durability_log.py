@@ -52,11 +52,13 @@ async def test_apply_after_fsync_and_pressure_on_pending_bytes():
                       fsync_bytes=64, crash=CrashPoints(None), on_fatal=lambda exc: None,
                       limit_bytes=200, on_pressure=pressure.append)
     record = b"x" * 50
-    assert log.submit(record, (1, "E", {}, 0, None)) is False
+    log.buf += record
+    assert log.submit((1, "E", {}, 0, None)) is False
     await asyncio.sleep(0.01)  # the loop turn ends: batch 1 goes to the held worker
     assert applied == [] and log.pending_bytes == 50
     for lsn in range(2, 7):  # 250 bytes wait behind the held fsync
-        log.submit(record, (lsn, "E", {}, 0, None))
+        log.buf += record
+        log.submit((lsn, "E", {}, 0, None))
     assert log.pending_bytes == 300
     assert pressure == [True]  # above the limit: stop reading clients
     wal.release.set()
@@ -74,8 +76,10 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
     fired: list[str] = []
     log = GroupCommit(wal, apply_items=applier(applied),
                       fsync_bytes=1 << 20, crash=CrashPoints(None), on_fatal=lambda exc: None)
-    log.submit(b"a", (1, "E", {}, 0, None))
-    log.submit(b"b", (2, "E", {}, 0, None))
+    log.buf += b"a"
+    log.submit((1, "E", {}, 0, None))
+    log.buf += b"b"
+    log.submit((2, "E", {}, 0, None))
     assert log.after_pending(lambda: fired.append("replay")) is False
     log.barrier()
     assert applied == [1, 2] and fired == ["replay"]

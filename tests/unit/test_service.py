@@ -36,8 +36,9 @@ class HeldLog:
     def __init__(self, store: FeatureStore) -> None:
         self.store = store
         self.items: list[Item] = []
+        self.buf = bytearray()
 
-    def submit(self, record: bytes, item: Item) -> bool:
+    def submit(self, item: Item) -> bool:
         self.items.append(item)
         return False
 
