@@ -601,7 +601,9 @@ cdef class BucketArena(Column):
         if type(window) is not int or window != self.window:
             raise ValueError(f"window {window!r} ms does not match {self.window} ms")
         cdef CoreColumn m
-        by_name = {m.name: m for m in self.members}
+        cdef dict by_name = None
+        if targets is None:
+            by_name = {m.name: m for m in self.members}
         cdef list dumped = state_list(d.get("members"), -1, "bucket arena members")
         cdef bytes counts = state_bytes(d.get("counts"), "bucket counts")
         cdef bytes records = state_bytes(d.get("records"), "bucket records")
@@ -1043,7 +1045,10 @@ def share_windows(columns) -> list:
 
     Columns already sharing exactly one arena keep it. Otherwise a new arena is built and
     the state of every member is merged into it by bucket epoch (state of columns that are
-    not members is not carried over). Other columns are ignored."""
+    not members is not carried over). Other columns are ignored.
+
+    Linear in the number of columns: members are grouped by their current arena in one
+    pass, and an arena that holds no slot has no state to carry over."""
     groups = {}
     for col in columns:
         if isinstance(col, CoreColumn) and (<CoreColumn>col).arena is not None:
@@ -1051,24 +1056,31 @@ def share_windows(columns) -> list:
     arenas = []
     cdef BucketArena old, arena
     cdef Py_ssize_t capacity
+    cdef list own
     for window, members in groups.items():
-        sources = []
+        by_source = {}  # id(arena) -> (arena, its members among ``members``)
         for col in members:
             old = (<CoreColumn>col).arena
-            if not any(old is s for s in sources):
-                sources.append(old)
-        if len(sources) == 1 and set(map(id, sources[0].members)) == set(map(id, members)):
-            arenas.append(sources[0])
-            continue
+            entry = by_source.get(id(old))
+            if entry is None:
+                by_source[id(old)] = (old, [col])
+            else:
+                (<list>entry[1]).append(col)
+        if len(by_source) == 1:
+            old, own = next(iter(by_source.values()))
+            if len(old.members) == len(own) and set(map(id, old.members)) == set(map(id, own)):
+                arenas.append(old)
+                continue
         capacity = 0
         states = []
-        for old in sources:
+        for old, own in by_source.values():
             capacity = max(capacity, old.capacity)
-            own = tuple(c for c in members if (<CoreColumn>c).arena is old)
-            states.append((old.dump_members(old.capacity, own), old.capacity, own))
+            if old.capacity:
+                states.append((old.dump_members(old.capacity, tuple(own)), old.capacity,
+                               tuple(own)))
         arena = BucketArena(window, members)
         arena.ensure(capacity)
-        for state, nslots, own in states:
-            arena.merge_state(state, nslots, own)
+        for state, nslots, targets in states:
+            arena.merge_state(state, nslots, targets)
         arenas.append(arena)
     return arenas

@@ -7,8 +7,10 @@ reads at T with 0 <= T - e < 64 000.
 
 from __future__ import annotations
 
+import gc
 import math
 import struct
+import time
 
 import pytest
 
@@ -408,6 +410,36 @@ def test_share_windows_groups_by_window_and_keeps_state():
     # max keeps 3: a str is not comparable with a number
     assert (a.py_read(1, 2_000), b.py_read(1, 2_000), c.py_read(1, 2_000)) == (2, 3.0, 3)
     assert share_windows([a, b, c]) == arenas  # already shared: same arenas
+
+
+
+def _share_seconds(n, slots):
+    """Best-of-three time of share_windows over n fresh columns spread over 4 windows."""
+    best = math.inf
+    for _ in range(3):
+        cols = [COLUMNS[OPS[i % 8]](f"f{i}", "x", None, {}, (i % 4 + 1) * W) for i in range(n)]
+        for col in cols:
+            col.py_ensure(slots)
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            arenas = share_windows(cols)
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+        assert len(arenas) == 4 and sum(len(a.members) for a in arenas) == n
+    return best
+
+
+@pytest.mark.parametrize("slots", [0, 4])
+def test_share_windows_is_linear_in_the_number_of_columns(slots):
+    # A table with thousands of windowed features over a few windows: every fresh column
+    # brings its own arena. Grouping them must not compare every column with every arena
+    # (4x the columns took 16x the time), with or without slot storage to carry over.
+    small = _share_seconds(2_000, slots)
+    large = _share_seconds(8_000, slots)
+    assert large < 8 * small + 0.01, (small, large)
 
 
 def test_shared_arena_update_order_and_member_clear():
