@@ -35,6 +35,7 @@ class MemoryLog:
 
     mode = "memory"
     acks_immediately = True  # a push is applied and acknowledged before submit returns
+    sealed_lsn = 0
 
     def after_pending(self, callback: Callback) -> bool:
         return True
@@ -71,6 +72,7 @@ class _WorkerLog:
         self.after_batch = after_batch
         self.next_lsn = next_lsn
         self.buf = bytearray()  # the pending batch: records appended by the store
+        self.sealed_lsn = 0  # the last push LSN handed to the worker
         self._callbacks: list[Item] = []
         self._in_flight: concurrent.futures.Future[None] | None = None
         self._in_flight_callbacks: list[Item] = []
@@ -96,6 +98,10 @@ class _WorkerLog:
     def _take(self) -> tuple[bytearray, list[Item]]:
         data, callbacks = self.buf, self._callbacks
         self.buf, self._callbacks = bytearray(), []
+        for item in reversed(callbacks):
+            if item[1] is not None:
+                self.sealed_lsn = item[0]
+                break
         return data, callbacks
 
     def _start(self) -> None:

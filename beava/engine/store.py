@@ -53,8 +53,10 @@ def wall_clock_ms() -> int:
 class PushAck:
     """Outcome of an accepted push: a new record or a dedupe replay.
 
-    ``pending`` is True when the push is not applied yet (strict mode): the ``on_durable``
-    callback given to :meth:`FeatureStore.push` runs once it is.
+    ``pending`` is True when the push is not applied yet (strict mode): its acknowledgement
+    must wait until ``FeatureStore.applied_lsn`` reaches ``FeatureStore.hold_lsn`` as it
+    was when the push returned, and the ``on_durable`` callback given to
+    :meth:`FeatureStore.push` runs once it does.
     """
 
     __slots__ = ("lsn", "registry_version", "replay", "pending")
@@ -82,11 +84,18 @@ class FeatureStore:
         self._checkers = build_checkers(self.registry.events)
         self.last_lsn = 0        # last LSN handed out
         self.applied_lsn = 0     # last LSN reflected in state
+        # the LSN the latest deferred acknowledgement waits for (raised by push only)
+        self.hold_lsn = 0
         self.watermark_ms = 0
         self.pushes_total = 0
         self.replays_total = 0
         # (event, dedupe key text) -> (lsn, now_ms, registry_version at the original push)
         self._dedupe: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+    @property
+    def sealed_lsn(self) -> int:
+        """The last LSN handed to the WAL worker; later records share the pending batch."""
+        return self.log.sealed_lsn
 
     @property
     def registry_version(self) -> int:
@@ -153,6 +162,8 @@ class FeatureStore:
                     self.replays_total += 1
                     pending = hit[0] > self.applied_lsn and not self.log.after_pending(
                         on_durable or _nothing)
+                    if pending:  # the original is not durable yet: wait for all accepted
+                        self.hold_lsn = self.last_lsn
                     return PushAck(hit[0], hit[2], True, pending)
                 self._dedupe[key] = (self.last_lsn + 1, now, version)
         self.last_lsn = lsn = self.last_lsn + 1
@@ -163,8 +174,10 @@ class FeatureStore:
             return PushAck(lsn, version, False, False)
         append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
                       _encode_msgpack(row))
-        applied = log.submit((lsn, event, row, now, on_durable))
-        return PushAck(lsn, version, False, not applied)
+        if log.submit((lsn, event, row, now, on_durable)):
+            return PushAck(lsn, version, False, False)
+        self.hold_lsn = lsn
+        return PushAck(lsn, version, False, True)
 
     def apply_items(self, items: list[Item]) -> None:
         """Apply accepted pushes in LSN order (called by the durability log)."""

@@ -3,7 +3,8 @@
 Each connection belongs to its server's :class:`ServerState`: to its connection set while it
 is open (shutdown walks it: ``stop_reading``, then ``drain`` until nothing waits, then
 ``close``) and, while the intake gate is shut, it reads nothing. It queues its replies in
-arrival order in ``_out``, where a :class:`PendingReply` holds back the replies behind it.
+arrival order in ``_out``, where an LSN tag or a :class:`PendingReply` holds back the
+replies behind it (``beava.protocol.reply_slots``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
 
-from beava.protocol.reply_slots import PendingReply, take_ready
+from beava.protocol.reply_slots import PendingReply, Queued, take_ready
 from beava.protocol.server_state import ServerState
 
 
@@ -22,10 +23,39 @@ class ServerConnection(asyncio.Protocol, ABC):
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self._transport: asyncio.Transport | None = None
-        self._out: deque[bytes | PendingReply] = deque()
+        self._out: deque[Queued] = deque()
         self._last_pending: PendingReply | None = None
+        self._tag: list[int] | None = None  # the newest LSN tag queued in _out
         self._closing = False  # a fatal protocol error or shutdown: read nothing more
         self.dirty = False  # in state.dirty, waiting for flush_dirty
+        self.held = False  # in state.held, waiting for an applied LSN
+
+    def hold(self, lsn: int) -> None:
+        """The reply about to be queued may go out only once ``lsn`` is applied: raise the
+        newest tag when its run waits in the same pending WAL batch, else queue a new tag."""
+        tag = self._tag
+        if tag is not None and tag[0] > self.state.acks.sealed_lsn:
+            tag[0] = lsn
+            return
+        self._tag = tag = [lsn]
+        self._out.append(tag)
+        if not self.held:
+            self.held = True
+            self.state.held.append(self)
+
+    def hold_again(self) -> None:
+        """After a flush: stay in ``state.held`` while the newest tag is not released."""
+        tag = self._tag
+        if tag is not None and tag[0] > self.state.acks.applied_lsn and not self.held:
+            self.held = True
+            self.state.held.append(self)
+
+    def waiting(self) -> bool:
+        """True while a reply of this connection waits for durability."""
+        last = self._last_pending
+        tag = self._tag
+        return ((last is not None and last.data is None)
+                or (tag is not None and tag[0] > self.state.acks.applied_lsn))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -60,7 +90,7 @@ class ServerConnection(asyncio.Protocol, ABC):
     def _write_ready(self) -> asyncio.Transport | None:
         """Write the queued replies that are ready (up to the first pending one), in order.
         Returns the transport, or None once the connection is lost."""
-        ready = take_ready(self._out)
+        ready = take_ready(self._out, self.state.acks.applied_lsn)
         transport = self._transport
         if transport is not None and ready:
             transport.write(ready)

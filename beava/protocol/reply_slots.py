@@ -1,9 +1,16 @@
 """Deferred replies: keep strict FIFO while a push waits for the fsync covering it.
 
-A request handler that cannot answer yet returns a :class:`PendingReply`; the connection
-queues it in arrival order and writes replies only up to the first unresolved one. When
-the durability log resolves a batch of replies, the connections they belong to are
-marked dirty in their server's state and flushed together once
+Two ways to hold a reply back, both kept in a connection's reply queue in arrival order:
+
+* An LSN tag (framed-TCP pushes, the hot path): a one-element list ``[lsn]`` queued before
+  a run of replies that may be written once the store's applied LSN reaches ``lsn``. One
+  tag covers every reply of a run whose pushes share a pending WAL batch (the connection
+  raises ``tag[0]`` as the run grows), so a strict push costs no object of its own.
+* A :class:`PendingReply` slot (HTTP, PUSH_MANY): the handler returns it and the durability
+  log's callback resolves it.
+
+The connection writes replies only up to the first held one. After each durable batch the
+connections with something to release are flushed together
 (:meth:`beava.protocol.server_state.ServerState.flush_dirty`), one write per connection.
 """
 
@@ -38,19 +45,28 @@ class PendingReply:
             conn.state.dirty.append(conn)
 
 
-def take_ready(out: deque[bytes | PendingReply]) -> bytes:
+# A queued reply, an LSN tag holding back the replies behind it, or a reply slot.
+Queued = bytes | list[int] | PendingReply
+
+
+def take_ready(out: deque[Queued], applied_lsn: int) -> bytes:
     """Pop the replies at the head of ``out`` that are ready (up to the first unresolved
-    one) and return them joined."""
+    slot or the first tag above ``applied_lsn``) and return them joined."""
     ready: list[bytes] = []
     while out:
         head = out[0]
         # type() is, not isinstance: one test per reply on the push path (mypy does not
-        # narrow the else branch of it)
-        if type(head) is PendingReply:
-            if head.data is None:
-                break
-            ready.append(head.data)
-        else:
+        # narrow by it)
+        kind = type(head)
+        if kind is bytes:
             ready.append(head)  # type: ignore[arg-type]
+        elif kind is list:
+            if head[0] > applied_lsn:  # type: ignore[index]
+                break
+        else:
+            data = head.data  # type: ignore[union-attr]
+            if data is None:
+                break
+            ready.append(data)
         out.popleft()
     return ready[0] if len(ready) == 1 else b"".join(ready)

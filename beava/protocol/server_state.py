@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from beava.protocol.connection import ServerConnection
@@ -19,6 +19,31 @@ if TYPE_CHECKING:
 # At most this much work per loop iteration for connections with frames left over from
 # an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
 ROUND_SECONDS = 0.001
+
+
+class AckSource(Protocol):
+    """What decides when held acknowledgements may go out (the feature store):
+    ``hold_lsn`` is the LSN the latest deferred acknowledgement waits for (it changes only
+    while a request handler runs), ``applied_lsn`` the last LSN reflected in state, and
+    ``sealed_lsn`` the last LSN handed to the WAL worker (records above it share the
+    pending batch)."""
+
+    @property
+    def hold_lsn(self) -> int: ...
+
+    @property
+    def applied_lsn(self) -> int: ...
+
+    @property
+    def sealed_lsn(self) -> int: ...
+
+
+class NoAcks:
+    """An :class:`AckSource` that never holds an acknowledgement back."""
+
+    hold_lsn = 0
+    applied_lsn = 0
+    sealed_lsn = 0
 
 
 class IntakeGate:
@@ -67,19 +92,31 @@ class TurnScheduler:
 
 class ServerState:
     """The open connections (shutdown walks them), the connections whose deferred replies
-    were resolved since the last flush, the intake gate and the turn scheduler."""
+    were resolved since the last flush, the connections with replies held by an LSN tag,
+    where acknowledgements are released from (``acks``), the intake gate and the turn
+    scheduler."""
 
-    __slots__ = ("connections", "dirty", "intake", "turns")
+    __slots__ = ("connections", "dirty", "held", "acks", "intake", "turns")
 
-    def __init__(self) -> None:
+    def __init__(self, acks: AckSource | None = None) -> None:
         self.connections: set[ServerConnection] = set()
         self.dirty: list[ServerConnection] = []  # appended by PendingReply.resolve
+        self.held: list[ServerConnection] = []  # appended by ServerConnection.hold
+        self.acks: AckSource = acks if acks is not None else NoAcks()
         self.intake = IntakeGate(self.connections)
         self.turns = TurnScheduler()
 
     def flush_dirty(self) -> None:
         """Write every connection's replies that became ready (after a durable batch):
         one write per connection."""
+        held = self.held
+        if held:  # a connection still waiting re-enters the list for a later batch
+            conns = held[:]
+            held.clear()
+            for conn in conns:
+                conn.held = False
+                conn.flush_ready()
+                conn.hold_again()
         dirty = self.dirty
         while dirty:
             conns = dirty[:]

@@ -4,9 +4,11 @@ One :class:`FramedTcpProtocol` per connection. Everything one ``data_received`` 
 split into frames (Cython), each frame goes to its command's handler (looked up in the
 :class:`FrameDispatch` routes derived from the command table) in arrival order, and the
 replies of that read go out in one ``transport.write``: strict FIFO with no per-frame
-syscalls. A handler may return a :class:`PendingReply` (a push waiting for its fsync);
-replies behind it wait, and a read behind it is parked until it resolves, so a read always
-observes the earlier pushes of its connection (spec/wire.md §2.6).
+syscalls. A push waiting for its fsync raises the store's ``hold_lsn``: its ack frame is
+queued behind an LSN tag (one per run of acks in the same pending batch); a handler may
+also return a :class:`PendingReply` (PUSH_MANY). Replies behind either wait, and a read
+behind them is parked until they are released, so a read always observes the earlier
+pushes of its connection (spec/wire.md §2.6).
 """
 
 from __future__ import annotations
@@ -89,9 +91,11 @@ class FramedTcpProtocol(ServerConnection):
         out = self._out
         dispatch = self._dispatch
         routes = dispatch.routes
-        # Durable batches complete in order, so the newest pending reply resolves last.
-        last = self._last_pending
-        pending = last is not None and last.data is None
+        acks = self.state.acks
+        # A handler whose reply must wait for an LSN raises acks.hold_lsn to it.
+        seen = acks.hold_lsn
+        # Durable batches complete in order, so the newest held reply is released last.
+        pending = self.waiting()
         for index, (op, ct, payload) in enumerate(frames):
             if (index % TURN_CHECK_EVERY == 0 and index and deadline is not None
                     and time.perf_counter() > deadline):  # cheapest test first: per frame
@@ -118,6 +122,10 @@ class FramedTcpProtocol(ServerConnection):
                 break
             else:
                 reply = dispatch.refuse(op, ct)
+            if acks.hold_lsn != seen:
+                seen = acks.hold_lsn
+                self.hold(seen)
+                pending = True
             if type(reply) is PendingReply and reply.data is None:
                 reply.conn = self
                 self._last_pending = reply
@@ -135,8 +143,7 @@ class FramedTcpProtocol(ServerConnection):
             self._process(frames, deadline)
 
     def _waiting_for_pending(self) -> bool:
-        last = self._last_pending
-        return last is not None and last.data is None and self._parked[0][0] in STATE_READ_OPS
+        return self._parked[0][0] in STATE_READ_OPS and self.waiting()
 
     def _resume_if_idle(self) -> None:
         if not self._paused_by_writes and not self._parked:

@@ -89,7 +89,7 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.state = ServerState()
+        self.state = ServerState(self.store)
         self.persistence = Persistence(cfg, self.store, log, self.crash,
                                        flush_replies=self.state.flush_dirty,
                                        on_pressure=self.state.intake.set)

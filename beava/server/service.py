@@ -113,32 +113,35 @@ class Service:
             self.on_reset(version)
         return {"registry_version": version, "reset": True}
 
-    def _push(self, event: str, fields: Any, request: HttpRequest | None
-              ) -> bytes | PendingReply:
-        """One push, either transport (spec/wire.md §6): its ack as a frame (``request`` is
-        None) or as the HTTP response to ``request``; deferred until applied if need be."""
+    def _push(self, event: str, fields: Any, request: HttpRequest) -> bytes | PendingReply:
+        """One HTTP push (spec/wire.md §6): the response to ``request``, deferred until the
+        push is applied if need be."""
         store = self.store
         slot = None if store.log.acks_immediately else PendingReply()
-        try:
-            ack = store.push(event, fields, slot.fire if slot is not None else None)
-        except BeavaError as err:
-            if request is None:  # TCP push errors carry the version (spec/wire.md §5.1)
-                err.top["registry_version"] = store.registry_version
-            raise
-        if request is None:
-            if ack.replay:
-                body = _REPLAY_ACK % (ack.lsn, store.registry_version)
-            else:
-                body = _ACK % (ack.lsn, ack.registry_version)
-            reply = encode_frame(_PUSH_OP, CT_JSON, body)
-        else:  # a replay is the original ack, byte for byte, plus a header (§6.6)
-            reply = json_response(200, _ACK % (ack.lsn, ack.registry_version),
-                                  request.keep_alive, replay=ack.replay)
+        ack = store.push(event, fields, slot.fire if slot is not None else None)
+        # a replay is the original ack, byte for byte, plus a header (§6.6)
+        reply = json_response(200, _ACK % (ack.lsn, ack.registry_version),
+                              request.keep_alive, replay=ack.replay)
         if not ack.pending:
             return reply
         assert slot is not None
         slot.payload = reply
         return slot
+
+    def _tcp_push_ack(self, event: str, fields: Any) -> bytes:
+        """One framed-TCP push (spec/wire.md §6): its ack frame. When the push is not applied
+        yet, the store's ``hold_lsn`` says what the frame waits for, and the connection
+        holds it back until then (beava.protocol.reply_slots)."""
+        store = self.store
+        try:
+            ack = store.push(event, fields)
+        except BeavaError as err:  # TCP push errors carry the version (spec/wire.md §5.1)
+            err.top["registry_version"] = store.registry_version
+            raise
+        if ack.replay:
+            return encode_frame(_PUSH_OP, CT_JSON,
+                                _REPLAY_ACK % (ack.lsn, store.registry_version))
+        return encode_frame(_PUSH_OP, CT_JSON, _ACK % (ack.lsn, ack.registry_version))
 
     def _push_many(self, payload: bytes, ct: int, *, tcp: bool) -> dict[str, Any]:
         """PUSH_MANY and /push_many (spec/wire.md §10)."""
@@ -195,7 +198,7 @@ class Service:
         op = _REPLY_OP["register"] if status == 200 else OP_ERROR  # same bodies as HTTP
         return encode_frame(op, CT_JSON, _encode(body))
 
-    def _tcp_push(self, ct: int, payload: bytes) -> bytes | PendingReply:
+    def _tcp_push(self, ct: int, payload: bytes) -> bytes:
         envelope: messages.TcpPushJson | messages.TcpPushMsgpack
         try:
             if ct == CT_JSON:
@@ -206,7 +209,7 @@ class Service:
                 fields = envelope.body
         except msgspec.DecodeError:
             return _UNSUPPORTED
-        return self._push(envelope.event, fields, None)
+        return self._tcp_push_ack(envelope.event, fields)
 
     def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
         body = self._push_many(payload, ct, tcp=True)

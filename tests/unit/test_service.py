@@ -127,14 +127,9 @@ def test_tcp_push_envelope_errors_are_flat() -> None:
         OP_ERROR, CT_JSON, b'{"code":"unsupported"}')
 
 
-@pytest.mark.parametrize("transport", ["tcp", "http"])
-def test_a_push_waiting_for_durability_is_answered_once_applied(transport: str) -> None:
+def test_an_http_push_waiting_for_durability_is_answered_once_applied() -> None:
     wire = Wire(log="held")
-    fields = {"k": "a", "id": "1"}
-    if transport == "tcp":
-        reply = wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": fields})
-    else:
-        reply = wire.post("/push/E", fields)
+    reply = wire.post("/push/E", {"k": "a", "id": "1"})
     assert isinstance(reply, PendingReply) and reply.data is None
     get = wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"})
     assert get == encode_frame(OP_GET_RESPONSE, CT_JSON, b"{}")  # not applied yet
@@ -142,10 +137,29 @@ def test_a_push_waiting_for_durability_is_answered_once_applied(transport: str) 
     wire.store.log.release()
     assert reply.data is not None
     ack = b'{"ack_lsn":2,"idempotent_replay":false,"registry_version":1}'
-    if transport == "tcp":
-        assert reply.data == encode_frame(OP_PUSH, CT_JSON, ack)
-    else:
-        assert _http_body(reply.data)[1] == ack
+    assert _http_body(reply.data)[1] == ack
+    assert wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"}) == encode_frame(
+        OP_GET_RESPONSE, CT_JSON, b'{"n":1}')
+
+
+def test_a_tcp_push_waiting_for_durability_holds_its_ack_by_lsn() -> None:
+    """The ack frame comes back at once; the store's hold_lsn says what it waits for."""
+    wire = Wire(log="held")
+    store = wire.store
+    reply = wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": "a", "id": "1"}})
+    ack = b'{"ack_lsn":2,"idempotent_replay":false,"registry_version":1}'
+    assert reply == encode_frame(OP_PUSH, CT_JSON, ack)
+    assert store.hold_lsn == 2 and store.applied_lsn == 1
+    get = wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"})
+    assert get == encode_frame(OP_GET_RESPONSE, CT_JSON, b"{}")  # not applied yet
+    # a replay of the pending original waits for everything accepted so far
+    wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": "b", "id": "2"}})
+    replay = wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": "a", "id": "1"}})
+    assert replay == encode_frame(OP_PUSH, CT_JSON, ack.replace(b"false", b"true"))
+    assert store.hold_lsn == 3
+    assert isinstance(store.log, HeldLog)
+    store.log.release()
+    assert store.applied_lsn == 3
     assert wire.frame(OP_GET, CT_JSON, {"table": "T", "key": "a"}) == encode_frame(
         OP_GET_RESPONSE, CT_JSON, b'{"n":1}')
 
