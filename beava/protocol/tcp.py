@@ -40,7 +40,11 @@ LOW_WATER = 1024 * 1024
 # one round, not behind every deep pipeline.
 TURN_SECONDS = 0.0005
 TURN_CHECK_EVERY = 16  # frames between clock reads
-CLOSE_LINGER_SECONDS = 0.2  # input drained after our FIN before the socket is closed
+# Input drained after our FIN before the socket is closed: at shutdown, and after a fatal
+# framing error, when the peer is likely still sending the rest of the frame it announced
+# (up to 4 MiB on a busy machine). A peer that closes its side ends the wait at once.
+CLOSE_LINGER_SECONDS = 0.2
+FATAL_LINGER_SECONDS = 2.0
 
 
 def _frame_too_large(declared: int, limit: int) -> bytes:
@@ -64,6 +68,7 @@ class FramedTcpProtocol(ServerConnection):
         self._parked: deque[Frame] = deque()
         self._turn_scheduled = False
         self._close_after = False  # close once every queued reply is written
+        self._linger = CLOSE_LINGER_SECONDS
         self._eof_sent = False
         self._paused_by_writes = False
 
@@ -157,6 +162,7 @@ class FramedTcpProtocol(ServerConnection):
     def _fatal(self) -> None:
         self._closing = True
         self._close_after = True
+        self._linger = FATAL_LINGER_SECONDS
         self._parked.clear()
 
     def flush_ready(self) -> None:
@@ -208,4 +214,4 @@ class FramedTcpProtocol(ServerConnection):
         transport.resume_reading()
         if transport.can_write_eof():
             transport.write_eof()
-        asyncio.get_running_loop().call_later(CLOSE_LINGER_SECONDS, transport.close)
+        asyncio.get_running_loop().call_later(self._linger, transport.close)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 
 import msgspec
 import pytest
@@ -125,6 +126,20 @@ def test_frame_too_large_answers_then_closes(clean_server):
         "code": "frame_too_large", "declared": limit + 1, "limit": limit,
         "message": f"declared frame length {limit + 1} exceeds limit {limit}"}}
     assert conn.is_closed()
+
+
+def test_frame_too_large_reply_survives_a_slow_sender(clean_server):
+    # A client still sending the frame it announced when the error comes back (a 4 MiB
+    # push on a busy machine): the server keeps draining its input, so closing does not
+    # reset the connection and destroy the error frame before the client reads it.
+    conn = FrameConn(clean_server.tcp)
+    conn.send(struct.pack(">IHB", 4 * 1024 * 1024 + 4, 0x0010, 1))
+    for _ in range(8):
+        time.sleep(0.1)
+        conn.send(b"x" * 65536)
+    op, _, payload = conn.recv_frame()
+    assert op == OP_ERROR and body(payload)["error"]["code"] == "frame_too_large"
+    conn.close()
 
 
 def test_payload_of_exactly_the_limit_is_accepted():
