@@ -10,6 +10,7 @@ own params with defaults filled and durations converted to milliseconds).
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,9 +19,17 @@ from typing import Any
 
 __all__ = [
     "ALIASES",
+    "BLOOM_MAX_BITS",
+    "BLOOM_MAX_EXPECTED_N",
+    "BLOOM_MAX_HASHES",
     "CATALOGUE",
     "FOREVER",
+    "LIMIT_CODE",
+    "MAX_BUFFER",
+    "MAX_BUCKET_EDGES",
+    "MAX_CATEGORIES",
     "MAX_DURATION_MS",
+    "MAX_SIGMA",
     "OPERATOR_NAMES",
     "RECOGNISED_PARAMS",
     "Bounds",
@@ -29,17 +38,35 @@ __all__ = [
     "OperatorSpec",
     "ParamKind",
     "ParamSpec",
+    "ParamProblem",
     "WindowMode",
+    "bloom_geometry",
+    "bloom_problem",
     "canonical_op",
     "lookup",
     "normalise_params",
+    "optional_param_problem",
     "param_value_ok",
     "parse_duration",
     "resolve_params",
+    "shown",
 ]
 
 FOREVER = "forever"
 MAX_DURATION_MS = (1 << 63) - 1
+
+# Ranges this server adds to the spec's (docs/limits.md, "operator parameters"): every
+# numeric param is bounded so that the state of one feature of one entity, and the work of
+# one update, stay bounded. Out of range answers `invalid_registration` at the param's path
+# unless the spec names a code for that param (then that code, e.g. invalid_bloom_fpr).
+LIMIT_CODE = "invalid_registration"
+MAX_BUFFER = 4096  # most_recent_n.n, reservoir_sample.samples, distance_from_home.samples
+MAX_CATEGORIES = 4096  # event_type_mix: max_categories, and entries of `categories`
+MAX_BUCKET_EDGES = 4096  # histogram: entries of `buckets` (cells = edges + 1)
+MAX_SIGMA = 1e6  # outlier_count.sigma in [-MAX_SIGMA, MAX_SIGMA]: a finite double
+BLOOM_MAX_EXPECTED_N = 1 << 32
+BLOOM_MAX_BITS = 1 << 23  # 1 MiB of filter per entity
+BLOOM_MAX_HASHES = 32  # bit probes per value: target_fpr >= 2**-32
 _DURATION_RE = re.compile(r"([0-9]+)(ms|s|m|h|d)", re.ASCII)
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -157,14 +184,21 @@ class Bounds:
         return value < self.hi or (not self.hi_open and value == self.hi)
 
     def describe(self) -> str:
-        hi = "inf" if self.hi is None else f"{self.hi:g}"
-        return f"{'(' if self.lo_open else '['}{self.lo:g}, {hi}{')' if self.hi_open else ']'}"
+        hi = "inf" if self.hi is None else _bound_text(self.hi)
+        lo = _bound_text(self.lo)
+        return f"{'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+
+def _bound_text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass(frozen=True, slots=True)
 class ParamSpec:
     """One param an operator reads. `default` is used when the param is absent (after the
-    wrong-type rule); `required` params have no default and fail validation when absent."""
+    wrong-type rule); `required` params have no default and fail validation when absent.
+    `bounds` is the range of a numeric param; `max_items` caps the entries an array param
+    keeps after normalisation (LIMIT_CODE when exceeded)."""
 
     name: str
     kind: ParamKind
@@ -172,6 +206,23 @@ class ParamSpec:
     required: bool = False
     bounds: Bounds | None = None
     alias: str | None = None  # op-specific alias, e.g. reservoir_sample reads `k` for `samples`
+    max_items: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParamProblem:
+    """Why a feature's param is refused: the error code, the param key as it appears in
+    the normalised params (an op-specific alias when the value came from it), a reason."""
+
+    code: str
+    param: str
+    reason: str
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """`repr(value)` cut to `limit` characters, for error reasons."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
 class WindowMode(enum.Enum):
@@ -237,6 +288,7 @@ _N_1024 = ParamSpec(
     "n", ParamKind.UINT, required=True,
     bounds=Bounds(1, 1024, False, False, "aggregation_unknown_field"),
 )
+_BUFFER = Bounds(0, MAX_BUFFER, False, False, LIMIT_CODE)
 _LAT = ParamSpec("lat_field", ParamKind.STRING, default="lat")
 _LON = ParamSpec("lon_field", ParamKind.STRING, default="lon")
 
@@ -285,7 +337,8 @@ _OPS: tuple[OperatorSpec, ...] = (
                            bounds=Bounds(1, 1024, False, False, "invalid_top_k_k")), _WHERE),
         _F.CHECKED, _W.WINDOWED, "top_k", "str", _M.BOUNDED_BY_CONFIG, "k", 10),
     _op("bloom_member", "B",
-        (_FIELD, ParamSpec("expected_n", ParamKind.UINT, default=1024),
+        (_FIELD, ParamSpec("expected_n", ParamKind.UINT, default=1024,
+                           bounds=Bounds(0, BLOOM_MAX_EXPECTED_N, False, False, LIMIT_CODE)),
          ParamSpec("target_fpr", ParamKind.NUMBER, default=0.01,
                    bounds=Bounds(0, 1, True, True, "invalid_bloom_fpr")), _WHERE),
         _F.CHECKED, _W.UNSUPPORTED, "bool", "bool", _M.BOUNDED_SKETCH),
@@ -329,35 +382,42 @@ _OPS: tuple[OperatorSpec, ...] = (
     _op("delta_from_prev", "F", (_FIELD, _WHERE), _F.CHECKED, _W.IGNORED, "f64", None),
     _op("trend", "F", (_FIELD, _WHERE), _F.CHECKED, _W.IGNORED, "f64", "f64"),
     _op("trend_residual", "F", (_FIELD, _WHERE), _F.CHECKED, _W.IGNORED, "f64", "f64"),
-    _op("outlier_count", "F", (_FIELD, ParamSpec("sigma", ParamKind.NUMBER, default=3.0),
-                                _WHERE), _F.CHECKED, _W.IGNORED, "i64", "i64"),
+    _op("outlier_count", "F",
+        (_FIELD, ParamSpec("sigma", ParamKind.NUMBER, default=3.0,
+                           bounds=Bounds(-MAX_SIGMA, MAX_SIGMA, False, False, LIMIT_CODE)),
+         _WHERE),
+        _F.CHECKED, _W.IGNORED, "i64", "i64"),
     _op("value_change_count", "F", (_FIELD, _WHERE), _F.CHECKED, _W.IGNORED, "i64", "i64"),
     _op("z_score", "F", (_FIELD, _WHERE), _F.CHECKED, _W.IGNORED, "f64", "f64"),
     # G: buffers and distributions
-    _op("histogram", "G", (_FIELD, ParamSpec("buckets", ParamKind.NUMBERS, default=()),
-                           _WHERE), _F.UNCHECKED, _W.LIFETIME_ONLY, "map", "str",
-        _M.BOUNDED_BY_PARAM, "buckets"),
+    _op("histogram", "G",
+        (_FIELD, ParamSpec("buckets", ParamKind.NUMBERS, default=(),
+                           max_items=MAX_BUCKET_EDGES), _WHERE),
+        _F.UNCHECKED, _W.LIFETIME_ONLY, "map", "str", _M.BOUNDED_BY_PARAM, "buckets"),
     _op("hour_of_day_histogram", "G", (_WHERE,), _F.NONE, _W.LIFETIME_ONLY, "i64_list",
         "str"),
     _op("dow_hour_histogram", "G", (_WHERE,), _F.NONE, _W.LIFETIME_ONLY, "map", "str"),
     _op("seasonal_deviation", "G", (_FIELD, _WHERE), _F.UNCHECKED, _W.LIFETIME_ONLY, "f64",
         "f64"),
     _op("event_type_mix", "G",
-        (_FIELD, ParamSpec("max_categories", ParamKind.UINT, default=256),
-         ParamSpec("categories", ParamKind.STRINGS), _WHERE),
+        (_FIELD, ParamSpec("max_categories", ParamKind.UINT, default=256,
+                           bounds=Bounds(0, MAX_CATEGORIES, False, False, LIMIT_CODE)),
+         ParamSpec("categories", ParamKind.STRINGS, max_items=MAX_CATEGORIES), _WHERE),
         _F.UNCHECKED, _W.LIFETIME_ONLY, "map", "str", _M.BOUNDED_BY_CONFIG, "max_categories",
         256),
-    _op("most_recent_n", "G", (_FIELD, ParamSpec("n", ParamKind.UINT, default=10), _WHERE),
+    _op("most_recent_n", "G",
+        (_FIELD, ParamSpec("n", ParamKind.UINT, default=10, bounds=_BUFFER), _WHERE),
         _F.UNCHECKED, _W.LIFETIME_ONLY, "list", "str", _M.BOUNDED_BY_PARAM, "n"),
     _op("reservoir_sample", "G",
-        (_FIELD, ParamSpec("samples", ParamKind.UINT, default=10, alias="k"), _WHERE),
+        (_FIELD, ParamSpec("samples", ParamKind.UINT, default=10, alias="k", bounds=_BUFFER),
+         _WHERE),
         _F.UNCHECKED, _W.LIFETIME_ONLY, "list", "str", _M.BOUNDED_BY_PARAM, "samples"),
     # H: geo
     _op("geo_velocity", "H", (_LAT, _LON, _WHERE), _F.NONE, _W.LIFETIME_ONLY, "f64", "f64"),
     _op("geo_distance", "H", (_LAT, _LON, _WHERE), _F.NONE, _W.LIFETIME_ONLY, "f64", "f64"),
     _op("geo_spread", "H", (_LAT, _LON, _WHERE), _F.NONE, _W.LIFETIME_ONLY, "f64", "f64"),
     _op("distance_from_home", "H",
-        (_LAT, _LON, ParamSpec("samples", ParamKind.UINT, default=100), _WHERE),
+        (_LAT, _LON, ParamSpec("samples", ParamKind.UINT, default=100, bounds=_BUFFER), _WHERE),
         _F.NONE, _W.LIFETIME_ONLY, "f64", "f64", _M.BOUNDED_BY_CONFIG, "samples", 100),
 )
 
@@ -397,3 +457,70 @@ def resolve_params(spec: OperatorSpec, params: Mapping[str, Any]) -> dict[str, A
         window = params.get("window")
         out["window"] = (parse_duration(window) or 0) if isinstance(window, str) else 0
     return out
+
+
+def bloom_geometry(expected_n: int, target_fpr: float) -> tuple[int, int]:
+    """`(m, k)` of a bloom_member filter (operators.md §11.4): bits, rounded up to a
+    multiple of 64, and hashes per value; `expected_n` 0 counts as 1. Same arithmetic as the
+    engine's kernel (beava._fast.ops_sketch.bloom_geometry)."""
+    n = float(max(expected_n, 1))
+    m_f = -n * math.log(target_fpr) / (math.log(2) ** 2)
+    m = (math.ceil(m_f) + 63) // 64 * 64
+    k = max(1, math.ceil(m_f / n * math.log(2)))
+    return m, k
+
+
+def bloom_problem(expected_n: int, target_fpr: float) -> ParamProblem | None:
+    """Whether a bloom_member sizing (both values in range) needs more than
+    BLOOM_MAX_HASHES hashes per value (`invalid_bloom_fpr`, param target_fpr) or more than
+    BLOOM_MAX_BITS bits per entity (LIMIT_CODE, param expected_n)."""
+    m, k = bloom_geometry(expected_n, target_fpr)
+    if k > BLOOM_MAX_HASHES:
+        return ParamProblem(
+            "invalid_bloom_fpr", "target_fpr",
+            f"bloom_member target_fpr {target_fpr!r} needs {k} hashes per value; at most "
+            f"{BLOOM_MAX_HASHES} (target_fpr >= 2^-{BLOOM_MAX_HASHES}, about "
+            f"{2.0 ** -BLOOM_MAX_HASHES:.3g})",
+        )
+    if m > BLOOM_MAX_BITS:
+        return ParamProblem(
+            LIMIT_CODE, "expected_n",
+            f"bloom_member expected_n {expected_n} with target_fpr {target_fpr!r} needs a "
+            f"filter of {m} bits per entity; at most {BLOOM_MAX_BITS} (lower expected_n or "
+            "raise target_fpr)",
+        )
+    return None
+
+
+def optional_param_problem(spec: OperatorSpec, params: Mapping[str, Any]) -> ParamProblem | None:
+    """The first out-of-range optional param of a feature (registry.md §7.3 R11.12-11.14
+    and the limits above), params in catalogue order, then the bloom_member sizing; None
+    when every present param is in range. `params` are normalised (wrong types dropped)."""
+    for p in spec.params:
+        if p.required:
+            continue  # R11.8 checks required params, earlier
+        key = p.name
+        value = params.get(key)
+        if value is None and p.alias is not None:
+            key = p.alias
+            value = params.get(key)
+        if value is None:
+            continue
+        if p.bounds is not None and not p.bounds.contains(value):
+            return ParamProblem(
+                p.bounds.code, key,
+                f"{spec.name} {key} must be in {p.bounds.describe()}; got {shown(value)}",
+            )
+        if p.max_items is not None and len(value) > p.max_items:
+            return ParamProblem(
+                LIMIT_CODE, key,
+                f"{spec.name} {key} has {len(value)} entries; at most {p.max_items}",
+            )
+    if spec.name == "bloom_member":
+        expected_n = params.get("expected_n")
+        target_fpr = params.get("target_fpr")
+        return bloom_problem(
+            1024 if expected_n is None else expected_n,
+            0.01 if target_fpr is None else target_fpr,
+        )
+    return None

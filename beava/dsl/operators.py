@@ -1,9 +1,10 @@
 """Operator functions: ``bv.count``, ``bv.sum``, … (spec/sdk.md §6).
 
-Each returns an ``AggDescriptor``. Parameter kinds (integer / number / list), the range
-bounds the server enforces, canonical names (``ema`` → ``ewma``) and output types all come
-from the operator catalogue (``beava.catalogue.operators``); only the client-side
-bounds the server does not check are stated here (``_CLIENT_BOUNDS``).
+Each returns an ``AggDescriptor``. Parameter kinds (integer / number / list), the ranges
+and list lengths the server enforces (the bloom_member sizing included), canonical names
+(``ema`` → ``ewma``) and output types all come from the operator catalogue
+(``beava.catalogue.operators``); only the client-side bounds the server does not check are
+stated here (``_CLIENT_BOUNDS``), and they apply on top of the catalogue's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from beava.catalogue.operators import (
     OperatorSpec,
     ParamKind,
     ParamSpec,
+    bloom_problem,
     canonical_op,
     lookup,
 )
@@ -159,13 +161,23 @@ def _field(op: str, value: object) -> str:
     return value
 
 
-def _bounds(op: str, param: ParamSpec) -> Bounds | None:
-    return param.bounds or _CLIENT_BOUNDS.get((op, param.name))
+def _bounds(op: str, param: ParamSpec) -> tuple[Bounds, ...]:
+    """The server's range of a param (catalogue), then the client-side one, if any."""
+    client = _CLIENT_BOUNDS.get((op, param.name))
+    return tuple(b for b in (param.bounds, client) if b is not None)
 
 
-def _check_range(op: str, name: str, value: float, bounds: Bounds | None) -> None:
-    if bounds is not None and not bounds.contains(value):
-        raise ValueError(f"bv.{op}(): {name}={value!r} is out of range {bounds.describe()}")
+def _check_range(op: str, name: str, value: float, bounds: tuple[Bounds, ...]) -> None:
+    for b in bounds:
+        if not b.contains(value):
+            raise ValueError(f"bv.{op}(): {name}={value!r} is out of range {b.describe()}")
+
+
+def _check_items(op: str, param: ParamSpec, items: list[Any]) -> None:
+    if param.max_items is not None and len(items) > param.max_items:
+        raise ValueError(
+            f"bv.{op}(): {param.name} has {len(items)} entries; at most {param.max_items}"
+        )
 
 
 def _param(op: str, spec: OperatorSpec, name: str, value: Any) -> Any:
@@ -189,10 +201,13 @@ def _param(op: str, spec: OperatorSpec, name: str, value: Any) -> Any:
         _check_range(op, name, value, _bounds(op, param))
         return value
     if kind is ParamKind.NUMBERS:
-        return _buckets(op, name, value)
+        buckets = _buckets(op, name, value)
+        _check_items(op, param, buckets)
+        return buckets
     if kind is ParamKind.STRINGS:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"bv.{op}(): {name} must be None or a list of str, got {value!r}")
+        _check_items(op, param, list(value))
         return list(value)
     if kind is ParamKind.DURATION:
         return check_duration(value, name, allow_forever=False, required=param.required)
@@ -346,7 +361,13 @@ def bloom_member(
         extras.append(("expected_n", expected_n))
     if target_fpr is not None:
         extras.append(("target_fpr", target_fpr))
-    return _agg("bloom_member", field=field, extras=tuple(extras), where=where)
+    agg = _agg("bloom_member", field=field, extras=tuple(extras), where=where)
+    problem = bloom_problem(
+        1024 if expected_n is None else expected_n, 0.01 if target_fpr is None else target_fpr
+    )
+    if problem is not None:  # the filter the server would refuse to size
+        raise ValueError(f"bv.bloom_member(): {problem.reason}")
+    return agg
 
 
 def entropy(

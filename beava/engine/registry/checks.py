@@ -18,9 +18,12 @@ from beava.catalogue.operators import (
     ParamKind,
     WindowMode,
     lookup,
+    optional_param_problem,
     parse_duration,
+    shown,
 )
 from beava.engine.expressions import ExpressionError, check_where
+from beava.engine.expressions.parser import MAX_EXPRESSION_LENGTH
 from beava.engine.registry.errors import (
     AGGREGATION_FEATURE_NAME_COLLISION,
     AGGREGATION_GROUP_KEY_COLLIDES_WITH_FEATURE,
@@ -43,7 +46,28 @@ from beava.engine.registry.errors import (
 from beava.engine.registry.payload import PayloadNode, group_by_index, is_table_node
 from beava.engine.state.chain_ops import ChainOpError, chain_output_schema
 
-__all__ = ["check_prelude", "check_rules", "event_output_schema"]
+__all__ = [
+    "MAX_DISTINCT_EXPRESSION_CHARS",
+    "MAX_FEATURES_PER_PAYLOAD",
+    "MAX_FEATURES_PER_TABLE",
+    "MAX_NODES",
+    "MAX_OPS_PER_NODE",
+    "check_limits",
+    "check_prelude",
+    "check_rules",
+    "event_output_schema",
+]
+
+# Payload limits beyond the spec (docs/limits.md), checked after decoding (P3), before the
+# diff: `invalid_registration` at the path of the first item past the limit.
+MAX_NODES = 4_096
+MAX_OPS_PER_NODE = 256  # ops of one derivation, its group_by included
+MAX_FEATURES_PER_TABLE = 32_768
+MAX_FEATURES_PER_PAYLOAD = 65_536
+# Characters of all distinct expression texts (filter, with_columns / map, where) of a
+# payload: what it costs to type-check and compile them (each one is also bounded by the
+# parser's own limits).
+MAX_DISTINCT_EXPRESSION_CHARS = 65_536
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _MAX_NAME = 128
@@ -161,6 +185,78 @@ def check_prelude(nodes: list[Any], *, memory_governance_enforce: bool) -> None:
                     _check_lifetime_agg(f"{_prefix(i, node)}.ops[{k}].agg", op["agg"])
         if isinstance(node.get("agg"), dict):
             _check_lifetime_agg(f"{_prefix(i, node)}.agg", node["agg"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Payload limits (docs/limits.md)
+
+
+def _expressions(pn: PayloadNode) -> list[tuple[str, str]]:
+    """(path, text) of every expression of a normalised node, in payload order."""
+    i, node = pn.index, pn.node
+    out: list[tuple[str, str]] = []
+    for k, op in enumerate(node.get("ops", ())):
+        name = op["op"]
+        if name == "filter":
+            out.append((f"nodes[{i}].ops[{k}].expr", op["expr"]))
+        elif name in ("with_columns", "map"):
+            out.extend((f"nodes[{i}].ops[{k}].exprs.{col}", text)
+                       for col, text in op["exprs"].items())
+        elif name == "group_by":
+            base = f"nodes[{i}].agg" if pn.shape_b else f"nodes[{i}].ops[{k}].agg"
+            for feature, spec in op["agg"].items():
+                where = spec["params"].get("where")
+                if where is not None:
+                    out.append((f"{base}.{feature}.params.where", where))
+    return out
+
+
+def check_limits(nodes: Sequence[PayloadNode]) -> None:
+    """The payload limits, in this order: nodes, then per node in payload order its ops
+    and features, then the distinct expression text of the whole payload."""
+    if len(nodes) > MAX_NODES:
+        raise _fail(
+            f"nodes[{MAX_NODES}]",
+            f"a register payload holds at most {MAX_NODES} nodes; got {len(nodes)}",
+        )
+    features = 0
+    for pn in nodes:
+        i, node = pn.index, pn.node
+        ops = node.get("ops", ())
+        if len(ops) > MAX_OPS_PER_NODE:
+            raise _fail(
+                f"nodes[{i}].ops[{MAX_OPS_PER_NODE}]",
+                f"a derivation holds at most {MAX_OPS_PER_NODE} ops; got {len(ops)}",
+            )
+        gb = group_by_index(node)
+        if gb is None:
+            continue
+        agg = ops[gb]["agg"]
+        path = f"nodes[{i}].agg" if pn.shape_b else f"nodes[{i}].ops[{gb}].agg"
+        if len(agg) > MAX_FEATURES_PER_TABLE:
+            raise _fail(
+                path, f"a table holds at most {MAX_FEATURES_PER_TABLE} features; got {len(agg)}"
+            )
+        features += len(agg)
+        if features > MAX_FEATURES_PER_PAYLOAD:
+            raise _fail(
+                path, f"a register payload holds at most {MAX_FEATURES_PER_PAYLOAD} features "
+                f"over all its tables; {features} with this table",
+            )
+    seen: set[str] = set()
+    chars = 0
+    for pn in nodes:
+        for path, text in _expressions(pn):
+            if text in seen or len(text) > MAX_EXPRESSION_LENGTH:
+                continue  # an over-long text fails to parse (P7), with its own code
+            seen.add(text)
+            chars += len(text)
+            if chars > MAX_DISTINCT_EXPRESSION_CHARS:
+                raise _fail(
+                    path, f"the distinct expressions of a register payload hold at most "
+                    f"{MAX_DISTINCT_EXPRESSION_CHARS} characters together; "
+                    f"{chars} with this one",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +422,7 @@ def _check_chains(nodes: Sequence[PayloadNode]) -> dict[str, dict[str, str]]:
 
 def _check_feature(
     f: str, feature: str, op: str, params: Mapping[str, Any], keys: Sequence[str],
-    schema: Mapping[str, str],
+    schema: Mapping[str, str], checked_wheres: set[str],
 ) -> None:
     """R11.3-R11.16 for one feature; `f` is its path prefix."""
     spec: OperatorSpec | None = lookup(op)
@@ -371,7 +467,7 @@ def _check_feature(
                 raise RegisterError(
                     p.bounds.code, f"{f}.params.{p.name}",
                     f"op {spec.name!r} parameter {p.name!r} must be in {p.bounds.describe()}; "
-                    f"got {value!r}",
+                    f"got {shown(value)}",
                 )
     window = params.get("window")
     if window is not None and spec.window is WindowMode.LIFETIME_ONLY:  # 11.9
@@ -389,14 +485,9 @@ def _check_feature(
             WINDOW_NOT_SUPPORTED, f"{f}.params.window",
             f"{spec.name} is windowless-only: window is not supported",
         )
-    for p in spec.params:  # 11.12-11.14
-        if not p.required and p.bounds is not None:
-            value = params.get(p.name)
-            if value is not None and not p.bounds.contains(value):
-                raise RegisterError(
-                    p.bounds.code, f"{f}.params.{p.name}",
-                    f"{spec.name} {p.name} must be in {p.bounds.describe()}; got {value!r}",
-                )
+    problem = optional_param_problem(spec, params)  # 11.12-11.14 and docs/limits.md
+    if problem is not None:
+        raise RegisterError(problem.code, f"{f}.params.{problem.param}", problem.reason)
     if window is not None:  # 11.15
         try:
             parse_duration(window)
@@ -406,13 +497,14 @@ def _check_feature(
                 f"invalid window duration {window!r}; expected <digits>(ms|s|m|h|d) or 'forever'",
             ) from None
     where = params.get("where")
-    if where is not None:  # 11.16
+    if where is not None and where not in checked_wheres:  # 11.16 (once per text and table)
         try:
             check_where(where, schema)
         except ExpressionError as exc:
             raise RegisterError(
                 AGGREGATION_INVALID_WHERE, f"{f}.params.where", exc.reason, exc.detail
             ) from None
+        checked_wheres.add(where)
 
 
 def _check_aggregations(
@@ -454,10 +546,12 @@ def _check_aggregations(
                 )
         base = f"nodes[{i}].agg" if pn.shape_b else f"nodes[{i}].ops[{gb}].agg"
         agg = group_by["agg"]
+        checked_wheres: set[str] = set()
         for feature in sorted(agg):
             spec = agg[feature]
             _check_feature(
-                f"{base}.{feature}", feature, spec["op"], spec["params"], keys, schema
+                f"{base}.{feature}", feature, spec["op"], spec["params"], keys, schema,
+                checked_wheres,
             )
 
 
