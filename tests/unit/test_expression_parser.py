@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 import pytest
 
@@ -292,10 +293,48 @@ def test_sdk_chain_of_600_predicates_exceeds_depth() -> None:
     assert "nesting depth exceeds 512" in parse_error(text).reason
 
 
-def test_long_flat_chain_is_not_limited() -> None:
-    expr = parse_expression(" + ".join(["a"] * 5000))
+# --- size limits (docs/limits.md) -------------------------------------------------------------
+
+
+def test_flat_chain_up_to_the_node_limit() -> None:
+    expr = parse_expression(" + ".join(["a"] * 2047))  # 2047 fields + 1 operator node
     assert isinstance(expr, Arith)
-    assert len(expr.operands) == 5000
+    assert len(expr.operands) == 2047
+    err = parse_error(" + ".join(["a"] * 2048))
+    assert "expression too large: more than 2048 nodes" in err.reason
+    assert "col " in err.reason
+
+
+def test_node_limit_counts_every_kind_of_node() -> None:
+    # each term: comparison, field, literal (3 nodes); 682 terms + the `or` node = 2047
+    parse_expression(" or ".join(["x > 1"] * 682))
+    assert "more than 2048 nodes" in parse_error(" or ".join(["x > 1"] * 683)).reason
+    parse_expression(" or ".join(["f(x, 'a', -1)"] * 511))  # call, field, 2 literals: 4 nodes
+    assert "more than 2048 nodes" in parse_error(" or ".join(["f(x, 'a', -1)"] * 512)).reason
+
+
+def test_text_longer_than_the_limit_is_refused_before_tokenizing() -> None:
+    parse_expression("a" * 16_384)  # one field of 16384 characters
+    err = parse_error("a" * 16_385)
+    assert "expression too long: 16385 characters, at most 16384" in err.reason
+    # 40,000 or-terms (about 590 KB): refused on the length, without tokenizing
+    text = " or ".join(f"x > {i}" for i in range(40_000))
+    start = time.perf_counter()
+    err = parse_error(text)
+    assert "expression too long" in err.reason
+    assert time.perf_counter() - start < 1.0  # it took seconds (and a GB) to compile
+
+
+def test_depth_errors_still_win_over_the_size_limit() -> None:
+    # nodes are counted as they are built, bottom-up: a deep input hits the depth first
+    text = "(a > 0)"
+    for _ in range(1000):  # 3 nodes more per level, 14 characters
+        text = f"({text} and (a > 0))"
+    assert "nesting depth exceeds 512" in parse_error(text).reason
+    right = "a"
+    for _ in range(1200):
+        right = f"(a and {right})"
+    assert "nesting depth exceeds 512" in parse_error(right).reason
 
 
 # --- round trips ------------------------------------------------------------------------------

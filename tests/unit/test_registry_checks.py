@@ -3,6 +3,8 @@ with its exact path, and the order in which the checks run."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
@@ -132,7 +134,7 @@ def test_unbounded_lifetime_ops(agg: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("agg", [
     feature("first_n", field="qty", n=5),
-    feature("most_recent_n", field="qty", n=100_000),
+    feature("most_recent_n", field="qty", n=4096),  # the cap of docs/limits.md
     feature("reservoir_sample", field="qty", samples=3),
     feature("histogram", field="amount", buckets=[1, 2]),
     feature("histogram", field="amount", buckets=["x"]),
@@ -535,6 +537,71 @@ def test_r11_12_bloom_fpr(key: str, value: float) -> None:
         "invalid_bloom_fpr", f"{F}.params.target_fpr")
 
 
+# Operator parameter limits of docs/limits.md (beyond the spec's R11.8 / 11.12-11.14) ----------
+
+
+@pytest.mark.parametrize("op, params, param", [
+    ("most_recent_n", {"field": "qty", "n": 2**64}, "n"),
+    ("most_recent_n", {"field": "qty", "n": 4097}, "n"),
+    ("reservoir_sample", {"field": "qty", "samples": 2**64}, "samples"),
+    ("reservoir_sample", {"field": "qty", "samples": 3, "k": 2**64}, None),  # samples wins
+    ("event_type_mix", {"field": "user", "max_categories": 2**64}, "max_categories"),
+    ("event_type_mix", {"field": "user", "categories": [str(i) for i in range(4097)]},
+     "categories"),
+    ("distance_from_home", {"samples": 2**64}, "samples"),
+    ("distance_from_home", {"samples": 4097}, "samples"),
+    ("histogram", {"field": "amount", "buckets": list(range(4097))}, "buckets"),
+    ("outlier_count", {"field": "amount", "sigma": 10**400}, "sigma"),
+    ("outlier_count", {"field": "amount", "sigma": -1e7}, "sigma"),
+    ("bloom_member", {"field": "user", "expected_n": 10**400}, "expected_n"),
+    ("bloom_member", {"field": "user", "expected_n": 10**12, "target_fpr": 1e-300},
+     "expected_n"),
+    ("bloom_member", {"field": "user", "capacity": 10**7}, "expected_n"),  # 96M bits
+])
+def test_parameter_limits(op: str, params: dict[str, Any], param: str | None) -> None:
+    # every one registered before (distance_from_home and the 10**400 values then failed
+    # with an internal error while building the state, after the registry record)
+    agg = {"c": {"op": op, "params": params}}
+    if param is None:
+        ok({"nodes": [txn(), table_node(agg)]})
+        return
+    assert agg_error(agg) == ("invalid_registration", f"{F}.params.{param}")
+
+
+def test_reservoir_size_alias_is_bounded_at_its_own_path() -> None:
+    agg = {"c": {"op": "reservoir_sample", "params": {"field": "qty", "k": 4097}}}
+    assert agg_error(agg, memory_governance_enforce=False) == (
+        "invalid_registration", f"{F}.params.k")
+
+
+@pytest.mark.parametrize("params", [
+    {"target_fpr": 1e-300}, {"fpr": 1e-300}, {"expected_n": 10**6, "target_fpr": 1e-300},
+    {"target_fpr": 1e-10},  # 34 hashes per value
+])
+def test_bloom_hash_count_is_bounded(params: dict[str, Any]) -> None:
+    out = register_json({"nodes": [txn(), table_node(
+        {"c": {"op": "bloom_member", "params": {"field": "user", **params}}})]})
+    assert (out.status, out.body["error"]["code"], out.body["error"]["path"]) == (
+        400, "invalid_bloom_fpr", f"{F}.params.target_fpr")
+    assert "hashes per value" in out.body["error"]["reason"]
+
+
+def test_parameters_at_their_limits_register() -> None:
+    agg = {
+        "a": {"op": "most_recent_n", "params": {"field": "qty", "n": 4096}},
+        "b": {"op": "reservoir_sample", "params": {"field": "qty", "samples": 4096}},
+        "c": {"op": "event_type_mix", "params": {"field": "user", "max_categories": 4096,
+                                                 "categories": [str(i) for i in range(4096)]}},
+        "d": {"op": "distance_from_home", "params": {"samples": 4096}},
+        "e": {"op": "histogram", "params": {"field": "amount", "buckets": list(range(4096))}},
+        "f": {"op": "outlier_count", "params": {"field": "amount", "sigma": -1e6}},
+        "g": {"op": "bloom_member", "params": {"field": "user", "expected_n": 800_000}},
+        "h": {"op": "bloom_member", "params": {"field": "merchant", "target_fpr": 2**-32}},
+    }
+    out = ok({"nodes": [txn(), table_node(agg)]})
+    assert out.registry.tables["T"].features["d"].params["samples"] == 4096
+
+
 @pytest.mark.parametrize("q", [0, 1, 1.5, -0.1, 1.0])
 def test_r11_13_quantile_q(q: float) -> None:
     assert agg_error(feature("quantile", field="amount", q=q)) == ("invalid_percentile_q",
@@ -656,3 +723,80 @@ def test_r12_runs_after_r11() -> None:
                                                                               "1h"}}},
                name="T2")
     assert error({"nodes": [txn(), table_node(COUNT), t2]})[0] == "aggregation_unknown_op"
+
+
+# Payload limits of docs/limits.md: checked after decoding, before the diff ---------------------
+
+
+def test_distance_from_home_samples_beyond_the_limit_is_a_client_error() -> None:
+    # it used to pass validation, then fail with an internal error while the table state was
+    # built: after the registry record, so every restart replayed the failure
+    from beava.engine.store import FeatureStore
+
+    store = FeatureStore()
+    body = {"nodes": [txn(), table_node(feature("distance_from_home", samples=2**64))]}
+    status, reply = store.register(json.dumps(body).encode())
+    assert (status, reply["error"]["code"], reply["error"]["path"]) == (
+        400, "invalid_registration", f"{F}.params.samples")
+    assert store.registry_version == 0
+
+
+def test_where_with_40000_terms_is_refused_quickly() -> None:
+    where = " or ".join(f"amount > {i}" for i in range(40_000))
+    start = time.perf_counter()
+    code, path = agg_error(feature("count", where=where))
+    assert time.perf_counter() - start < 1.0  # 8 seconds and more than a GB before
+    assert (code, path) == ("aggregation_invalid_where", f"{F}.params.where")
+
+
+def test_filter_too_large_is_an_invalid_expression() -> None:
+    expr = " or ".join(["ok"] * 2048)
+    out = register_json({"nodes": [txn(), table_node(COUNT, ops=[{"op": "filter", "expr": expr}])]})
+    assert (out.status, out.body["error"]["code"], out.body["error"]["path"]) == (
+        400, "invalid_expression", "nodes[1].ops[0].expr")
+    assert "more than 2048 nodes" in out.body["error"]["reason"]
+
+
+def test_node_limit() -> None:
+    events = [txn(f"E{i}") for i in range(4097)]
+    assert error({"nodes": events}) == ("invalid_registration", "nodes[4096]")
+    ok({"nodes": events[:4096]})
+
+
+def test_ops_per_derivation_limit() -> None:
+    ops = [{"op": "filter", "expr": "ok"}] * 256
+    assert error({"nodes": [txn(), table_node(COUNT, ops=ops)]}) == (
+        "invalid_registration", "nodes[1].ops[256]")
+    ok({"nodes": [txn(), table_node(COUNT, ops=ops[:255])]})
+
+
+def test_features_per_table_limit() -> None:
+    agg = {f"f{i}": {"op": "count"} for i in range(32_769)}
+    assert agg_error(agg) == ("invalid_registration", "nodes[1].ops[0].agg")
+    node = {"kind": "derivation", "name": "B", "upstreams": ["Txn"], "key": ["user"], "agg": agg}
+    assert error({"nodes": [txn(), node]}) == ("invalid_registration", "nodes[1].agg")
+
+
+def test_features_per_payload_limit() -> None:
+    tables = [
+        table_node({f"t{t}_{i}": {"op": "count"} for i in range(30_000)}, name=f"T{t}")
+        for t in range(3)
+    ]
+    assert error({"nodes": [txn(), *tables]}) == ("invalid_registration", "nodes[3].ops[0].agg")
+    ok({"nodes": [txn(), *tables[:2]]})
+
+
+def test_distinct_expression_text_limit() -> None:
+    # 40 distinct wheres of about 2,000 characters: 81,000 characters to check and compile
+    agg = {
+        f"f{i}": {"op": "count", "params": {
+            "where": " or ".join(f"amount > {i * 1000 + j}" for j in range(150))}}
+        for i in range(40)
+    }
+    code, path = agg_error(agg)
+    assert code == "invalid_registration" and path.startswith("nodes[1].ops[0].agg.f")
+    assert path.endswith(".params.where")
+    # the same text on every feature counts once (and is type-checked once)
+    same = {f"f{i}": {"op": "count", "params": {"where": agg["f0"]["params"]["where"]}}
+            for i in range(2000)}
+    ok({"nodes": [txn(), table_node(same)]})

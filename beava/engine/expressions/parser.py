@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from beava.catalogue.expression_grammar import I64_MAX, IDENTIFIER, KEYWORDS
 from beava.engine.expressions.nodes import (
@@ -24,10 +25,17 @@ from beava.engine.expressions.nodes import (
 )
 
 MAX_NESTING = 512
+# Size limits beyond the spec (docs/limits.md): the text is refused before it is tokenized,
+# the tree as soon as it grows past the node cap, so an oversized expression costs little.
+# The cap keeps what a valid expression costs to check and compile to a fraction of a second.
+MAX_EXPRESSION_LENGTH = 16_384  # code points
+MAX_EXPRESSION_NODES = 2_048  # parse-tree nodes: operands, operators, calls, literals
 _COMPARISONS = frozenset((">", ">=", "<", "<=", "==", "!="))
 _DIGITS = re.compile(r"[0-9]+")
 _EXPONENT = re.compile(r"[eE][+-]?[0-9]+")
 _WHITESPACE = " \t\r\n"
+
+_E = TypeVar("_E", bound=Expr)
 
 # Token kinds.
 INT, FLOAT, STR, IDENT, KEYWORD, PUNCT, END = "int", "float", "str", "ident", "kw", "punct", "end"
@@ -188,8 +196,23 @@ def _string(text: str, start: int) -> Token:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
+        if len(text) > MAX_EXPRESSION_LENGTH:
+            raise _error(
+                text, MAX_EXPRESSION_LENGTH,
+                f"expression too long: {len(text)} characters, at most {MAX_EXPRESSION_LENGTH}",
+            )
         self.tokens = tokenize(text)
         self.index = 0
+        self.nodes = 0
+
+    def made(self, node: _E) -> _E:
+        """Count one more parse-tree node; fail past MAX_EXPRESSION_NODES."""
+        self.nodes += 1
+        if self.nodes > MAX_EXPRESSION_NODES:
+            raise self.fail(
+                self.tok, f"expression too large: more than {MAX_EXPRESSION_NODES} nodes"
+            )
+        return node
 
     @property
     def tok(self) -> Token:
@@ -226,19 +249,19 @@ class _Parser:
         while self.tok.is_keyword("or"):
             self.advance()
             operands.append(self.and_expr(level))
-        return operands[0] if len(operands) == 1 else Logic("or", tuple(operands))
+        return operands[0] if len(operands) == 1 else self.made(Logic("or", tuple(operands)))
 
     def and_expr(self, level: int) -> Expr:
         operands = [self.not_expr(level)]
         while self.tok.is_keyword("and"):
             self.advance()
             operands.append(self.not_expr(level))
-        return operands[0] if len(operands) == 1 else Logic("and", tuple(operands))
+        return operands[0] if len(operands) == 1 else self.made(Logic("and", tuple(operands)))
 
     def not_expr(self, level: int) -> Expr:
         if self.tok.is_keyword("not"):
             inner = self.enter(level, self.advance())
-            return Not(self.not_expr(inner))
+            return self.made(Not(self.not_expr(inner)))
         return self.cmp_expr(level)
 
     def cmp_expr(self, level: int) -> Expr:
@@ -253,9 +276,9 @@ class _Parser:
             # `e == null` is a null test (§3 post-parse rewrites).
             tested = _null_test_operand(left, right)
             if tested is not None:
-                test = Call("isnull", (tested,))
-                return test if op == "==" else Not(test)
-        return Compare(op, left, right)
+                test = self.made(Call("isnull", (tested,)))
+                return test if op == "==" else self.made(Not(test))
+        return self.made(Compare(op, left, right))
 
     def add_expr(self, level: int) -> Expr:
         return self._chain(level, ("+", "-"), self.mul_expr)
@@ -273,7 +296,7 @@ class _Parser:
             operands.append(operand_parser(level))
         if not ops:
             return operands[0]
-        return Arith(tuple(operands), tuple(ops))
+        return self.made(Arith(tuple(operands), tuple(ops)))
 
     def unary(self, level: int) -> Expr:
         if not self.tok.is_punct("-"):
@@ -282,29 +305,31 @@ class _Parser:
         literal = self.tok
         if literal.kind in (INT, FLOAT):
             self.advance()
-            return Literal(-literal.value)  # type: ignore[operator]  # INT/FLOAT: a number
-        return Neg(self.unary(self.enter(level, minus)))
+            return self.made(Literal(-literal.value))  # type: ignore[operator]  # a number
+        return self.made(Neg(self.unary(self.enter(level, minus))))
 
     def primary(self, level: int) -> Expr:
         token = self.tok
         kind = token.kind
         if kind in (INT, FLOAT, STR):
             self.advance()
-            return Literal(token.value)
+            return self.made(Literal(token.value))
         if kind == KEYWORD and token.value in ("true", "false", "null"):
             self.advance()
-            return Literal({"true": True, "false": False, "null": None}[str(token.value)])
+            return self.made(
+                Literal({"true": True, "false": False, "null": None}[str(token.value)])
+            )
         if kind == IDENT:
             self.advance()
             if self.tok.is_punct("("):
                 return self.call(str(token.value), level)
-            return Field(str(token.value))
+            return self.made(Field(str(token.value)))
         if token.is_punct("("):
             inner = self.enter(level, self.advance())
             if self.tok.is_keyword("not"):
                 # A group that starts with `not` negates its whole content (reference rule).
                 self.advance()
-                expr: Expr = Not(self.or_expr(inner))
+                expr: Expr = self.made(Not(self.or_expr(inner)))
             else:
                 expr = self.or_expr(inner)
             self.expect_close()
@@ -326,7 +351,7 @@ class _Parser:
                 break
         if name == "cast" and len(args) >= 2 and isinstance(args[1], Field):
             args[1] = TypeName(args[1].name)
-        return Call(name, tuple(args))
+        return self.made(Call(name, tuple(args)))
 
     def expect_close(self) -> None:
         if not self.tok.is_punct(")"):

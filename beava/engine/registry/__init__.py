@@ -13,7 +13,12 @@ from types import MappingProxyType
 from typing import Any
 
 from beava.catalogue.operators import WindowMode, lookup, parse_duration, resolve_params
-from beava.engine.registry.checks import check_prelude, check_rules, event_output_schema
+from beava.engine.registry.checks import (
+    check_limits,
+    check_prelude,
+    check_rules,
+    event_output_schema,
+)
 from beava.engine.registry.diff import (
     DEFAULT_DEDUPE_WINDOW_MS,
     compute_diff,
@@ -211,6 +216,7 @@ def register(
         if isinstance(nodes, list):  # P2
             check_prelude(nodes, memory_governance_enforce=memory_governance_enforce)
         payload = decode_payload(raw)  # P3
+        check_limits(payload.nodes)  # docs/limits.md: before the diff compares anything
     except RegisterError as exc:
         return _rejected(exc, version)
     if not payload.nodes:  # P4

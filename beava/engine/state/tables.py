@@ -59,17 +59,21 @@ class TableState:
         schema = chain_output_schema(spec.chain, spec.input_schema)
         predicates: list[Callable[[Mapping[str, Any]], bool]] = []
         where_index: dict[str, int] = {}
+        text_index: dict[str, int] = {}  # where text -> index: each text is parsed once
         features = []
         for name, feature in spec.features.items():
             index = 0
             text = feature.params.get("where")
             if text is not None:
-                expr = check_where(text, schema)
-                canonical = format_expression(expr)
-                index = where_index.get(canonical, 0)
+                index = text_index.get(text, 0)
                 if not index:
-                    predicates.append(compile_where(expr))
-                    index = where_index[canonical] = len(predicates)
+                    expr = check_where(text, schema)
+                    canonical = format_expression(expr)
+                    index = where_index.get(canonical, 0)
+                    if not index:
+                        predicates.append(compile_where(expr))
+                        index = where_index[canonical] = len(predicates)
+                    text_index[text] = index
             where = predicates[index - 1] if index else None
             if (
                 previous is not None
