@@ -257,7 +257,7 @@ def measure(setup: Setup, wl: workloads.Workload, frames: list[bytes], key: str,
         run.get_idle_p50_ms, run.get_idle_p99_ms = _p50_p99(lat.idle)
         run.get_load_p50_ms, run.get_load_p99_ms = _p50_p99(lat.under_push_load)
     except Exception as exc:  # noqa: BLE001 - one failed run must not end the comparison
-        run.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        run.failure = f"{type(exc).__name__}: {str(exc)[-4000:]}"
     finally:
         if server is not None:
             code = server.stop(10)
@@ -327,7 +327,8 @@ def compare(reference: str, names: Sequence[str], modes: Sequence[str], *, round
                         print(f"  round {rnd} {name:<20} {setup.label:<14} "
                               f"{run.events_per_s:>10,.0f} ev/s {run.cpu_us_per_event:7.2f} "
                               f"us/ev  GET load p99 {run.get_load_p99_ms:6.2f} ms"
-                              + (f"  !! {run.failure}" if run.failure else ""), flush=True)
+                              + (f"  !! {run.failure.splitlines()[0][:200]}" if run.failure
+                                 else ""), flush=True)
     rows = []
     for name in names:
         for mode in modes:
