@@ -82,6 +82,9 @@ PAIRS: dict[str, tuple[tuple[str, Setup, Setup], ...]] = {
     "wal": (("WAL: ours strict / ref default", OURS_STRICT, REF_WAL),
             ("WAL: ours periodic / ref default", OURS_PERIODIC, REF_WAL)),
 }
+# Chart labels of the table's modes.
+SHORT_MODES = {"memory-only": "memory", "WAL: ours strict / ref default": "WAL: strict / default",
+               "WAL: ours periodic / ref default": "WAL: periodic / default"}
 FIGURES: tuple[tuple[str, str, str], ...] = (
     # (Run attribute, column heading, format)
     ("events_per_s", "events/s", ",.0f"),
@@ -376,8 +379,8 @@ def chart(rows: list[Comparison], path: str, title: str) -> None:
     panels = (("events_per_s", "events/s"), ("cpu_us_per_event", "server CPU us / event"),
               ("get_idle_p99_ms", "GET p99 idle (ms)"),
               ("get_load_p99_ms", "GET p99 under push load (ms)"))
-    fig, axes = plt.subplots(2, 2, figsize=(max(10, 1.6 * len(rows)), 8))
-    labels = [f"{r.workload}\n{r.mode.replace(': ', chr(10))}" for r in rows]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8.0, 1.3 * len(rows)), 13))
+    labels = [f"{r.workload}\n{SHORT_MODES.get(r.mode, r.mode)}" for r in rows]
     x = range(len(rows))
     width = 0.38
     for ax, (figure, heading) in zip(axes.flat, panels, strict=True):
@@ -393,7 +396,7 @@ def chart(rows: list[Comparison], path: str, title: str) -> None:
         ax.set_yscale("log")
         ax.set_title(heading + " (log scale)", fontsize=10)
         ax.set_xticks(list(x))
-        ax.set_xticklabels(labels, fontsize=6)
+        ax.set_xticklabels(labels, fontsize=7)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
