@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import datetime
 import os
 import secrets
 import shutil
@@ -316,6 +317,21 @@ class EmbeddedServer:
 # -- what App and AsyncApp share ---------------------------------------------------------------
 
 
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def _epoch_ms(when: int | datetime.datetime) -> int:
+    """Epoch milliseconds of an int (as is) or a datetime (a naive one is UTC)."""
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        return (when - _EPOCH) // _ONE_MS
+    if isinstance(when, bool) or not isinstance(when, int):
+        raise TypeError(f"expected epoch milliseconds (int) or a datetime, got {when!r}")
+    return when
+
 class _AppBase:
     """The checked options and embed-mode state of ``App`` and ``AsyncApp``.
 
@@ -343,6 +359,21 @@ class _AppBase:
         self._pool_size = pool_size
         self._server: EmbeddedServer | None = None
         self._entered = False
+        self._pinned_ms: int | None = None  # the test clock this App last set
+
+    def _pin(self, when: int | datetime.datetime | None) -> int | None:
+        """The ``now_ms`` to send for ``set_time(when)``, remembered for ``advance``."""
+        self._pinned_ms = None if when is None else _epoch_ms(when)
+        return self._pinned_ms
+
+    def _advanced(self, days: float, hours: float, minutes: float, seconds: float,
+                  milliseconds: float) -> int:
+        """The ``now_ms`` for ``advance(...)``: from the time last set, else from now."""
+        step = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds,
+                                  milliseconds=milliseconds) // _ONE_MS
+        base = self._pinned_ms if self._pinned_ms is not None else time.time_ns() // 1_000_000
+        self._pinned_ms = base + step
+        return self._pinned_ms
 
     def __repr__(self) -> str:
         where = "embed" if self._endpoint is None else str(self._endpoint)
@@ -361,6 +392,8 @@ class _Backend(Protocol):
     ) -> dict[str, Any]: ...
 
     def reset(self) -> dict[str, Any]: ...
+
+    def test_clock(self, now_ms: int | None) -> dict[str, Any]: ...
 
     def get(self, table: str, key: Any = ..., features: Sequence[str] | None = ...) -> Any: ...
 
@@ -533,9 +566,29 @@ class App(_AppBase):
             _raise_server_error(err)
 
     def reset(self) -> None:
-        """Drop every registered descriptor and all state (servers in test mode only)."""
+        """Drop every registered descriptor and all state (servers in test mode only).
+        The test clock returns to the wall clock too."""
         try:
             self._client().reset()
+        except ServerError as err:
+            _raise_server_error(err)
+        self._pinned_ms = None
+
+    def set_time(self, when: int | datetime.datetime | None) -> None:
+        """Pin the server's clock (test mode only): pushes are applied at ``when`` and reads
+        are answered as of ``when`` (epoch milliseconds, or a datetime; a naive one is UTC).
+        ``None`` returns to the wall clock. So windowed features can be tested exactly."""
+        try:
+            self._client().test_clock(self._pin(when))
+        except ServerError as err:
+            _raise_server_error(err)
+
+    def advance(self, *, days: float = 0, hours: float = 0, minutes: float = 0,
+                seconds: float = 0, milliseconds: float = 0) -> None:
+        """Move the pinned clock forward (from the time last set, else from now)."""
+        try:
+            self._client().test_clock(
+                self._advanced(days, hours, minutes, seconds, milliseconds))
         except ServerError as err:
             _raise_server_error(err)
 
@@ -552,6 +605,8 @@ class _AsyncBackend(Protocol):
     ) -> dict[str, Any]: ...
 
     async def reset(self) -> dict[str, Any]: ...
+
+    async def test_clock(self, now_ms: int | None) -> dict[str, Any]: ...
 
     async def get(
         self, table: str, key: Any = ..., features: Sequence[str] | None = ...
@@ -717,8 +772,26 @@ class AsyncApp(_AppBase):
             _raise_server_error(err)
 
     async def reset(self) -> None:
-        """Drop every registered descriptor and all state (test mode only)."""
+        """Drop every registered descriptor and all state (test mode only); the test clock
+        returns to the wall clock too."""
         try:
             await self._client().reset()
+        except ServerError as err:
+            _raise_server_error(err)
+        self._pinned_ms = None
+
+    async def set_time(self, when: int | datetime.datetime | None) -> None:
+        """``App.set_time``: pin the server's clock (test mode only)."""
+        try:
+            await self._client().test_clock(self._pin(when))
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def advance(self, *, days: float = 0, hours: float = 0, minutes: float = 0,
+                      seconds: float = 0, milliseconds: float = 0) -> None:
+        """``App.advance``: move the pinned clock forward."""
+        try:
+            await self._client().test_clock(
+                self._advanced(days, hours, minutes, seconds, milliseconds))
         except ServerError as err:
             _raise_server_error(err)

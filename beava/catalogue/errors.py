@@ -46,6 +46,8 @@ HTTP_STATUS: dict[str, int] = {
     "internal_error": 500,
     "unsupported_request_shape": 400,
     "reset_disabled_in_production": 403,
+    "test_mode_required": 403,
+    "invalid_test_clock": 400,
     "not_found": 404,
     "method_not_allowed": 405,
     "http_protocol_error": 400,

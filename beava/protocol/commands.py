@@ -28,6 +28,7 @@ from beava_client.opcodes import (
     OP_PUSH_SYNC,
     OP_REGISTER,
     OP_RESET,
+    OP_TEST_CLOCK,
 )
 
 ANY_CONTENT_TYPE = frozenset(range(256))  # PING ignores the content-type byte
@@ -83,6 +84,8 @@ COMMANDS: tuple[Command, ...] = (
             http_method="GET", http_prefixes=("/get/",), http_params=2),
     Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE,
             http_method="POST", http_paths=("/reset",)),
+    Command("test_clock", op=OP_TEST_CLOCK, reply_op=OP_TEST_CLOCK, content_types=JSON_ONLY,
+            http_method="POST", http_paths=("/test/clock",)),  # extension (docs/wire.md)
     Command("health", http_method="GET", http_paths=("/health",)),
     Command("ready", http_method="GET", http_paths=("/ready",)),
 )

@@ -17,9 +17,10 @@ import msgspec
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
+from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.state import reads
 from beava.engine.state.push_validation import has_control_character
-from beava.engine.store import FeatureStore
+from beava.engine.store import FeatureStore, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.commands import FRAMED
 from beava.protocol.dispatch import FrameHandler, HttpHandler, json_response
@@ -31,6 +32,8 @@ _encode = messages.encode_json
 _UNSUPPORTED = encode_frame(OP_ERROR, CT_JSON, b'{"code":"unsupported"}')
 RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MODE=1 or pass "
                           "--test-mode).")
+TEST_CLOCK_FORBIDDEN_REASON = ("the test clock requires server test_mode (set BEAVA_TEST_MODE=1 "
+                               "or pass --test-mode).")
 PUSH_MANY_LIMIT = 10_000
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
@@ -58,6 +61,18 @@ def _read_frame(command: str, ct: int, value: Any) -> bytes:
     return encode_frame(_REPLY_OP[command], CT_JSON, _encode(value))
 
 
+
+class _PinnedClock:
+    """The store's clock while a test pins it: always ``now_ms``."""
+
+    __slots__ = ("now_ms",)
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
 class Service:
     """Handles one request at a time on behalf of any transport."""
 
@@ -81,6 +96,7 @@ class Service:
             "get_multi": self._tcp_get_multi,
             "batch_get": self._tcp_batch_get,
             "reset": self._tcp_reset,
+            "test_clock": self._tcp_test_clock,
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -95,6 +111,7 @@ class Service:
             "batch_get": self._http_batch_get,
             "legacy_get": self._http_legacy_get,
             "reset": self._http_reset,
+            "test_clock": self._http_test_clock,
             "health": self._http_health,
             "ready": self._http_ready,
         }
@@ -109,9 +126,33 @@ class Service:
         if not self.test_mode:
             raise BeavaError("reset_disabled_in_production", reason=RESET_FORBIDDEN_REASON)
         version = self.store.reset()
+        self.store.clock = wall_clock_ms  # a reset also ends a pinned test clock
         if self.on_reset is not None:
             self.on_reset(version)
         return {"registry_version": version, "reset": True}
+
+    def test_clock(self, payload: bytes) -> dict[str, Any]:
+        """Pin the clock at ``{"now_ms": N}`` (pushes apply at N, reads use T = N) or return
+        to the wall clock with ``{"now_ms": null}``; test mode only (docs/wire.md)."""
+        if not self.test_mode:
+            raise BeavaError("test_mode_required", reason=TEST_CLOCK_FORBIDDEN_REASON)
+        try:
+            body = messages.json_any(payload)
+        except msgspec.DecodeError:
+            body = None
+        if not isinstance(body, dict) or "now_ms" not in body:
+            raise BeavaError("invalid_test_clock",
+                             message='expected a JSON object {"now_ms": <epoch ms> | null}')
+        now = body["now_ms"]
+        if now is None:
+            self.store.clock = wall_clock_ms
+        elif type(now) is int and 0 <= now <= I64_MAX:
+            self.store.clock = _PinnedClock(now)
+        else:
+            raise BeavaError("invalid_test_clock", path="now_ms",
+                             message="now_ms must be an integer of epoch milliseconds "
+                                     "(0 to 2^63-1) or null")
+        return {"now_ms": now}
 
     def _push(self, event: str, fields: Any, request: HttpRequest) -> bytes | PendingReply:
         """One HTTP push (spec/wire.md §6): the response to ``request``, deferred until the
@@ -244,6 +285,9 @@ class Service:
     def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
 
+    def _tcp_test_clock(self, ct: int, payload: bytes) -> bytes:
+        return encode_frame(_REPLY_OP["test_clock"], CT_JSON, _encode(self.test_clock(payload)))
+
     # HTTP data plane (spec/wire.md §3.3) ----------------------------------------------
 
     def _http_ping(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
@@ -305,6 +349,9 @@ class Service:
 
     def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.reset(), request.keep_alive)
+
+    def _http_test_clock(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, self.test_clock(request.body), request.keep_alive)
 
     def _http_health(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, {"status": "ok"}, request.keep_alive)

@@ -39,6 +39,7 @@ from .opcodes import (
     OP_PUSH,
     OP_REGISTER,
     OP_RESET,
+    OP_TEST_CLOCK,
     expected_reply_op,
 )
 from .results import (
@@ -460,6 +461,12 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         reply: dict[str, Any] = await self.request(OP_RESET, {})
         return reply
 
+    async def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        """``{"now_ms": N}`` pins a test-mode server's clock at N (epoch ms; None returns it to the
+        wall clock). An extension of this server: beava 0.0.6 has no test clock."""
+        reply: dict[str, Any] = await self.request(OP_TEST_CLOCK, {"now_ms": now_ms})
+        return reply
+
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
     ) -> Any:
@@ -658,6 +665,9 @@ class AsyncTcpPool:
 
     async def reset(self) -> dict[str, Any]:
         return await self.client().reset()
+
+    async def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        return await self.client().test_clock(now_ms)
 
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None

@@ -293,6 +293,12 @@ class HttpClient(SyncClient, _HttpCommon):
         reply: dict[str, Any] = self.request("POST", "/reset", b"{}")
         return reply
 
+    def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        """``POST /test/clock``: ``{"now_ms": N}`` pins a test-mode server's clock at N (epoch ms; None returns it to the
+        wall clock). An extension of this server: beava 0.0.6 has no test clock."""
+        reply: dict[str, Any] = self.request("POST", "/test/clock", {"now_ms": now_ms})
+        return reply
+
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
         """``POST /get``: the row of ``key`` (sent unchanged; None = ``""``)."""
         return self.request("POST", "/get", get_body(table, key, features))
@@ -531,6 +537,11 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
     async def reset(self) -> dict[str, Any]:
         """``POST /reset`` (test mode only)."""
         reply: dict[str, Any] = await self.request("POST", "/reset", b"{}")
+        return reply
+
+    async def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        """``POST /test/clock`` (test mode only; see HttpClient.test_clock)."""
+        reply: dict[str, Any] = await self.request("POST", "/test/clock", {"now_ms": now_ms})
         return reply
 
     async def get(

@@ -80,6 +80,10 @@ class ClientPool(Generic[C]):
         with self.client() as c:
             return c.reset()
 
+    def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        with self.client() as c:
+            return c.test_clock(now_ms)
+
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:
         with self.client() as c:
             return c.get(table, key, features)

@@ -40,6 +40,7 @@ from .opcodes import (
     OP_PUSH,
     OP_REGISTER,
     OP_RESET,
+    OP_TEST_CLOCK,
     expected_reply_op,
 )
 from .results import (
@@ -311,6 +312,12 @@ class TcpClient(SyncClient, TcpClientBase):
     def reset(self) -> dict[str, Any]:
         """Reset the server (test mode only): ``{"registry_version": N, "reset": true}``."""
         reply: dict[str, Any] = self.request(OP_RESET, {})
+        return reply
+
+    def test_clock(self, now_ms: int | None) -> dict[str, Any]:
+        """``{"now_ms": N}`` pins a test-mode server's clock at N (epoch ms; None returns it to the
+        wall clock). An extension of this server: beava 0.0.6 has no test clock."""
+        reply: dict[str, Any] = self.request(OP_TEST_CLOCK, {"now_ms": now_ms})
         return reply
 
     def get(self, table: str, key: Any = None, features: Sequence[str] | None = None) -> Any:

@@ -10,6 +10,7 @@ import time
 import msgspec
 import pytest
 
+from beava import __version__
 from tests.support import FrameConn, frame
 
 OP_ERROR = 0xFFFF
@@ -38,12 +39,12 @@ def test_ping_reports_version_and_ignores_ct_and_payload(conn):
         op, reply_ct, reply = conn.request(0x0000, ct, payload)
         assert (op, reply_ct) == (0x0000, 1)
         doc = body(reply)
-        assert doc["server_version"] == "0.1.0"
+        assert doc["server_version"] == __version__
         assert isinstance(doc["registry_version"], int)
 
 
 @pytest.mark.parametrize("op", [0x0002, 0x000F, 0x0013, 0x0023, 0x0025, 0x0030, 0x0031,
-                                0x0041, 0x1234, 0xFFFE, 0xFFFF])
+                                0x0042, 0x1234, 0xFFFE, 0xFFFF])
 def test_unknown_and_reserved_ops_keep_connection_open(conn, op):
     reply_op, ct, payload = conn.request(op, 1, b'{"x":1}')
     assert (reply_op, ct) == (OP_ERROR, 1)

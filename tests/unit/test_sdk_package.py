@@ -54,8 +54,12 @@ def test_all_is_exactly_the_spec_list() -> None:
     assert "VALIDATION_ERROR_KINDS" not in bv.__all__
 
 
-def test_version() -> None:
-    assert bv.__version__ == "0.1.0"
+def test_version_is_the_distributions() -> None:
+    # pyproject reads the version from the package: the installed metadata agrees
+    from importlib.metadata import version
+
+    assert bv.__version__ == version("beava")
+    assert bv.__version__.count(".") == 2
 
 
 @pytest.mark.parametrize("name", ["fork", "upsert", "Session", "join", "_missing"])
