@@ -1,18 +1,24 @@
-"""Rows/s from Spark into one beava server through ``beava_spark.push_dataframe``.
+"""Rows/s from Spark into one beava server: ``beava_spark.push_dataframe``, the
+``format("beava")`` batch write, and the ``format("beava")`` streaming write.
 
 For each workload (bench/workloads/) a memory-only server is started and registered, a
 DataFrame of the workload's event is generated in Spark and cached (so the timed runs
 measure the push, not the generation), one warm-up push is made, then ``repeat`` timed
-pushes. Also reported: the Spark-side ceiling, i.e. the same job with a partition
-function that only reads its JSON bodies and sends nothing.
+pushes. The batch write (``df.write.format("beava")``) and the streaming write (a
+Parquet copy of the same rows read by ``readStream`` with ``trigger(availableNow=True)``,
+one micro-batch) are timed ``repeat`` times each too, wall clock around ``save()`` /
+``start()`` to the end of the query. Also reported: the Spark-side ceiling, i.e. the
+push_dataframe job with a partition function that only reads its JSON bodies.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -35,6 +41,8 @@ class SparkRow:
     rows_per_s_best: float
     spark_side_ceiling: float
     rejected: int
+    format_rows_per_s_median: float
+    stream_rows_per_s_median: float
 
 
 def session(master: str) -> Any:
@@ -96,6 +104,7 @@ def measure(spark: Any, name: str, *, rows: int, partitions: int, batch_size: in
     lines.foreachPartition(_read_only)
     ceiling = rows / (time.perf_counter() - started)
     server = BenchServer("--memory-only")
+    stream_dir = tempfile.mkdtemp(prefix="beava-spark-bench-")
     try:
         register(server.addrs["http"], wl.register)
         url = "tcp://{}:{}".format(*server.tcp())
@@ -107,11 +116,45 @@ def measure(spark: Any, name: str, *, rows: int, partitions: int, batch_size: in
             rejected += totals.rejected
             if run:  # the first run warms up workers and creates the entities
                 rates.append(totals.rows_per_second)
+        format_rates, stream_rates = _format_rates(
+            spark, df, wl.event, url, rows=rows, batch_size=batch_size,
+            max_in_flight=max_in_flight, repeat=repeat, stream_dir=stream_dir)
     finally:
         server.stop()
         df.unpersist()
+        shutil.rmtree(stream_dir, ignore_errors=True)
     return SparkRow(name, rows, partitions, batch_size, max_in_flight,
-                    statistics.median(rates), max(rates), ceiling, rejected)
+                    statistics.median(rates), max(rates), ceiling, rejected,
+                    statistics.median(format_rates), statistics.median(stream_rates))
+
+
+def _format_rates(spark: Any, df: Any, event: str, url: str, *, rows: int, batch_size: int,
+                  max_in_flight: int, repeat: int, stream_dir: str
+                  ) -> tuple[list[float], list[float]]:
+    """Rows/s of ``repeat`` batch writes and ``repeat`` streaming writes through
+    ``format("beava")`` (wall clock, query planning included)."""
+    import beava_spark
+
+    beava_spark.register(spark)
+    options = {"url": url, "event": event, "batch_size": str(batch_size),
+               "max_in_flight": str(max_in_flight), "on_error": "collect"}
+    format_rates = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        df.write.format("beava").options(**options).mode("append").save()
+        format_rates.append(rows / (time.perf_counter() - started))
+    source = os.path.join(stream_dir, "rows")
+    df.write.parquet(source)
+    stream_rates = []
+    for run in range(repeat):
+        reader = spark.readStream.schema(df.schema).parquet(source)
+        started = time.perf_counter()
+        query = (reader.writeStream.format("beava").options(**options)
+                 .option("checkpointLocation", os.path.join(stream_dir, f"checkpoint-{run}"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        stream_rates.append(rows / (time.perf_counter() - started))
+    return format_rates, stream_rates
 
 
 def main(names: list[str], *, rows: int, partitions: int, batch_size: int, max_in_flight: int,
@@ -129,7 +172,9 @@ def main(names: list[str], *, rows: int, partitions: int, batch_size: int, max_i
     print(f"Spark {master}, {partitions} partitions, batch {batch_size}, "
           f"in flight {max_in_flight} rows, {repeat} timed runs")
     print(f"{'workload':<20}{'rows':>11}{'rows/s median':>16}{'rows/s best':>14}"
-          f"{'spark-side ceiling':>20}{'rejected':>10}")
+          f"{'spark-side ceiling':>20}{'rejected':>10}{'format batch':>14}"
+          f"{'format stream':>15}")
     for r in results:
         print(f"{r.workload:<20}{r.rows:>11,}{r.rows_per_s_median:>16,.0f}"
-              f"{r.rows_per_s_best:>14,.0f}{r.spark_side_ceiling:>20,.0f}{r.rejected:>10}")
+              f"{r.rows_per_s_best:>14,.0f}{r.spark_side_ceiling:>20,.0f}{r.rejected:>10}"
+              f"{r.format_rows_per_s_median:>14,.0f}{r.stream_rows_per_s_median:>15,.0f}")

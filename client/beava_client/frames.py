@@ -37,6 +37,11 @@ def check_payload_size(size: int, max_frame_bytes: int) -> None:
         )
 
 
+HTTP_REPLY_LENGTH = 0x48545450
+"""A reply whose first four bytes are ``HTTP`` (an HTTP server's status line) read as a
+frame length: the client was pointed at an HTTP port."""
+
+
 class FrameDecoder:
     """Incremental frame splitter: ``feed(bytes)`` returns every frame completed so far.
 
@@ -104,6 +109,11 @@ class FrameDecoder:
 
     def _bad_length(self, length: int) -> None:
         self.clear()
+        if length == HTTP_REPLY_LENGTH:
+            raise ProtocolError(
+                "http_reply",
+                "the server answered in HTTP: this is an HTTP port; use the TCP port",
+            )
         if length < MIN_LENGTH:
             raise ProtocolError(
                 "frame_error", f"reply frame declares length {length}, below the minimum 3"

@@ -15,10 +15,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .driver import DEFAULT_BATCH_SIZE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT, push_dataframe
-from .errors import BeavaSparkError, RowsRejectedError
+from .driver import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_TIMEOUT,
+    check_server,
+    push_dataframe,
+    urls_of,
+)
+from .errors import (
+    BeavaSparkError,
+    PushFailedError,
+    RowsRejectedError,
+    SchemaMismatchError,
+    spark_failure_reason,
+)
 from .progress import Progress
 from .totals import PushTotals
+from .writer import DEFAULT_SCHEMA_CHECK_ROWS
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
            ".jsonl": "json", ".ndjson": "json"}
@@ -53,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="NAME=VALUE",
                         help="Spark reader option (CSV defaults: header=true, "
                              "inferSchema=true)")
+    parser.add_argument("--event-schema", metavar="FIELD:TYPE,...",
+                        help="the event's fields, e.g. 'user_id:str,amount:f64,coupon:str?' "
+                             "(? = optional): columns are checked before anything is sent")
+    parser.add_argument("--schema-check-rows", type=int, default=DEFAULT_SCHEMA_CHECK_ROWS,
+                        help="stop a partition whose first N rows are all rejected for a "
+                             "schema reason (0: never; default %(default)s)")
     parser.add_argument("--select", help="comma-separated columns to push (default: all)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT)
@@ -100,9 +120,7 @@ class ProgressPrinter:
         self.printed = False
 
     def __call__(self, progress: Progress) -> None:
-        line = (f"sent {progress.sent:,}  acknowledged {progress.acknowledged:,}  "
-                f"rejected {progress.rejected:,}  {progress.rows_per_second:,.0f} rows/s  "
-                f"{progress.elapsed:.1f} s")
+        line = progress.line()
         if self.in_place:
             self.stream.write("\r" + line.ljust(100))
         else:
@@ -138,12 +156,13 @@ def _session(master: str) -> tuple[Any, bool]:
     return spark, True
 
 
-def _print_totals(totals: PushTotals, args: argparse.Namespace, out: TextIO) -> None:
+def _print_totals(totals: PushTotals, args: argparse.Namespace, out: TextIO,
+                  note: str = "") -> None:
     if args.json:
         out.write(json.dumps(totals.as_dict(), sort_keys=True) + "\n")
         return
     out.write(f"beava-spark: {', '.join(args.path)} -> event {args.event} "
-              f"on {', '.join(args.url)}\n{totals.summary()}\n")
+              f"on {', '.join(args.url)}{' ' + note if note else ''}\n{totals.summary()}\n")
     for sample in totals.rejections[:5]:
         out.write(f"  rejected [{sample.code}] {sample.row}\n")
 
@@ -153,8 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         fmt = args.format or input_format(args.path)
+        urls = urls_of(args.url)
     except ValueError as exc:
         parser.error(str(exc))
+    try:
+        # Before Spark starts (seconds): an unreachable server or unknown event is known
+        # at once.
+        for url in urls:
+            check_server(url, args.event, args.timeout)
+    except BeavaSparkError as exc:
+        sys.stderr.write(f"beava-spark: {exc}\n")
+        return 2
     spark, owned = _session(args.master)
     printer = ProgressPrinter(sys.stderr)
     try:
@@ -167,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         totals = push_dataframe(
             df, args.event, args.url, batch_size=args.batch_size,
             max_in_flight=args.max_in_flight, key=args.key, on_error=args.on_error,
-            schema=dict(args.schema), partitions_per_server=args.partitions_per_server,
+            schema=dict(args.schema), event_schema=args.event_schema,
+            schema_check_rows=args.schema_check_rows,
+            partitions_per_server=args.partitions_per_server,
             timeout=args.timeout,
             progress=printer if args.progress_interval > 0 else None,
             progress_interval=args.progress_interval or 1.0,
@@ -176,13 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         printer.finish()
         _print_totals(exc.totals, args, sys.stdout)
         return 1
+    except (PushFailedError, SchemaMismatchError) as exc:
+        printer.finish()
+        _print_totals(exc.totals, args, sys.stdout,
+                      "so far (every task attempt)" if isinstance(exc, PushFailedError) else "")
+        sys.stderr.write(f"beava-spark: {exc}\n")
+        return 2
     except (BeavaSparkError, ValueError) as exc:
         printer.finish()
         sys.stderr.write(f"beava-spark: {exc}\n")
         return 2
-    except Exception as exc:  # the Spark job failed: its error names the cause
+    except Exception as exc:  # Spark failed outside the push (e.g. reading the input)
         printer.finish()
-        sys.stderr.write(f"beava-spark: the Spark job failed: {_first_line(exc)}\n")
+        sys.stderr.write(f"beava-spark: Spark failed: {spark_failure_reason(exc)}\n")
         return 2
     finally:
         if owned:
@@ -190,15 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     printer.finish()
     _print_totals(totals, args, sys.stdout)
     return 1 if totals.rejected else 0
-
-
-def _first_line(exc: BaseException) -> str:
-    """The most telling line of a (usually very long) Spark error."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "PartitionPushError" in line or "BeavaSparkError" in line:
-            return line.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

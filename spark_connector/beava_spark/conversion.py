@@ -114,6 +114,17 @@ class ConversionPlan:
         """One converted column per field, for ``DataFrame.select``."""
         return [f.column() for f in self.fields]
 
+    def allowed_targets(self) -> dict[str, tuple[str, ...]]:
+        """``{column: beava types it may be sent as}``, the default first."""
+        allowed = {}
+        for conv in self.fields:
+            targets = _TARGETS[conv.family]
+            if conv.family == "decimal" and conv.spark_type != "decimal" and not \
+                    _integral_decimal_text(conv.spark_type):
+                targets = tuple(t for t in targets if t != "i64")
+            allowed[conv.name] = targets
+        return allowed
+
     def bodies(self, df: DataFrame) -> DataFrame:
         """``df`` with every column converted to its wire value."""
         return df.select(*self.columns())
@@ -169,6 +180,16 @@ def _integral_decimal(data_type: DataType) -> bool:
 
     return (isinstance(data_type, DecimalType)
             and data_type.scale == 0 and data_type.precision <= 18)
+
+
+def _integral_decimal_text(spark_type: str) -> bool:
+    """Whether ``decimal(p,s)`` text has s = 0 and p <= 18."""
+    inner = spark_type[spark_type.find("(") + 1:spark_type.rfind(")")]
+    precision, _, scale = inner.partition(",")
+    try:
+        return int(scale or 0) == 0 and int(precision) <= 18
+    except ValueError:
+        return False
 
 
 def quoted(name: str) -> str:

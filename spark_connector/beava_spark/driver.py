@@ -4,6 +4,8 @@ with ``foreachPartition`` and returns the totals gathered by an accumulator."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -14,16 +16,25 @@ from beava_client import ServerError, TcpClient, TransportError, parse_url
 from beava_client.messages import PUSH_MANY_MAX_BODIES, PUSH_MANY_UNSUPPORTED_CODES
 from beava_client.opcodes import OP_PUSH_MANY
 
-from .conversion import plan_conversion
-from .errors import RowsRejectedError, ServerCheckError
+from .conversion import ConversionPlan, plan_conversion
+from .errors import (
+    ConversionError,
+    PushFailedError,
+    RowsRejectedError,
+    SchemaMismatchError,
+    ServerCheckError,
+    spark_failure_reason,
+)
+from .event_schema import EventSchema, schema_hint
 from .progress import Progress, ProgressListener
 from .routing import LineRouter
 from .totals import PushTotals, TotalsAccumulatorParam
-from .writer import WriterConfig, write_partition
+from .writer import DEFAULT_SCHEMA_CHECK_ROWS, WriterConfig, write_partition
 
 if TYPE_CHECKING:
-    from pyspark import RDD
+    from pyspark import RDD, SparkContext
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_MAX_IN_FLIGHT = 16_000
@@ -33,7 +44,7 @@ ON_ERROR = ("raise", "collect")
 
 def push_dataframe(
     df: DataFrame,
-    event: str,
+    event: str | Any,
     url: str | Sequence[str],
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -41,6 +52,8 @@ def push_dataframe(
     key: str | Sequence[str] | None = None,
     on_error: str = "raise",
     schema: Mapping[str, str] | None = None,
+    event_schema: Mapping[str, str] | str | None = None,
+    schema_check_rows: int = DEFAULT_SCHEMA_CHECK_ROWS,
     partitions_per_server: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[Progress], None] | None = None,
@@ -48,6 +61,11 @@ def push_dataframe(
 ) -> PushTotals:
     """Push every row of ``df`` as one ``event`` to the beava server(s) at ``url``.
 
+    - ``event``: the event name, or its SDK class (``@bv.event class Txn``): then the
+      columns are checked against the event's fields before any row is sent.
+    - ``event_schema``: the event's fields when ``event`` is a name:
+      ``{"user_id": "str", "amount": "f64", "coupon": "str?"}`` (``?``: optional) or the
+      same as text ``"user_id:str, amount:f64, coupon:str?"``.
     - ``url``: ``"tcp://host:port"`` or a list of them. With several, ``key`` is required:
       rows are routed by jump consistent hash of the key (``beava_spark.routing``) and
       repartitioned so that each partition task talks to one server
@@ -63,56 +81,126 @@ def push_dataframe(
     - ``on_error``: ``"raise"``: a partition stops sending at its first rejected row and
       RowsRejectedError is raised after the job; ``"collect"``: every row is sent and the
       rejections are counted in the totals.
+    - ``schema_check_rows``: a partition whose first that many rows are all rejected for
+      a schema reason stops, and SchemaMismatchError is raised after the job (0: never).
     - ``timeout``: seconds for connecting and for each reply.
     - ``progress``: called on the driver every ``progress_interval`` seconds with a
       Progress snapshot while the job runs.
 
-    Returns PushTotals. Raises ConversionError (unsupported columns, bad ``schema``) or
-    ServerCheckError (server unreachable, event not registered) before anything is sent;
-    a failed job raises Spark's error, whose text carries the task's PartitionPushError.
+    Returns PushTotals. Raises ConversionError (unsupported columns, bad ``schema``,
+    columns that do not fit the event) or ServerCheckError (server unreachable, event not
+    registered) before anything is sent; PushFailedError (with the totals so far) when the
+    Spark job fails.
     """
     urls = _urls(url)
     key_fields = _key_fields(key, df.columns)
-    _check_options(event, urls, key_fields, batch_size, max_in_flight, on_error,
-                   partitions_per_server, timeout)
-    plan = plan_conversion(df.schema, schema)
-    push_many = tuple(_check_server(u, event, timeout) for u in urls)
+    name, known = resolve_event(event, event_schema)
+    check_options(name, urls, key_fields, batch_size, max_in_flight, on_error,
+                  partitions_per_server, timeout, schema_check_rows)
+    plan = plan_for(df.schema, schema, known)
+    push_many = tuple(check_server(u, name, timeout) for u in urls)
+    sc = df.sparkSession.sparkContext
+    ensure_worker_python(sc)
     lines = json_lines(plan.bodies(df))
     if len(urls) > 1:
         assert key_fields is not None
         per_server = partitions_per_server or max(1, lines.getNumPartitions() // len(urls))
         router = LineRouter(key_fields, len(urls), per_server)
         lines = lines.map(router).partitionBy(router.partitions, _partition_index).values()
-    sc = df.sparkSession.sparkContext
     # pyspark annotates the param as its AccumulatorParam class; ours is duck-typed (zero,
     # addInPlace) so that workers unpickle it without importing pyspark.
     accumulator = sc.accumulator(PushTotals(), TotalsAccumulatorParam())  # type: ignore[arg-type]
-    listener = None
-    progress_address = None
-    if progress is not None:
-        bind, advertise = _progress_host(sc)
-        listener = ProgressListener(progress, host=bind, interval=progress_interval)
-        progress_address = (advertise, listener.address[1])
+    # The listener always runs: its counts are the totals so far if the job fails.
+    bind, advertise = _progress_host(sc)
+    listener = ProgressListener(progress, host=bind, interval=progress_interval)
     config = WriterConfig(
-        event=event, urls=tuple(urls), push_many=push_many, batch_size=batch_size,
+        event=name, urls=tuple(urls), push_many=push_many, batch_size=batch_size,
         max_in_flight=max_in_flight, stop_on_rejection=on_error == "raise",
-        timeout=timeout, progress_address=progress_address,
+        timeout=timeout, progress_address=(advertise, listener.address[1]),
+        schema_check_rows=schema_check_rows,
     )
     started = time.perf_counter()
-    if listener is not None:
-        listener.start()
+    listener.start()
     try:
         lines.foreachPartition(partial(write_partition, config, accumulator))
-    finally:
-        if listener is not None:
-            listener.close()
-    totals: PushTotals = accumulator.value
+    except Exception as exc:
+        listener.close()
+        totals = totals_of_progress(listener.snapshot())
+        totals.seconds = time.perf_counter() - started
+        raise PushFailedError(spark_failure_reason(exc), totals) from exc
+    listener.close()
+    totals = accumulator.value
     totals.seconds = time.perf_counter() - started
     for u in urls:
         totals.server(u)
-    if on_error == "raise" and totals.rejected:
-        raise RowsRejectedError(totals)
+    raise_for_rejections(totals, on_error, list(df.columns), name)
     return totals
+
+
+def resolve_event(event: str | Any, event_schema: Mapping[str, str] | str | None
+                  ) -> tuple[str, EventSchema | None]:
+    """The event's name and, when known, its schema: from an SDK event class, or from
+    ``event_schema``."""
+    if isinstance(event, str):
+        if event_schema is None:
+            return event, None
+        return event, EventSchema.parse(event, event_schema)
+    if hasattr(event, "_bv_fields") and hasattr(event, "_name"):
+        if event_schema is not None:
+            raise ValueError("event_schema: not with an event class (it has the schema)")
+        known = EventSchema.of_class(event)
+        return known.name, known
+    raise ValueError(f"event: give the event name or its @bv.event class, got {event!r}")
+
+
+def plan_for(schema: StructType, overrides: Mapping[str, str] | None,
+             known: EventSchema | None) -> ConversionPlan:
+    """The conversion of the DataFrame's columns; with the event's schema known, a column
+    is sent as its field's type when it can be, and columns that cannot fit the event
+    raise ConversionError (nothing is sent)."""
+    plan = plan_conversion(schema, overrides)
+    if known is None:
+        return plan
+    targets = known.conversion_targets(plan.allowed_targets())
+    chosen = {**targets, **dict(overrides or {})}
+    if chosen != dict(overrides or {}):
+        plan = plan_conversion(schema, chosen)
+    problems = known.problems(plan)
+    if problems:
+        raise ConversionError(problems, what=f"the DataFrame does not fit event {known.name}")
+    return plan
+
+
+def raise_for_rejections(totals: PushTotals, on_error: str, columns: list[str],
+                         event: str) -> None:
+    """SchemaMismatchError when partitions stopped on schema rejections; with
+    ``on_error="raise"``, RowsRejectedError when rows were rejected."""
+    if totals.schema_stopped_partitions:
+        codes = ", ".join(f"{c} x{n:,}" for c, n in sorted(totals.rejected_by_code.items()))
+        hint = schema_hint(totals, columns, event)
+        raise SchemaMismatchError(
+            f"the rows do not fit event {event}: the first rows of "
+            f"{totals.schema_stopped_partitions} partition(s) were all rejected ({codes}), "
+            f"so they stopped early ({totals.sent:,} row(s) sent, "
+            f"{totals.acknowledged + totals.replays:,} acknowledged)"
+            + (f". {hint}" if hint else ""), totals)
+    if on_error == "raise" and totals.rejected:
+        raise RowsRejectedError(totals, schema_hint(totals, columns, event))
+
+
+def totals_of_progress(progress: Progress) -> PushTotals:
+    """Totals holding the counts of a progress snapshot."""
+    return PushTotals(rows=progress.sent, sent=progress.sent,
+                      acknowledged=progress.acknowledged, rejected=progress.rejected,
+                      replays=progress.replays, replays_reported=progress.replays_reported)
+
+
+def ensure_worker_python(sc: SparkContext) -> None:
+    """With a local master, run the Python workers on this interpreter (it has
+    beava_spark and beava_client) unless ``PYSPARK_PYTHON`` says otherwise: pyspark's
+    default, ``python3`` from ``PATH``, often lacks them."""
+    if (sc.master or "").startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        sc.pythonExec = sys.executable
 
 
 def json_lines(df: DataFrame) -> RDD[bytes]:
@@ -136,6 +224,11 @@ def _first_as_bytes(row: Any) -> bytes:
 
 def _partition_index(index: int) -> int:
     return index
+
+
+def urls_of(url: str | Sequence[str]) -> list[str]:
+    """The list of server URLs; raises ValueError."""
+    return _urls(url)
 
 
 def _urls(url: str | Sequence[str]) -> list[str]:
@@ -164,9 +257,11 @@ def _key_fields(key: str | Sequence[str] | None, columns: Sequence[str]
     return fields
 
 
-def _check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | None,
-                   batch_size: int, max_in_flight: int, on_error: str,
-                   partitions_per_server: int | None, timeout: float) -> None:
+def check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | None,
+                  batch_size: int, max_in_flight: int, on_error: str,
+                  partitions_per_server: int | None, timeout: float,
+                  schema_check_rows: int = DEFAULT_SCHEMA_CHECK_ROWS) -> None:
+    """Raise ValueError for a bad option."""
     if not isinstance(event, str) or not event:
         raise ValueError("event: give the event name")
     if len(urls) > 1 and key_fields is None:
@@ -181,9 +276,11 @@ def _check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | No
         raise ValueError("partitions_per_server must be >= 1")
     if timeout <= 0:
         raise ValueError("timeout must be a positive number of seconds")
+    if schema_check_rows < 0:
+        raise ValueError("schema_check_rows must be >= 0 (0: never stop early)")
 
 
-def _check_server(url: str, event: str, timeout: float) -> bool:
+def check_server(url: str, event: str, timeout: float) -> bool:
     """Whether ``url`` has OP_PUSH_MANY, found with an empty batch (which also checks that
     the event is registered there). Raises ServerCheckError."""
     endpoint = parse_url(url)

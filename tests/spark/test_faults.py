@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
 
 import beava as bv  # noqa: E402
-from beava_spark import push_dataframe  # noqa: E402
+from beava_spark import PushFailedError, push_dataframe  # noqa: E402
 from tests.support import BeavaProcess  # noqa: E402
 
 ROWS = 20_000
@@ -94,9 +94,14 @@ def test_without_dedupe_the_same_fault_counts_rows_twice(
 def test_a_partition_that_keeps_failing_fails_the_job_with_the_cause(
         spark: Any, app: bv.App, make_proxy: Any, clean_server: BeavaProcess) -> None:
     proxy = make_proxy(clean_server.tcp, drop_after=DROP_AFTER, max_drops=None)
-    with pytest.raises(Exception) as info:  # Spark's job failure wraps the task's error
+    with pytest.raises(PushFailedError) as info:
         push_dataframe(payments(spark), "Pay", proxy.url, batch_size=500, max_in_flight=1000)
+    # One line: the task's error, out of Spark's long job failure (kept as the cause).
     text = str(info.value)
-    assert "beava_spark.errors.PartitionPushError: connection to " + proxy.url in text
+    assert text.startswith("the push failed: connection to " + proxy.url + " lost after ")
+    assert "\n" not in text
     assert "the task fails so that Spark retries the partition" in text
+    assert "PartitionPushError: connection to" in str(info.value.__cause__)
+    # The totals so far: what every attempt reported before the job failed.
+    assert info.value.totals.sent > 0
     assert proxy.drops >= 4  # every attempt of a partition was cut (4 tries in local[2,4])

@@ -106,3 +106,27 @@ def test_composite_keys_are_routed_like_the_stored_key(
                 "orders": 3, "revenue": 3.0 * shop}
             assert apps[1 - index].get("ShopVip", [shop, vip]) == {}
     assert min(owners.values()) > 30
+
+
+def test_format_beava_routes_by_key_too(
+        spark: Any, servers: list[BeavaProcess], apps: list[bv.App]) -> None:
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+    import beava_spark
+
+    beava_spark.register(spark)
+    urls = [f"tcp://{s.addrs['tcp']}" for s in servers]
+    rows = [(shop, vip, float(shop)) for shop in range(40) for vip in (True, False)
+            for _ in range(2)]
+    df = spark.createDataFrame(rows, "shop_id long, vip boolean, amount double")
+    (df.write.format("beava").option("url", ",".join(urls)).option("event", "Order")
+     .option("key", "shop_id,vip").mode("append").save())
+    result = beava_spark.last_write()
+    assert result is not None and result.totals.sent == len(rows)
+    for shop in range(40):
+        for vip in (True, False):
+            index = urls.index(server_for_key([shop, vip], urls))
+            assert apps[index].get("ShopVip", [shop, vip]) == {
+                "orders": 2, "revenue": 2.0 * shop}
+            assert apps[1 - index].get("ShopVip", [shop, vip]) == {}
+    assert sum(result.totals.servers[u].sent for u in urls) == len(rows)
+    assert min(result.totals.servers[u].sent for u in urls) > 0

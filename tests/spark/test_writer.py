@@ -55,7 +55,7 @@ def test_requests_are_split_at_the_frame_limit(app: bv.App, make_proxy: Any,
     rows = [line("u1", "x" * 66, i) for i in range(100, 200)] + [line("u2", "y" * 400, 1)]
     assert {len(r) for r in rows[:100]} == {100}
     # Payload = 29 bytes of envelope + rows and commas: 4 rows of 100 bytes fit in 432.
-    writer = PartitionWriter(config(proxy.url, batch_size=8, max_frame_bytes=432), 0)
+    writer = PartitionWriter(config(proxy.url, batch_size=8, max_frame_bytes=432))
     totals = writer.run(iter(rows))
     assert proxy.ops == {0x0012: 25}
     assert (totals.rows, totals.sent, totals.acknowledged, totals.rejected) == (101, 100, 100, 1)
@@ -70,7 +70,7 @@ def test_rejections_are_counted_or_stop_the_partition(app: bv.App,
     url = f"tcp://{clean_server.addrs['tcp']}"
     rows = [line("u1", "ok", 1)] * 25 + [b'{"user_id":"u1","text":"no n"}'] + [
         line("u1", "ok", 1)] * 74
-    collect = PartitionWriter(config(url), 0).run(iter(rows))
+    collect = PartitionWriter(config(url)).run(iter(rows))
     assert (collect.sent, collect.acknowledged, collect.rejected) == (100, 99, 1)
     assert collect.rejected_by_code == {"invalid_event": 1}
     assert collect.rejections[0].row == '{"user_id":"u1","text":"no n"}'
@@ -79,7 +79,7 @@ def test_rejections_are_counted_or_stop_the_partition(app: bv.App,
 
     app.reset()
     app.register(Note, NoteStats)
-    stop = PartitionWriter(config(url, stop_on_rejection=True), 0).run(iter(rows))
+    stop = PartitionWriter(config(url, stop_on_rejection=True)).run(iter(rows))
     # The bad row is in the 3rd request; requests already in flight (window 3) still count.
     assert stop.stopped_partitions == 1 and stop.rejected == 1
     assert stop.acknowledged == stop.sent - 1 and 29 <= stop.sent < 100
@@ -90,7 +90,7 @@ def test_fallback_sends_one_push_per_row(app: bv.App, make_proxy: Any,
                                          clean_server: BeavaProcess) -> None:
     proxy = make_proxy(clean_server.tcp)
     rows = [line(f"u{i % 3}", "t", i) for i in range(50)] + [b'{"user_id":"u0","bad":1}']
-    totals = PartitionWriter(config(proxy.url, push_many=(False,)), 0).run(iter(rows))
+    totals = PartitionWriter(config(proxy.url, push_many=(False,))).run(iter(rows))
     assert proxy.ops == {0x0010: 51}
     assert (totals.sent, totals.acknowledged, totals.rejected) == (51, 50, 1)
     assert totals.rejected_by_code == {"unknown_field_v0": 1}
@@ -102,7 +102,7 @@ def test_fallback_sends_one_push_per_row(app: bv.App, make_proxy: Any,
 def test_an_empty_partition_opens_no_connection(make_proxy: Any,
                                                 clean_server: BeavaProcess) -> None:
     proxy = make_proxy(clean_server.tcp)
-    totals = PartitionWriter(config(proxy.url), 0).run(iter([]))
+    totals = PartitionWriter(config(proxy.url)).run(iter([]))
     assert proxy.connections == 0
     assert (totals.rows, totals.sent, totals.partitions) == (0, 0, 1)
 
@@ -112,7 +112,7 @@ def test_a_dropped_connection_fails_with_a_clear_error(app: bv.App, make_proxy: 
     proxy = make_proxy(clean_server.tcp, drop_after=2000)
     rows = [line("u1", "z" * 40, i) for i in range(2000)]
     with pytest.raises(PartitionPushError) as info:
-        PartitionWriter(config(proxy.url, batch_size=20, max_in_flight=40), 0).run(iter(rows))
+        PartitionWriter(config(proxy.url, batch_size=20, max_in_flight=40)).run(iter(rows))
     message = str(info.value)
     assert message.startswith(f"connection to {proxy.url} lost after ")
     assert "Spark retries the partition" in message and "dedupe_key" in message
@@ -124,7 +124,7 @@ def test_a_dropped_connection_fails_with_a_clear_error(app: bv.App, make_proxy: 
 def test_an_unreachable_server_fails_the_task() -> None:
     url = "tcp://127.0.0.1:1"
     with pytest.raises(PartitionPushError, match=r"^cannot connect to tcp://127\.0\.0\.1:1 \("):
-        PartitionWriter(config(url), 0).run(iter([line("u1", "t", 1)]))
+        PartitionWriter(config(url)).run(iter([line("u1", "t", 1)]))
 
 
 def test_progress_reports_reach_the_listener() -> None:
