@@ -2,14 +2,16 @@
 (spec/durability.md §2, §6).
 
 The store appends every accepted push record to the log's pending batch (``buf``, a
-bytearray) and hands the log an item describing how to apply it,
-``(lsn, event, row, now_ms, on_applied)``; the log calls its
-``apply_items`` function (the store's) with items in LSN order. ``MemoryLog`` is not used
-for pushes (the store applies them itself); ``PeriodicLog`` buffers the record and applies
-at once, fsyncing on a tick; ``GroupCommit`` applies only after the fsync that covers the
-record (one worker thread, one fsync per loop turn). ``barrier()`` makes every accepted
-record durable and applied before a register, reset, snapshot or shutdown. A waiter item
-``(0, None, None, 0, callback)`` only runs its callback once earlier items are applied.
+bytearray) and submits the push, ``submit(lsn, event, row, now_ms, on_applied)``.
+``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
+buffers the record and has the store apply the push at once, fsyncing on a tick;
+``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
+covers the record (one worker thread, one fsync per loop turn). A pending batch holds no
+object per push: the pushes' events, rows and times sit in parallel lists whose LSNs run
+consecutively from the batch's first, and callbacks apart as waiters ``(count, callback)``,
+run once the first ``count`` pushes of the batch are applied. The log calls its
+``apply_batch`` function (the store's) once per durable batch. ``barrier()`` makes every
+accepted record durable and applied before a register, reset, snapshot or shutdown.
 """
 
 from __future__ import annotations
@@ -25,9 +27,23 @@ from beava.durability.wal import EventLog, WalFatal, WalWriter
 from beava.durability.wal_format import record_lsn_at
 
 Callback = Callable[[], None]
-# (lsn, event, row, now_ms, on_applied); event None = a waiter that only runs on_applied
-Item = tuple[int, str | None, dict[str, Any] | None, int, Callback | None]
-ApplyItems = Callable[[list[Item]], None]
+# (count, callback): run callback once the batch's first ``count`` pushes are applied
+Waiter = tuple[int, Callback]
+# apply_batch(first_lsn, events, rows, nows, waiters): push i has LSN first_lsn + i
+ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], list[Waiter]], None]
+
+
+class Batch:
+    """Pushes accepted into one WAL batch, not applied yet, and the waiters among them."""
+
+    __slots__ = ("first_lsn", "events", "rows", "nows", "waiters")
+
+    def __init__(self) -> None:
+        self.first_lsn = 0
+        self.events: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+        self.nows: list[int] = []
+        self.waiters: list[Waiter] = []
 
 
 class MemoryLog:
@@ -52,7 +68,7 @@ class _WorkerLog:
 
     acks_immediately = False
 
-    def __init__(self, wal: WalWriter, *, apply_items: ApplyItems, fsync_bytes: int,
+    def __init__(self, wal: WalWriter, *, apply_batch: ApplyBatch, fsync_bytes: int,
                  crash: CrashPoints, on_fatal: Callable[[BaseException], None],
                  after_batch: Callback | None = None,
                  next_lsn: Callable[[], int] | None = None,
@@ -65,7 +81,7 @@ class _WorkerLog:
         self.on_pressure = on_pressure
         self.pressured = False
         self._in_flight_bytes = 0
-        self.apply_items = apply_items
+        self.apply_batch = apply_batch
         self.fsync_bytes = fsync_bytes
         self.crash = crash
         self.on_fatal = on_fatal
@@ -73,9 +89,9 @@ class _WorkerLog:
         self.next_lsn = next_lsn
         self.buf = bytearray()  # the pending batch: records appended by the store
         self.sealed_lsn = 0  # the last push LSN handed to the worker
-        self._callbacks: list[Item] = []
+        self._batch = Batch()  # the pushes of the pending batch
         self._in_flight: concurrent.futures.Future[None] | None = None
-        self._in_flight_callbacks: list[Item] = []
+        self._in_flight_batch: Batch | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
         self._loop = asyncio.get_event_loop()
 
@@ -95,26 +111,27 @@ class _WorkerLog:
             self.pressured = False
             self.on_pressure(False)
 
-    def _take(self) -> tuple[bytearray, list[Item]]:
-        data, callbacks = self.buf, self._callbacks
-        self.buf, self._callbacks = bytearray(), []
-        for item in reversed(callbacks):
-            if item[1] is not None:
-                self.sealed_lsn = item[0]
-                break
-        return data, callbacks
+    def _has_pending(self) -> bool:
+        return bool(self.buf or self._batch.waiters)
+
+    def _take(self) -> tuple[bytearray, Batch]:
+        data, batch = self.buf, self._batch
+        self.buf, self._batch = bytearray(), Batch()
+        if batch.events:
+            self.sealed_lsn = batch.first_lsn + len(batch.events) - 1
+        return data, batch
 
     def _start(self) -> None:
         """Hand the pending batch to the worker (at most one batch in flight)."""
-        if self._in_flight is not None or not (self.buf or self._callbacks):
+        if self._in_flight is not None or not self._has_pending():
             return
-        data, callbacks = self._take()
+        data, batch = self._take()
         future = self._executor.submit(self.wal.write_and_sync, data) if data else None
         if future is None:
-            self._complete(callbacks)
+            self._complete(batch)
             return
         self._in_flight = future
-        self._in_flight_callbacks = callbacks
+        self._in_flight_batch = batch
         self._in_flight_bytes = len(data)
         future.add_done_callback(
             lambda f: self._loop.call_soon_threadsafe(self._finish, f))
@@ -124,19 +141,21 @@ class _WorkerLog:
             return  # already completed synchronously by a barrier
         self._in_flight = None
         self._in_flight_bytes = 0
-        callbacks, self._in_flight_callbacks = self._in_flight_callbacks, []
+        batch, self._in_flight_batch = self._in_flight_batch, None
         exc = future.exception()
         if exc is not None:
             self.on_fatal(exc)
             return
-        self._complete(callbacks)
+        if batch is not None:
+            self._complete(batch)
         self._start()
         self._check_pressure()
 
-    def _complete(self, items: list[Item]) -> None:
+    def _complete(self, batch: Batch) -> None:
         self.crash.hit("wal_after_fsync")
-        if items:
-            self.apply_items(items)
+        if batch.events or batch.waiters:
+            self.apply_batch(batch.first_lsn, batch.events, batch.rows, batch.nows,
+                             batch.waiters)
         self.crash.hit("wal_after_apply")
         if self.after_batch is not None:
             self.after_batch()
@@ -157,17 +176,17 @@ class _WorkerLog:
                 concurrent.futures.wait([future])
                 self._finish(future)  # may hand the next batch to the worker
                 continue
-            if not (self.buf or self._callbacks):
+            if not self._has_pending():
                 self._check_pressure()
                 return
-            data, callbacks = self._take()
+            data, batch = self._take()
             if data:
                 try:
                     self.wal.write_and_sync(data)
                 except WalFatal as exc:
                     self.on_fatal(exc)
                     return
-            self._complete(callbacks)
+            self._complete(batch)
 
     def close(self) -> None:
         self.barrier()
@@ -183,9 +202,19 @@ class GroupCommit(_WorkerLog):
         super().__init__(*args, **kwargs)
         self._scheduled = False
 
-    def submit(self, item: Item) -> bool:
-        """Accept the push of ``item``, whose record is already appended to ``buf``."""
-        self._callbacks.append(item)
+    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
+               on_applied: Callback | None) -> bool:
+        """Accept a push whose record is already appended to ``buf``; it is applied (and
+        ``on_applied`` runs) after the fsync covering it. Returns False: not applied yet."""
+        batch = self._batch
+        events = batch.events
+        if not events:
+            batch.first_lsn = lsn
+        events.append(event)
+        batch.rows.append(row)
+        batch.nows.append(now)
+        if on_applied is not None:
+            batch.waiters.append((len(events), on_applied))
         if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
@@ -198,9 +227,9 @@ class GroupCommit(_WorkerLog):
     def after_pending(self, callback: Callback) -> bool:
         """Run ``callback`` once everything accepted so far is durable (dedupe replays of a
         pending original). Returns True when that is already the case (nothing pending)."""
-        if not (self.buf or self._callbacks or self._in_flight is not None):
+        if not (self._has_pending() or self._in_flight is not None):
             return True
-        self._callbacks.append((0, None, None, 0, callback))
+        self._batch.waiters.append((len(self._batch.events), callback))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush_turn)
@@ -222,9 +251,10 @@ class PeriodicLog(_WorkerLog):
         self.tick_s = tick_ms / 1000.0
         self._timer = self._loop.call_later(self.tick_s, self._tick)
 
-    def submit(self, item: Item) -> bool:
-        """Apply ``item`` at once; its record is already appended to ``buf``."""
-        self.apply_items([item])
+    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
+               on_applied: Callback | None) -> bool:
+        """Accept a push whose record is already appended to ``buf``. Returns True: the
+        caller applies it at once (its acknowledgement does not wait for the fsync)."""
         if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()

@@ -17,7 +17,7 @@ import msgspec
 from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
-from beava.durability.group_commit import GroupCommit, Item, MemoryLog, PeriodicLog
+from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog, Waiter
 from beava.durability.recovery import Unapplicable
 from beava.durability.snapshots import LoadedSnapshot, SnapshotInvalid, encode_snapshot_body
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
@@ -50,22 +50,13 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PushAck:
-    """Outcome of an accepted push: a new record or a dedupe replay.
-
-    ``pending`` is True when the push is not applied yet (strict mode): its acknowledgement
-    must wait until ``FeatureStore.applied_lsn`` reaches ``FeatureStore.hold_lsn`` as it
-    was when the push returned, and the ``on_durable`` callback given to
-    :meth:`FeatureStore.push` runs once it does.
-    """
-
-    __slots__ = ("lsn", "registry_version", "replay", "pending")
-
-    def __init__(self, lsn: int, registry_version: int, replay: bool, pending: bool) -> None:
-        self.lsn = lsn
-        self.registry_version = registry_version
-        self.replay = replay
-        self.pending = pending
+# Outcome of an accepted push, a new record or a dedupe replay:
+# ``(lsn, registry_version, replay, pending)``. ``pending`` is True when the push is not
+# applied yet (strict mode): its acknowledgement must wait until
+# ``FeatureStore.applied_lsn`` reaches ``FeatureStore.hold_lsn`` as it was when the push
+# returned, and the ``on_durable`` callback given to :meth:`FeatureStore.push` runs once it
+# does.
+PushAck = tuple[int, int, bool, bool]
 
 
 class FeatureStore:
@@ -164,34 +155,50 @@ class FeatureStore:
                         on_durable or _nothing)
                     if pending:  # the original is not durable yet: wait for all accepted
                         self.hold_lsn = self.last_lsn
-                    return PushAck(hit[0], hit[2], True, pending)
+                    return hit[0], hit[2], True, pending
                 self._dedupe[key] = (self.last_lsn + 1, now, version)
         self.last_lsn = lsn = self.last_lsn + 1
         self.pushes_total += 1
         log = self.log
         if isinstance(log, MemoryLog):
             self._apply(lsn, event, row, now)
-            return PushAck(lsn, version, False, False)
+            return lsn, version, False, False
         append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
                       _encode_msgpack(row))
-        if log.submit((lsn, event, row, now, on_durable)):
-            return PushAck(lsn, version, False, False)
+        if log.submit(lsn, event, row, now, on_durable):  # periodic: applied at once
+            self._apply(lsn, event, row, now)
+            return lsn, version, False, False
         self.hold_lsn = lsn
-        return PushAck(lsn, version, False, True)
+        return lsn, version, False, True
 
-    def apply_items(self, items: list[Item]) -> None:
-        """Apply accepted pushes in LSN order (called by the durability log)."""
+    def apply_batch(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
+                    nows: list[int], waiters: list[Waiter]) -> None:
+        """Apply a durable batch of accepted pushes in LSN order (called by the durability
+        log): push ``i`` has LSN ``first_lsn + i``; a waiter ``(count, callback)`` runs once
+        the first ``count`` pushes are applied."""
+        done = 0
+        for count, callback in waiters:
+            if count > done:
+                self._apply_run(first_lsn, events, rows, nows, done, count)
+                done = count
+            callback()
+        if len(events) > done:
+            self._apply_run(first_lsn, events, rows, nows, done, len(events))
+
+    def _apply_run(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
+                   nows: list[int], start: int, stop: int) -> None:
         apply = self.engine.apply
-        watermark = self.watermark_ms
-        for lsn, event, row, now, on_applied in items:
-            if event is not None and row is not None:  # else a waiter item
+        if start == 0 and stop == len(events):
+            for event, row, now in zip(events, rows, nows, strict=True):
                 apply(event, row, now)
-                self.applied_lsn = lsn
-                if now > watermark:
-                    watermark = now
-                self.watermark_ms = watermark
-            if on_applied is not None:
-                on_applied()
+            newest = max(nows)
+        else:
+            for i in range(start, stop):
+                apply(events[i], rows[i], nows[i])
+            newest = max(nows[start:stop])
+        self.applied_lsn = first_lsn + stop - 1
+        if newest > self.watermark_ms:
+            self.watermark_ms = newest
 
     def _apply(self, lsn: int, event: str, row: dict[str, Any], now: int) -> None:
         self.engine.apply(event, row, now)

@@ -77,7 +77,7 @@ class Persistence:
             self.on_fatal(exc)
         self.wal = wal
         store.wal = wal
-        common = {"apply_items": store.apply_items, "fsync_bytes": cfg.wal_fsync_bytes,
+        common = {"apply_batch": store.apply_batch, "fsync_bytes": cfg.wal_fsync_bytes,
                   "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": self.flush_replies,
                   "next_lsn": lambda: store.last_lsn + 1,
                   "limit_bytes": cfg.wal_buffers * cfg.wal_buffer_size_mb * 1024 * 1024,

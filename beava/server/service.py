@@ -159,11 +159,11 @@ class Service:
         push is applied if need be."""
         store = self.store
         slot = None if store.log.acks_immediately else PendingReply()
-        ack = store.push(event, fields, slot.fire if slot is not None else None)
+        lsn, version, replay, pending = store.push(event, fields,
+                                                   slot.fire if slot is not None else None)
         # a replay is the original ack, byte for byte, plus a header (§6.6)
-        reply = json_response(200, _ACK % (ack.lsn, ack.registry_version),
-                              request.keep_alive, replay=ack.replay)
-        if not ack.pending:
+        reply = json_response(200, _ACK % (lsn, version), request.keep_alive, replay=replay)
+        if not pending:
             return reply
         assert slot is not None
         slot.payload = reply
@@ -175,14 +175,13 @@ class Service:
         holds it back until then (beava.protocol.reply_slots)."""
         store = self.store
         try:
-            ack = store.push(event, fields)
+            lsn, version, replay, _pending = store.push(event, fields)
         except BeavaError as err:  # TCP push errors carry the version (spec/wire.md §5.1)
             err.top["registry_version"] = store.registry_version
             raise
-        if ack.replay:
-            return encode_frame(_PUSH_OP, CT_JSON,
-                                _REPLAY_ACK % (ack.lsn, store.registry_version))
-        return encode_frame(_PUSH_OP, CT_JSON, _ACK % (ack.lsn, ack.registry_version))
+        if replay:
+            return encode_frame(_PUSH_OP, CT_JSON, _REPLAY_ACK % (lsn, store.registry_version))
+        return encode_frame(_PUSH_OP, CT_JSON, _ACK % (lsn, version))
 
     def _push_many(self, payload: bytes, ct: int, *, tcp: bool) -> dict[str, Any]:
         """PUSH_MANY and /push_many (spec/wire.md §10)."""
@@ -208,13 +207,13 @@ class Service:
         errors = []
         for index, fields in enumerate(request.bodies):
             try:
-                ack = store.push(event, fields)
+                lsn = store.push(event, fields)[0]
             except BeavaError as err:
                 errors.append({"error": {"code": err.code, **err.fields}, "index": index})
                 continue
             acks += 1
-            if ack_lsn is None or ack.lsn > ack_lsn:
-                ack_lsn = ack.lsn
+            if ack_lsn is None or lsn > ack_lsn:
+                ack_lsn = lsn
         return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors, "registry_version": version}
 
     def _after_durable(self, reply: bytes) -> bytes | PendingReply:

@@ -26,14 +26,17 @@ class HeldWal:
 
 
 def applier(applied: list[int]):
-    """Like FeatureStore.apply_items: records in LSN order, then each item's callback."""
-    def apply_items(items: list) -> None:
-        for lsn, event, _row, _now, on_applied in items:
-            if event is not None:
-                applied.append(lsn)
-            if on_applied is not None:
-                on_applied()
-    return apply_items
+    """Like FeatureStore.apply_batch: pushes in LSN order, each waiter after its pushes."""
+    def apply_batch(first_lsn: int, events: list, rows: list, nows: list,
+                    waiters: list) -> None:
+        assert len(events) == len(rows) == len(nows)
+        done = 0
+        for count, callback in waiters:
+            applied.extend(range(first_lsn + done, first_lsn + count))
+            done = max(done, count)
+            callback()
+        applied.extend(range(first_lsn + done, first_lsn + len(events)))
+    return apply_batch
 
 
 async def wait_until(predicate, timeout: float = 5.0) -> None:
@@ -48,17 +51,17 @@ async def test_apply_after_fsync_and_pressure_on_pending_bytes():
     wal = HeldWal()
     applied: list[int] = []
     pressure: list[bool] = []
-    log = GroupCommit(wal, apply_items=applier(applied),
+    log = GroupCommit(wal, apply_batch=applier(applied),
                       fsync_bytes=64, crash=CrashPoints(None), on_fatal=lambda exc: None,
                       limit_bytes=200, on_pressure=pressure.append)
     record = b"x" * 50
     log.buf += record
-    assert log.submit((1, "E", {}, 0, None)) is False
+    assert log.submit(1, "E", {}, 0, None) is False
     await asyncio.sleep(0.01)  # the loop turn ends: batch 1 goes to the held worker
     assert applied == [] and log.pending_bytes == 50
     for lsn in range(2, 7):  # 250 bytes wait behind the held fsync
         log.buf += record
-        log.submit((lsn, "E", {}, 0, None))
+        log.submit(lsn, "E", {}, 0, None)
     assert log.pending_bytes == 300
     assert pressure == [True]  # above the limit: stop reading clients
     wal.release.set()
@@ -74,15 +77,55 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
     wal.release.set()
     applied: list[int] = []
     fired: list[str] = []
-    log = GroupCommit(wal, apply_items=applier(applied),
+    log = GroupCommit(wal, apply_batch=applier(applied),
                       fsync_bytes=1 << 20, crash=CrashPoints(None), on_fatal=lambda exc: None)
     log.buf += b"a"
-    log.submit((1, "E", {}, 0, None))
+    log.submit(1, "E", {}, 0, None)
     log.buf += b"b"
-    log.submit((2, "E", {}, 0, None))
+    log.submit(2, "E", {}, 0, None)
     assert log.after_pending(lambda: fired.append("replay")) is False
     log.barrier()
     assert applied == [1, 2] and fired == ["replay"]
     assert b"".join(wal.batches) == b"ab"
     assert log.after_pending(lambda: fired.append("now")) is True  # nothing pending
     log.close()
+
+
+async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
+    """A strict store keeps its pending pushes in the log's batch: nothing is applied
+    before the fsync; then each callback runs once exactly the pushes before it are."""
+    import json
+
+    from beava.engine.store import FeatureStore
+
+    wal = HeldWal()
+    wal.release.set()
+    store = FeatureStore(clock=iter([1_000, 3_000, 2_000, 4_000]).__next__)
+    store.log = GroupCommit(wal, apply_batch=store.apply_batch, fsync_bytes=1 << 20,
+                            crash=CrashPoints(None), on_fatal=lambda exc: None)
+    status, _ = store.register(json.dumps({"nodes": [
+        {"kind": "event", "name": "E", "schema": {"fields": {"k": "str"}}},
+        {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
+         "table_primary_key": ["k"],
+         "ops": [{"op": "group_by", "keys": ["k"], "agg": {"n": {"op": "count"}}}]}]}
+    ).encode())
+    assert status == 200
+    base = store.last_lsn
+    seen: list[tuple[str, int]] = []
+    wal.release.clear()  # hold the fsync
+    acks = [store.push("E", {"k": "a"}, lambda: seen.append(("p1", store.applied_lsn))),
+            store.push("E", {"k": "a"})]
+    assert store.log.after_pending(lambda: seen.append(("w", store.applied_lsn))) is False
+    acks.append(store.push("E", {"k": "b"}, lambda: seen.append(("p3", store.applied_lsn))))
+    acks.append(store.push("E", {"k": "a"}))
+    assert [a[0] for a in acks] == [base + 1, base + 2, base + 3, base + 4]
+    assert all(a[3] for a in acks) and store.hold_lsn == base + 4
+    await asyncio.sleep(0.01)  # the batch is with the worker, its fsync held
+    assert store.sealed_lsn == base + 4
+    assert store.applied_lsn == base and seen == [] and store.watermark_ms == 0
+    wal.release.set()
+    await wait_until(lambda: store.applied_lsn == base + 4)
+    assert seen == [("p1", base + 1), ("w", base + 2), ("p3", base + 3)]
+    assert store.watermark_ms == 4_000
+    assert len(wal.batches) == 1
+    store.log.close()

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from beava._fast.frame_splitter import encode_frame
-from beava.durability.group_commit import Callback, Item
+from beava.durability.group_commit import Batch, Callback
 from beava.engine.store import FeatureStore
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpRequest
@@ -35,25 +35,34 @@ class HeldLog:
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store
-        self.items: list[Item] = []
+        self.batch = Batch()
         self.buf = bytearray()
 
-    def submit(self, item: Item) -> bool:
-        self.items.append(item)
+    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
+               on_applied: Callback | None) -> bool:
+        batch = self.batch
+        if not batch.events:
+            batch.first_lsn = lsn
+        batch.events.append(event)
+        batch.rows.append(row)
+        batch.nows.append(now)
+        if on_applied is not None:
+            batch.waiters.append((len(batch.events), on_applied))
         return False
 
     def after_pending(self, callback: Callback) -> bool:
-        if not self.items:
+        if not (self.batch.events or self.batch.waiters):
             return True
-        self.items.append((0, None, None, 0, callback))
+        self.batch.waiters.append((len(self.batch.events), callback))
         return False
 
     def barrier(self) -> None:
         self.release()
 
     def release(self) -> None:
-        items, self.items = self.items, []
-        self.store.apply_items(items)
+        batch, self.batch = self.batch, Batch()
+        self.store.apply_batch(batch.first_lsn, batch.events, batch.rows, batch.nows,
+                               batch.waiters)
 
 
 class Wire:
