@@ -68,7 +68,11 @@ class DataDirLock:
         import fcntl
 
         self.path = os.path.join(wal_dir, "LOCK")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # read-only, not ours, not a file: the directory is unusable
+            raise StartupError(f"data directory unusable: cannot open {self.path}: "
+                               f"{exc.strerror}", EXIT_DATA_DIR) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -160,6 +164,8 @@ class BeavaServer:
             self.persistence.start()
         except RecoveryFatal as exc:
             raise StartupError(str(exc), EXIT_DATA_DIR) from None
+        except OSError as exc:  # recovery could not read or repair the data directory
+            raise StartupError(f"data directory unusable: {exc}", EXIT_DATA_DIR) from None
         state = self.state
         http, frames = self.http, self.frames
         max_payload = self.cfg.max_frame_bytes

@@ -168,6 +168,21 @@ def test_data_dir_is_created_and_locked(tmp_path):
         assert first.terminate() == 0
 
 
+def test_unusable_data_dir_exits_3_with_a_message(tmp_path):
+    # the lock file cannot be opened (here: a directory in its place; likewise a read-only
+    # or foreign directory): exit 3, "Error: " on stderr, no traceback
+    (tmp_path / "wal" / "LOCK").mkdir(parents=True)
+    result = run_beava("--config", "/dev/null", "--data-dir", str(tmp_path),
+                       env={"BEAVA_LISTEN_ADDR": "127.0.0.1:0", "BEAVA_TCP_PORT": "0",
+                            "BEAVA_ADMIN_ADDR": "127.0.0.1:0"})
+    assert result.returncode == 3
+    stderr = result.stderr.decode()
+    assert stderr.startswith("Error: data directory unusable: cannot open ")
+    assert "Traceback" not in stderr
+    fatal = [json.loads(x) for x in result.stdout.decode().splitlines() if '"server.fatal"' in x]
+    assert fatal and fatal[0]["exit_code"] == 3
+
+
 def test_busy_explicit_admin_port_is_fatal_default_is_not():
     blocker = socket.socket()
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
