@@ -141,7 +141,7 @@ class FramedTcpProtocol(ServerConnection):
     def next_turn(self, deadline: float) -> None:
         """Continue with frames left over from this connection's previous turn."""
         self._turn_scheduled = False
-        if self._parked and not self._waiting_for_pending():
+        if self._parked and not self._paused_by_writes and not self._waiting_for_pending():
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
@@ -169,7 +169,7 @@ class FramedTcpProtocol(ServerConnection):
         """Write the replies that are ready, in order; resume parked work when possible."""
         if self._write_ready() is None or self._out:
             return
-        if self._parked and not self._turn_scheduled:
+        if self._parked and not self._turn_scheduled and not self._paused_by_writes:
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
@@ -178,6 +178,10 @@ class FramedTcpProtocol(ServerConnection):
             self._half_close()
 
     def pause_writing(self) -> None:
+        """The peer does not read its replies fast enough: read nothing more, and build no
+        more replies for frames already read (they wait in ``_parked``) until the unsent
+        replies drain below LOW_WATER. A pipeliner that never reads holds at most about
+        HIGH_WATER plus one turn's replies."""
         if self._transport is not None and not self._paused_by_writes:
             self._paused_by_writes = True
             self._transport.pause_reading()
@@ -185,6 +189,9 @@ class FramedTcpProtocol(ServerConnection):
     def resume_writing(self) -> None:
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
+            if self._parked and not self._turn_scheduled:
+                self._turn_scheduled = True
+                self.state.turns.add(self)
             self._resume_if_idle()
 
     def drain(self) -> bool:
