@@ -294,8 +294,9 @@ class HttpClient(SyncClient, _HttpCommon):
         return reply
 
     def test_clock(self, now_ms: int | None) -> dict[str, Any]:
-        """``POST /test/clock``: ``{"now_ms": N}`` pins a test-mode server's clock at N (epoch ms; None returns it to the
-        wall clock). An extension of this server: beava 0.0.6 has no test clock."""
+        """``POST /test/clock``: ``{"now_ms": N}`` pins a test-mode server's clock at N
+        (epoch ms; None returns it to the wall clock). An extension of this server: beava
+        0.0.6 has no test clock."""
         reply: dict[str, Any] = self.request("POST", "/test/clock", {"now_ms": now_ms})
         return reply
 
