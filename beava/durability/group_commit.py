@@ -6,7 +6,7 @@ bytearray) and submits the push, ``submit(lsn, event, row, now_ms, on_applied)``
 ``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
 buffers the record and has the store apply the push at once, fsyncing on a tick;
 ``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
-covers the record (one worker thread, one fsync per loop turn). A pending batch holds no
+covers the record (one writer thread, one fsync per loop turn). A pending batch holds no
 object per push: the pushes' events, rows and times sit in parallel lists whose LSNs run
 consecutively from the batch's first, and callbacks apart as waiters ``(count, callback)``,
 run once the first ``count`` pushes of the batch are applied. The log calls its
@@ -17,8 +17,10 @@ accepted record durable and applied before a register, reset, snapshot or shutdo
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import os
+import queue
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -63,8 +65,23 @@ class MemoryLog:
         pass
 
 
+class _Write:
+    """One batch handed to the writer thread; ``error`` is what its write or fsync raised."""
+
+    __slots__ = ("data", "error")
+
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
+        self.error: BaseException | None = None
+
+
 class _WorkerLog:
-    """Shared machinery: one worker thread writes and fsyncs batches, in order."""
+    """Shared machinery: one long-lived writer thread writes and fsyncs batches, in order.
+
+    At most one batch is in flight. The loop hands it over through a queue and takes the
+    ``_idle`` lock; the writer thread writes and fsyncs it, releases ``_idle`` (which a
+    synchronous ``barrier()`` waits on), then schedules ``_finish`` on the loop: one
+    wake-up per batch."""
 
     acks_immediately = False
 
@@ -90,10 +107,33 @@ class _WorkerLog:
         self.buf = bytearray()  # the pending batch: records appended by the store
         self.sealed_lsn = 0  # the last push LSN handed to the worker
         self._batch = Batch()  # the pushes of the pending batch
-        self._in_flight: concurrent.futures.Future[None] | None = None
+        self._in_flight: _Write | None = None
         self._in_flight_batch: Batch | None = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal")
         self._loop = asyncio.get_event_loop()
+        self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._idle = threading.Lock()  # held while a batch is with the writer thread
+        self._writer = threading.Thread(target=self._write_batches, name="wal-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write_batches(self) -> None:
+        """The writer thread: write and fsync each batch handed over, in order."""
+        writes = self._writes
+        write_and_sync = self.wal.write_and_sync
+        call_soon_threadsafe = self._loop.call_soon_threadsafe
+        finish = self._finish
+        while True:
+            write = writes.get()
+            if write is None:
+                return
+            try:
+                write_and_sync(write.data)
+            except BaseException as exc:  # a fatal error: reported on the loop
+                write.error = exc
+            self._idle.release()  # a barrier waiting for this batch may go on
+            # a no-op if a barrier finished the batch; the loop may be closed after one
+            with contextlib.suppress(RuntimeError):
+                call_soon_threadsafe(finish, write)
 
     @property
     def pending_bytes(self) -> int:
@@ -126,23 +166,23 @@ class _WorkerLog:
         if self._in_flight is not None or not self._has_pending():
             return
         data, batch = self._take()
-        future = self._executor.submit(self.wal.write_and_sync, data) if data else None
-        if future is None:
+        if not data:
             self._complete(batch)
             return
-        self._in_flight = future
+        write = _Write(data)
+        self._in_flight = write
         self._in_flight_batch = batch
         self._in_flight_bytes = len(data)
-        future.add_done_callback(
-            lambda f: self._loop.call_soon_threadsafe(self._finish, f))
+        self._idle.acquire()  # free: released before the previous batch's _finish
+        self._writes.put(write)
 
-    def _finish(self, future: concurrent.futures.Future[None]) -> None:
-        if future is not self._in_flight:
+    def _finish(self, write: _Write) -> None:
+        if write is not self._in_flight:
             return  # already completed synchronously by a barrier
         self._in_flight = None
         self._in_flight_bytes = 0
         batch, self._in_flight_batch = self._in_flight_batch, None
-        exc = future.exception()
+        exc = write.error
         if exc is not None:
             self.on_fatal(exc)
             return
@@ -171,10 +211,11 @@ class _WorkerLog:
     def barrier(self) -> None:
         """Synchronously: wait for the batch in flight, then write and fsync the rest."""
         while True:
-            future = self._in_flight
-            if future is not None:
-                concurrent.futures.wait([future])
-                self._finish(future)  # may hand the next batch to the worker
+            write = self._in_flight
+            if write is not None:
+                with self._idle:  # the writer thread is done with it
+                    pass
+                self._finish(write)  # may hand the next batch to the writer thread
                 continue
             if not self._has_pending():
                 self._check_pressure()
@@ -190,7 +231,8 @@ class _WorkerLog:
 
     def close(self) -> None:
         self.barrier()
-        self._executor.shutdown(wait=True)
+        self._writes.put(None)
+        self._writer.join()
 
 
 class GroupCommit(_WorkerLog):

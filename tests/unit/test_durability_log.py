@@ -129,3 +129,50 @@ async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
     assert store.watermark_ms == 4_000
     assert len(wal.batches) == 1
     store.log.close()
+
+
+async def test_one_writer_thread_and_fatal_errors_reach_the_loop_and_barrier():
+    """Every batch is written by the same long-lived thread (not the loop's); a failing
+    write or fsync reaches on_fatal on the loop, and through a barrier synchronously."""
+    class FailingWal(HeldWal):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[int] = set()
+            self.fail = False
+
+        def write_and_sync(self, data: bytes) -> None:
+            self.threads.add(threading.get_ident())
+            super().write_and_sync(data)
+            if self.fail:
+                raise OSError("disk gone")
+
+    wal = FailingWal()
+    wal.release.set()
+    applied: list[int] = []
+    fatal: list[BaseException] = []
+    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                      crash=CrashPoints(None), on_fatal=fatal.append)
+    for lsn in range(1, 6):
+        log.buf += b"r"
+        log.submit(lsn, "E", {}, 0, None)
+        await wait_until(lambda lsn=lsn: applied[-1:] == [lsn])
+    assert len(wal.batches) == 5
+    assert len(wal.threads) == 1 and threading.get_ident() not in wal.threads
+    wal.fail = True
+    log.buf += b"x"
+    log.submit(6, "E", {}, 0, None)
+    await wait_until(lambda: len(fatal) == 1)
+    assert isinstance(fatal[0], OSError) and applied[-1] == 5  # never applied
+    wal.release.clear()  # the next batch stays with the writer until the barrier waits
+    log.buf += b"y"
+    log.submit(7, "E", {}, 0, None)
+    await asyncio.sleep(0.01)
+    assert log.pending_bytes == 1
+    threading.Timer(0.05, wal.release.set).start()
+    log.barrier()  # waits for the write in flight, synchronously
+    assert len(fatal) == 2 and applied[-1] == 5 and log.pending_bytes == 0
+    wal.fail = False
+    log.close()
+    assert not log._writer.is_alive()
+    await asyncio.sleep(0.01)  # the writer's own wake-up for the batch is a no-op
+    assert len(fatal) == 2
