@@ -6,6 +6,7 @@ The only module that knows both the transports and the store.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -34,12 +35,25 @@ BACKLOG = 1024
 EXIT_OK = 0
 EXIT_CONFIG = 1
 EXIT_DATA_DIR = 3
+# Young-generation GC threshold of the serving process (CPython's default is 700). The hot
+# path allocates bursts of short-lived tracked objects (a read's frame tuples, its reply
+# queue, a durable batch's lists): at 700 they set off young collections costing 2-4% of
+# the loop thread's CPU under a pipelined push load, at this threshold next to none.
+# Collections still run as soon as tracked objects really accumulate; the older
+# generations keep their defaults.
+GC_YOUNG_THRESHOLD = 10_000
 
 
 class StartupError(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def tune_gc() -> None:
+    """Set the serving process's GC thresholds (see GC_YOUNG_THRESHOLD)."""
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -166,6 +180,7 @@ class BeavaServer:
             raise StartupError(str(exc), EXIT_DATA_DIR) from None
         except OSError as exc:  # recovery could not read or repair the data directory
             raise StartupError(f"data directory unusable: {exc}", EXIT_DATA_DIR) from None
+        tune_gc()
         state = self.state
         http, frames = self.http, self.frames
         max_payload = self.cfg.max_frame_bytes
