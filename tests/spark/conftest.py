@@ -132,9 +132,14 @@ class FaultProxy:
         _close(client, upstream)
 
     def _replies(self, upstream: socket.socket, client: socket.socket) -> None:
+        deliver = True
         try:
             while data := upstream.recv(65536):
-                client.sendall(data)
+                if deliver:
+                    try:
+                        client.sendall(data)
+                    except OSError:  # the client side was dropped: drain the server until
+                        deliver = False  # it closes, so no reset cuts requests it has not read
         except OSError:
             pass
         _close(client, upstream)
