@@ -3,7 +3,7 @@ binary (the 0.0.6 Rust server speaks the same protocol), run alternately.
 
 For every workload, mode and round one fresh server process is started (``ours``, then the
 reference, then ``ours`` again in the next mode, and so on, so a drift of the machine hits
-both sides alike) and measured in one session:
+both sides alike) and measured the same way:
 
 - register the workload's payload (a rejection is reported, and the run counted as failed);
 - push for 1 s to create the entities (warm-up), then for ``--seconds``: events/s as in
