@@ -8,6 +8,8 @@ full response (status line, headers, body).
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable
 from types import MappingProxyType
 
@@ -20,6 +22,10 @@ from beava.protocol.server_state import ServerState
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# Responses not yet taken by the peer: above HIGH_WATER the connection stops reading and
+# parks the requests it already parsed (unanswered) until the backlog drains below LOW_WATER.
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 1024 * 1024
 
 _REASONS = MappingProxyType({
     100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
@@ -74,7 +80,51 @@ class HttpProtocol(ServerConnection):
         self._respond = respond
         self._protocol_error = protocol_error
         self._parser = httptools.HttpRequestParser(self)
+        self._parked: deque[HttpRequest] = deque()  # parsed, answered once writes drain
+        self._paused_by_writes = False
+        self._unflushed = 0  # response bytes queued since the last write
         self._reset_message()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[attr-defined]
+        super().connection_made(transport)
+
+    def pause_writing(self) -> None:
+        if self._transport is not None and not self._paused_by_writes:
+            self._paused_by_writes = True
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and self._paused_by_writes:
+            self._paused_by_writes = False
+            self._answer_parked(limited=True)
+            if not self._paused_by_writes and not self._parked:
+                self._resume_if_idle()
+            self.flush_ready()
+
+    def _resume_if_idle(self) -> None:
+        if not self._paused_by_writes and not self._parked:
+            super()._resume_if_idle()
+
+    def _answer(self, request: HttpRequest) -> None:
+        last = self._last_pending  # as of answering: parked requests are answered later
+        request.after_pending = last is not None and last.data is None
+        response = self._respond(request)
+        if type(response) is PendingReply and response.data is None:
+            response.conn = self
+            self._last_pending = response
+        elif type(response) is bytes:
+            self._unflushed += len(response)
+        self._out.append(response)
+        if self._unflushed > HIGH_WATER:  # write now: the transport may ask us to pause
+            self._unflushed = 0
+            self._write_ready()
+
+    def _answer_parked(self, *, limited: bool) -> None:
+        """Answer parked requests in order (``limited``: until writes pause again)."""
+        parked = self._parked
+        while parked and not (limited and self._paused_by_writes):
+            self._answer(parked.popleft())
 
     def _reset_message(self) -> None:
         self._url = bytearray()
@@ -98,18 +148,22 @@ class HttpProtocol(ServerConnection):
 
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
+        self._unflushed = 0
         transport = self._write_ready()
-        if transport is not None and self._closing and not self._out:
+        if transport is not None and self._closing and not self._out and not self._parked:
             transport.close()
 
     def drain(self) -> bool:
-        """Shutdown: HTTP requests are answered as they are parsed; nothing waits here."""
+        """Shutdown: answer the requests parked by write backpressure now."""
+        if self._parked:
+            self._answer_parked(limited=False)
+            self.flush_ready()
         return False
 
     def close(self) -> None:
         """Close once every queued response has been written."""
         self._closing = True
-        if self._transport is not None and not self._out:
+        if self._transport is not None and not self._out and not self._parked:
             self._transport.close()
 
     # httptools callbacks ----------------------------------------------------------------
@@ -147,14 +201,12 @@ class HttpProtocol(ServerConnection):
         if self._closing:
             return
         keep_alive = self._parser.should_keep_alive()
-        last = self._last_pending
         request = HttpRequest(self._parser.get_method().decode("latin-1"),
                               self._url.decode("latin-1"), self._headers, bytes(self._body),
-                              keep_alive, last is not None and last.data is None)
-        response = self._respond(request)
-        if type(response) is PendingReply and response.data is None:
-            response.conn = self
-            self._last_pending = response
-        self._out.append(response)
+                              keep_alive)
+        if self._paused_by_writes or self._parked:
+            self._parked.append(request)
+        else:
+            self._answer(request)
         if not keep_alive:
             self._closing = True

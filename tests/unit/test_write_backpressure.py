@@ -1,7 +1,7 @@
-"""A client that pipelines reads and never reads the replies: once its unsent replies pass
-the high-water mark, the connection stops reading AND stops building replies for the frames
-it already read; they wait until the replies drain (issue: 3.5 GB of replies to frames
-already read)."""
+"""A client that pipelines reads (framed TCP or HTTP) and never reads the replies: once
+its unsent replies pass the high-water mark, the connection stops reading AND stops
+building replies for the requests it already read; they wait until the replies drain
+(found: gigabytes of replies built for requests already read)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import asyncio
 
 from beava._fast.frame_splitter import encode_frame
 from beava.protocol.dispatch import FrameDispatch, FrameHandler
+from beava.protocol.http import HIGH_WATER as HTTP_HIGH_WATER
+from beava.protocol.http import HttpProtocol, HttpRequest
 from beava.protocol.server_state import ServerState
 from beava.protocol.tcp import HIGH_WATER, FramedTcpProtocol
 from beava_client.opcodes import CT_JSON, OP_GET, OP_GET_RESPONSE
@@ -76,3 +78,48 @@ async def test_replies_are_not_built_while_the_peer_does_not_read() -> None:
             break
     assert len(calls) == total and replies == total
     assert transport.reading
+
+
+class SlowHttpPeer(FakeTransport):
+    """SlowPeerTransport for an HttpProtocol."""
+
+    def __init__(self, protocol: HttpProtocol) -> None:
+        super().__init__()
+        self.protocol = protocol
+        self.paused = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        super().write(data)
+        if not self.paused and len(self.written) > HTTP_HIGH_WATER:
+            self.paused = True
+            self.protocol.pause_writing()
+
+    def drain(self) -> bytes:
+        data = self.take()
+        if self.paused:
+            self.paused = False
+            self.protocol.resume_writing()
+        return data
+
+
+def test_http_requests_wait_unanswered_while_the_peer_does_not_read() -> None:
+    answered: list[str] = []
+
+    def respond(request: HttpRequest) -> bytes:
+        answered.append(request.target)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ROW) + ROW
+
+    conn = HttpProtocol(respond, lambda: b"", ServerState())
+    transport = SlowHttpPeer(conn)
+    conn.connection_made(transport)
+    total = 2000  # 100 MB of responses if all were built at once
+    conn.data_received(b"".join(b"GET /r%d HTTP/1.1\r\n\r\n" % i for i in range(total)))
+    assert transport.paused and not transport.reading
+    assert len(answered) < total // 2
+    got = 0
+    for _ in range(1000):
+        got += transport.drain().count(b"HTTP/1.1 200 OK")
+        if len(answered) == total and not transport.written:
+            break
+    assert answered == [f"/r{i}" for i in range(total)]  # every one, in order
+    assert got == total and transport.reading
