@@ -35,6 +35,8 @@ RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MO
 TEST_CLOCK_FORBIDDEN_REASON = ("the test clock requires server test_mode (set BEAVA_TEST_MODE=1 "
                                "or pass --test-mode).")
 PUSH_MANY_LIMIT = 10_000
+# A body nested deeper than the decoder's recursion allows: far past MAX_VALUE_DEPTH.
+TOO_DEEP = "value nested too deep (at most 64 containers, docs/limits.md)"
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
@@ -249,6 +251,9 @@ class Service:
                 fields = envelope.body
         except msgspec.DecodeError:
             return _UNSUPPORTED
+        except RecursionError:
+            raise BeavaError("invalid_event", reason=TOO_DEEP,
+                             top={"registry_version": self.store.registry_version}) from None
         return self._tcp_push_ack(envelope.event, fields)
 
     def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
@@ -308,6 +313,8 @@ class Service:
             envelope = messages.json_any(request.body)
         except msgspec.DecodeError:
             raise BeavaError("invalid_json_body") from None
+        except RecursionError:  # nested past what any accepted value may be
+            raise BeavaError("invalid_event", reason=TOO_DEEP) from None
         if not isinstance(envelope, dict) or not isinstance(envelope.get("event"), str):
             raise BeavaError("missing_event_name_in_body")
         return self._push(envelope["event"], envelope.get("data", {}), request)
@@ -319,6 +326,8 @@ class Service:
             fields = messages.json_any(request.body)
         except msgspec.DecodeError:
             raise BeavaError("invalid_event") from None
+        except RecursionError:
+            raise BeavaError("invalid_event", reason=TOO_DEEP) from None
         if not isinstance(fields, dict):
             raise BeavaError("invalid_event")
         return self._push(event, fields, request)

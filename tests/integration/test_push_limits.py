@@ -45,6 +45,9 @@ def test_refused_values_leave_a_server_that_restarts(tmp_path: Path) -> None:
         # 985 levels: acknowledged once, it made every later start fail in WAL replay
         status, body = push_j(server, deep(985))
         assert (status, body["error"]["code"]) == (400, "invalid_event")
+        # deeper than the JSON decoder recurses: a client error too, not a 500
+        status, body = push_j(server, deep(5000))
+        assert (status, body["error"]["code"]) == (400, "invalid_event")
         status, _ = push_j(server, deep(63))
         assert status == 200
         conn = FrameConn(server.tcp)
