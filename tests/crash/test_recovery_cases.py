@@ -215,6 +215,13 @@ def push_numbered(client: TcpClient, count: int, start: int = 0, pad: int = 0) -
         client.push("E2", {"user": "u", "v": v, "pad": "p" * pad})
 
 
+HEAVY_NODES = [  # keeps each entity's pad, so a snapshot has tens of megabytes to write
+    {"kind": "event", "name": "E2",
+     "schema": {"fields": {"user": "str", "v": "i64", "pad": "str"}}},
+    {"kind": "derivation", "name": "T", "upstreams": ["E2"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "pad": {"op": "last", "params": {"field": "pad"}}}},
+]
+
 PAD_NODES = [
     {"kind": "event", "name": "E2",
      "schema": {"fields": {"user": "str", "v": "i64", "pad": "str"}}},
@@ -713,6 +720,21 @@ def detached(pid: int) -> bool:
         return False
 
 
+def running_detached_child(parent: int, timeout: float = 5.0) -> int | None:
+    """The parent's child once it has dropped its inherited descriptors, frozen (SIGSTOP)
+    while it still runs; None if no child is seen running detached within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = children_of(parent)
+        if kids and detached(kids[0]):
+            os.kill(kids[0], signal.SIGSTOP)
+            if alive(kids[0]):
+                return kids[0]
+            return None  # it finished first
+        time.sleep(0.001)
+    return None
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
@@ -732,20 +754,21 @@ def test_killed_server_releases_lock_and_connections_despite_snapshot_child(
     to hold the moment."""
     proc = servers.start({"BEAVA_SNAPSHOT_INTERVAL_MS": "50"})
     client = TcpClient(*proc.tcp, timeout=10)
-    client.register({"nodes": PAD_NODES})
-    client.push_many("E2", [{"user": f"u{i}", "v": i, "pad": ""} for i in range(20000)])
+    client.register({"nodes": HEAVY_NODES})
+    pad = "x" * 2000  # ~40 MB of kept state: serialising it takes the child a while
+    for start in range(0, 20000, 2000):
+        client.push_many("E2", [{"user": f"u{i}", "v": i, "pad": pad}
+                                for i in range(start, start + 2000)])
     watcher = socket.create_connection(proc.tcp, timeout=10)  # open before any fork
     assert client.ping()  # the connection is accepted (and inherited by the next child)
     child = None
     try:
-        for v in range(200):
+        for v in range(50):
             mark = len(proc.lines)
             client.push("E2", {"user": "u", "v": v, "pad": ""})
             wait_line(proc, "snapshot.started", after=mark)
-            kids = children_of(proc.proc.pid)
-            if kids and detached(kids[0]):
-                child = kids[0]
-                os.kill(child, signal.SIGSTOP)
+            child = running_detached_child(proc.proc.pid)
+            if child is not None:
                 break
         assert child is not None, "never caught a running snapshot child"
         held = os.listdir(f"/proc/{child}/fd")
