@@ -151,11 +151,7 @@ cdef void _widen_list(list items) except *:
 
 
 cdef class EventChecker:
-    """Compiled push checks for one event schema."""
-
-    cdef dict declared      # every pushable name -> True
-    cdef tuple required     # ((name, type code), ...)
-    cdef tuple defaults     # ((name, value), ...)
+    """Compiled push checks for one event schema (attributes in push_check.pxd)."""
 
     def __init__(self, fields, optional, required, defaults):
         self.declared = {name: True for name in fields}
@@ -165,7 +161,7 @@ cdef class EventChecker:
                               sorted(required))
         self.defaults = tuple(defaults.items())
 
-    def check(self, dict fields):
+    cpdef object check(self, dict fields):
         """Steps 3 (keys and values), 5 and 6 of spec/wire.md §6.2; None when accepted."""
         cdef Py_ssize_t pos = 0
         cdef PyObject* key

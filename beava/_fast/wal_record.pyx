@@ -117,18 +117,23 @@ cdef inline void _check(Py_ssize_t name_len, Py_ssize_t body_len) except *:
         raise ValueError(f"record of {FIXED_LEN + name_len + body_len} bytes exceeds 2^30")
 
 
+cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
+                          uint64_t timestamp_ms, uint32_t registry_version,
+                          const char* name, Py_ssize_t name_len,
+                          const char* body, Py_ssize_t body_len) except -1:
+    _check(name_len, body_len)
+    cdef Py_ssize_t start = PyByteArray_GET_SIZE(buf)
+    PyByteArray_Resize(buf, start + 4 + FIXED_LEN + name_len + body_len)
+    return _write(<uint8_t*>PyByteArray_AS_STRING(buf) + start, lsn, rtype, body_format,
+                  timestamp_ms, registry_version, name, name_len, body, body_len)
+
+
 def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
                   uint64_t timestamp_ms, uint32_t registry_version, bytes name, bytes body):
     """Append one record to ``buf``; returns its size on disk."""
-    cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name)
-    cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
-    _check(name_len, body_len)
-    cdef Py_ssize_t start = PyByteArray_GET_SIZE(buf)
-    cdef Py_ssize_t size = 4 + FIXED_LEN + name_len + body_len
-    PyByteArray_Resize(buf, start + size)
-    return _write(<uint8_t*>PyByteArray_AS_STRING(buf) + start, lsn, rtype, body_format,
-                  timestamp_ms, registry_version, PyBytes_AS_STRING(name), name_len,
-                  PyBytes_AS_STRING(body), body_len)
+    return append_to(buf, lsn, rtype, body_format, timestamp_ms, registry_version,
+                     PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
+                     PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
 
 
 def encode_record(uint64_t lsn, uint8_t rtype, uint8_t body_format, uint64_t timestamp_ms,

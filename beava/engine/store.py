@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from beava._fast.push_pass import apply_rows
 from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
@@ -35,7 +36,8 @@ from beava.engine.state.engine_state import EngineState
 from beava.engine.state.keys import dedupe_keystr
 from beava.engine.state.push_validation import build_checkers, validate_push
 
-_encode_msgpack = msgspec.msgpack.Encoder().encode
+# the body of an EVENT record: the accepted row as MessagePack (the push pass uses it too)
+encode_wal_body = msgspec.msgpack.Encoder().encode
 _encode_json = msgspec.json.Encoder(order="sorted").encode
 _decode_json = msgspec.json.Decoder().decode
 _decode_msgpack = msgspec.msgpack.Decoder().decode
@@ -72,7 +74,8 @@ class FeatureStore:
         self.on_fatal: Callable[[BaseException], None] = _raise
         self.registry: Registry = empty_registry()
         self.engine = EngineState(self.registry)
-        self._checkers = build_checkers(self.registry.events)
+        # event -> (spec, compiled checker) of the current registry (the push pass reads it)
+        self.checkers = build_checkers(self.registry.events)
         self.last_lsn = 0        # last LSN handed out
         self.applied_lsn = 0     # last LSN reflected in state
         # the LSN the latest deferred acknowledgement waits for (raised by push only)
@@ -130,7 +133,7 @@ class FeatureStore:
         plan = record["plan"]
         self.engine.transition(registry, plan)
         self.registry = registry
-        self._checkers = build_checkers(registry.events)
+        self.checkers = build_checkers(registry.events)
         cleared = set(plan["clear_dedupe"])
         if cleared:
             self._dedupe = {k: v for k, v in self._dedupe.items() if k[0] not in cleared}
@@ -140,7 +143,7 @@ class FeatureStore:
     def push(self, event: str, fields: Any,
              on_durable: Callable[[], None] | None = None) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
-        spec, row = validate_push(event, fields, self._checkers)
+        spec, row = validate_push(event, fields, self.checkers)
         now = self.clock()
         version = self.registry.version
         dedupe_field = spec.dedupe_key
@@ -164,7 +167,7 @@ class FeatureStore:
             self._apply(lsn, event, row, now)
             return lsn, version, False, False
         append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
-                      _encode_msgpack(row))
+                      encode_wal_body(row))
         if log.submit(lsn, event, row, now, on_durable):  # periodic: applied at once
             self._apply(lsn, event, row, now)
             return lsn, version, False, False
@@ -187,15 +190,7 @@ class FeatureStore:
 
     def _apply_run(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
                    nows: list[int], start: int, stop: int) -> None:
-        apply = self.engine.apply
-        if start == 0 and stop == len(events):
-            for event, row, now in zip(events, rows, nows, strict=True):
-                apply(event, row, now)
-            newest = max(nows)
-        else:
-            for i in range(start, stop):
-                apply(events[i], rows[i], nows[i])
-            newest = max(nows[start:stop])
+        newest = apply_rows(self.engine.routes, events, rows, nows, start, stop)
         self.applied_lsn = first_lsn + stop - 1
         if newest > self.watermark_ms:
             self.watermark_ms = newest
@@ -252,7 +247,7 @@ class FeatureStore:
     def _clear(self, version: int) -> None:
         self.registry = empty_registry(version)
         self.engine = EngineState(self.registry)
-        self._checkers = build_checkers(self.registry.events)
+        self.checkers = build_checkers(self.registry.events)
         self._dedupe.clear()
         self.watermark_ms = 0
 
@@ -325,7 +320,7 @@ class FeatureStore:
             raise SnapshotInvalid(f"state does not load: {reason}") from None
         self.registry = registry
         self.engine = engine
-        self._checkers = checkers
+        self.checkers = checkers
         self._dedupe = dedupe
         self.last_lsn = self.applied_lsn = body["next_lsn"] - 1
         self.watermark_ms = snapshot.header.watermark_ms

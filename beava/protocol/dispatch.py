@@ -24,6 +24,9 @@ from beava_client.opcodes import CONTENT_TYPES, CT_JSON, OP_ERROR
 
 # handler(ct, payload) -> reply frame, or a PendingReply resolved later
 FrameHandler = Callable[[int, bytes], "bytes | PendingReply"]
+# push_run(frames, start, stop, replies) -> index of the first frame not handled: a run of
+# OP_PUSH frames handled at once, their replies appended to ``replies`` (the push pass)
+PushRun = Callable[[list[tuple[int, int, bytes]], int, int, bytearray], int]
 # handler(request, route params) -> HTTP response, or a PendingReply resolved later
 HttpHandler = Callable[[HttpRequest, tuple[str, ...]], "bytes | PendingReply"]
 
@@ -53,11 +56,15 @@ def json_response(status: int, body: Any, keep_alive: bool, replay: bool = False
 class FrameDispatch:
     """Framed TCP: ``routes`` maps each served opcode to (content types accepted, handler).
     The connection looks a frame up there itself (no call in between on the push path)
-    and turns to :meth:`refuse` when it is not served and :meth:`failed` when it fails."""
+    and turns to :meth:`refuse` when it is not served and :meth:`failed` when it fails.
+    ``push_run``, when given, takes runs of OP_PUSH frames in place of the push handler
+    (which it falls back to for anything unusual)."""
 
-    __slots__ = ("routes",)
+    __slots__ = ("routes", "push_run")
 
-    def __init__(self, handlers: Mapping[str, FrameHandler]) -> None:
+    def __init__(self, handlers: Mapping[str, FrameHandler],
+                 push_run: PushRun | None = None) -> None:
+        self.push_run = push_run
         bound = bind_handlers(handlers, FRAMED)
         self.routes: dict[int, tuple[frozenset[int], FrameHandler]] = {
             c.op: (c.content_types, bound[c.name]) for c in FRAMED if c.op is not None}

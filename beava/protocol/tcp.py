@@ -27,6 +27,7 @@ from beava.protocol.connection import ServerConnection
 from beava.protocol.dispatch import FrameDispatch, error_frame
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
+from beava_client.opcodes import OP_PUSH
 
 # (op, ct, payload); a framing error is (FRAME_TOO_LARGE | FRAME_TOO_SHORT, declared, b"")
 Frame = tuple[int, int, bytes]
@@ -92,24 +93,43 @@ class FramedTcpProtocol(ServerConnection):
 
     def _process(self, frames: list[Frame], deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
-        leftovers wait for this connection's next turn."""
+        leftovers wait for this connection's next turn. Runs of pushes go to the dispatch's
+        compiled push pass, at most TURN_CHECK_EVERY frames at a time."""
         out = self._out
         dispatch = self._dispatch
         routes = dispatch.routes
+        push_run = dispatch.push_run
         acks = self.state.acks
         # A handler whose reply must wait for an LSN raises acks.hold_lsn to it.
         seen = acks.hold_lsn
         # Durable batches complete in order, so the newest held reply is released last.
         pending = self.waiting()
-        for index, (op, ct, payload) in enumerate(frames):
+        index = 0
+        count = len(frames)
+        while index < count:
             if (index % TURN_CHECK_EVERY == 0 and index and deadline is not None
                     and time.perf_counter() > deadline):  # cheapest test first: per frame
                 self._park(frames[index:])
                 self._turn_scheduled = True
                 self.state.turns.add(self)
                 break
+            op, ct, payload = frames[index]
+            if op == OP_PUSH and push_run is not None:
+                replies = bytearray()
+                done = push_run(frames, index,
+                                min(count, index - index % TURN_CHECK_EVERY + TURN_CHECK_EVERY),
+                                replies)
+                if done > index:
+                    index = done
+                    if acks.hold_lsn != seen:
+                        seen = acks.hold_lsn
+                        self.hold(seen)
+                        pending = True
+                    out.append(bytes(replies))
+                    continue
+            index += 1
             if pending and op in STATE_READ_OPS:
-                self._park(frames[index:])
+                self._park(frames[index - 1:])
                 break
             route = routes.get(op)
             if route is not None and ct in route[0]:

@@ -114,7 +114,8 @@ class BeavaServer:
         self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
                                on_alias=self._on_alias)
         # the command table's handlers, checked here: a command without one fails the start
-        self.frames = FrameDispatch(self.service.frame_handlers())
+        self.frames = FrameDispatch(self.service.frame_handlers(),
+                                    push_run=self.service.push_pass.run)
         self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(

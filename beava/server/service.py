@@ -16,14 +16,15 @@ import msgspec
 
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
+from beava._fast.push_pass import TcpPushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.state import reads
 from beava.engine.state.push_validation import has_control_character
-from beava.engine.store import FeatureStore, wall_clock_ms
+from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.commands import FRAMED
-from beava.protocol.dispatch import FrameHandler, HttpHandler, json_response
+from beava.protocol.dispatch import FrameDispatch, FrameHandler, HttpHandler, json_response
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR
@@ -85,6 +86,11 @@ class Service:
         self.test_mode = test_mode
         self.on_reset = on_reset
         self.on_alias = on_alias
+        # framed-TCP runs of pushes in C; each unusual frame goes to _tcp_push
+        self.push_pass = TcpPushPass(store, self._tcp_push, FrameDispatch.failed,
+                                     messages.tcp_push_msgpack, messages.tcp_push_json,
+                                     messages.json_any, encode_wal_body, wall_clock_ms,
+                                     _PUSH_OP)
 
     def frame_handlers(self) -> dict[str, FrameHandler]:
         """Framed TCP: command name -> handler(ct, payload)."""

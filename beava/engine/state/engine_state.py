@@ -26,7 +26,8 @@ class EngineState:
         self._tables: dict[str, TableState] = {
             name: TableState(spec) for name, spec in registry.tables.items()
         }
-        self._routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]] = {}
+        # event -> the push functions of the tables it feeds (the push pass calls them)
+        self.routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]] = {}
         # cold resets of table states that no longer exist, so the total never goes down
         self._cold_base = 0
         self._route()
@@ -37,11 +38,11 @@ class EngineState:
             pushes = tuple(self._tables[t.name].push for t in self._registry.feeds(event))
             if pushes:
                 routes[event] = pushes
-        self._routes = routes
+        self.routes = routes
 
     def apply(self, event: str, row: dict[str, Any], now: int) -> None:
         """Apply one pushed event (validated fields, not mutated) to every table it feeds."""
-        for push in self._routes.get(event, ()):
+        for push in self.routes.get(event, ()):
             push(row, now)
 
     def table(self, name: str) -> TableState | None:

@@ -1,0 +1,17 @@
+"""Type stub of push_pass.pyx: the framed-TCP push pass."""
+
+from collections.abc import Callable
+from typing import Any
+
+def apply_rows(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
+               events: list[str], rows: list[dict[str, Any]], nows: list[int], start: int,
+               stop: int) -> int: ...
+
+class TcpPushPass:
+    def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],
+                 failed: Callable[[Exception], bytes], decode_msgpack: Callable[[bytes], Any],
+                 decode_json: Callable[[bytes], Any], decode_json_body: Callable[[Any], Any],
+                 encode_msgpack: Callable[[Any], bytes], wall_clock: Callable[[], int],
+                 reply_op: int) -> None: ...
+    def run(self, frames: list[tuple[int, int, bytes]], start: int, stop: int,
+            out: bytearray) -> int: ...
