@@ -1,0 +1,140 @@
+"""Runs of pushes in one socket read go through the compiled push pass
+(beava._fast.push_pass); frames it does not take go to the Python handler in their place.
+Pipelined mixes must be answered in order with the LSNs, errors and replays a push at a time
+would give, in every durability mode, and what was acked must be what a restart recovers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tests.support import BeavaProcess, FrameConn, frame, http_request
+
+OP_PUSH = 0x0010
+OP_GET = 0x0020
+OP_ERROR = 0xFFFF
+
+NODES = [
+    {"kind": "event", "name": "Txn",
+     "schema": {"fields": {"user": "str", "amount": "f64", "note": "str"},
+                "optional_fields": ["note"], "defaults": {"note": "none"}}},
+    {"kind": "event", "name": "Pay", "dedupe_key": "id", "dedupe_window_ms": 600000,
+     "schema": {"fields": {"id": "str", "user": "str", "amount": "f64"}}},
+    {"kind": "derivation", "name": "Spend", "upstreams": ["Txn"], "key": ["user"],
+     "agg": {"n": {"op": "count"}, "total": {"op": "sum", "params": {"field": "amount"}},
+             "notes": {"op": "last", "params": {"field": "note"}}}},
+    {"kind": "derivation", "name": "Paid", "upstreams": ["Pay"], "key": ["user"],
+     "agg": {"paid": {"op": "sum", "params": {"field": "amount"}}}},
+]
+
+
+def push_msgpack(event: str, body: object) -> bytes:
+    return frame(OP_PUSH, 2, msgspec.msgpack.encode({"event": event, "body": body}))
+
+
+def push_json(event: str, body: object) -> bytes:
+    return frame(OP_PUSH, 1, json.dumps({"event": event, "body": body}).encode())
+
+
+def get(table: str, key: str) -> bytes:
+    return frame(OP_GET, 1, json.dumps({"table": table, "key": key}).encode())
+
+
+@pytest.fixture(params=["memory", "strict", "periodic"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BeavaProcess]:
+    mode = request.param
+    if mode == "memory":
+        proc = BeavaProcess()
+    else:
+        proc = BeavaProcess("--data-dir", str(tmp_path / "data"), memory_only=False,
+                            env={"BEAVA_WAL_SYNC_MODE": mode})
+    status, _, _ = http_request(proc.http, "POST", "/register",
+                                json.dumps({"nodes": NODES}).encode(),
+                                {"Content-Type": "application/json"})
+    assert status == 200
+    yield proc
+    proc.terminate()
+
+
+def replies(conn: FrameConn, count: int) -> list[tuple[int, dict]]:
+    out = []
+    for _ in range(count):
+        got = conn.recv_frame()
+        assert got is not None
+        out.append((got[0], json.loads(got[2])))
+    return out
+
+
+def test_mixed_pipeline_in_one_write(server: BeavaProcess) -> None:
+    conn = FrameConn(server.tcp)
+    ping = frame(0x0000)
+    frames = [
+        push_msgpack("Txn", {"user": "u1", "amount": 1.5}),           # 1
+        push_json("Txn", {"user": "u1", "amount": 2, "note": "x"}),  # 2
+        push_msgpack("Txn", {"user": "u1", "amount": "3"}),           # invalid_event
+        push_msgpack("Nope", {"user": "u1"}),                        # event_not_found
+        push_msgpack("Txn", {"user": "u2", "amount": 4.0, "z": 1}),  # unknown field
+        frame(OP_PUSH, 2, b"\xc1"),                                  # undecodable
+        push_msgpack("Pay", {"id": "p1", "user": "u1", "amount": 5.0}),  # 3 (dedupe path)
+        push_msgpack("Txn", {"user": "u2", "amount": 6.0}),           # 4
+        push_msgpack("Pay", {"id": "p1", "user": "u1", "amount": 5.0}),  # replay of 3
+        ping,
+        push_json("Txn", {"user": "u2", "amount": 2 ** 70}),          # 5 (widened)
+        frame(OP_PUSH, 9, b"{}"),                                    # content type
+        get("Spend", "u2"),
+        get("Paid", "u1"),
+    ]
+    conn.send(b"".join(frames))
+    got = replies(conn, len(frames))
+    base = got[0][1]["ack_lsn"]
+    version = got[0][1]["registry_version"]
+
+    def ack(offset: int, replay: bool = False) -> tuple[int, dict]:
+        return OP_PUSH, {"ack_lsn": base + offset, "idempotent_replay": replay,
+                         "registry_version": version}
+
+    # a push error names the registry version (spec/wire.md §5.1); a refused frame does not
+    expected = [ack(0), ack(1), "invalid_event", "event_not_found", "unknown_field_v0", None,
+                ack(2), ack(3), ack(2, replay=True), None, ack(4), None, None, None]
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if isinstance(want, tuple):
+            assert have == want, index
+        elif isinstance(want, str):
+            assert have[0] == OP_ERROR and have[1]["error"]["code"] == want, (index, have)
+            assert have[1]["registry_version"] == version
+    assert got[5] == (OP_ERROR, {"code": "unsupported"})
+    assert got[11][1]["error"]["code"] == "unsupported_content_type"
+    assert got[9][0] == 0x0000
+    spend = got[12][1]
+    assert spend["n"] == 2 and spend["total"] == 6.0 + 2.0 ** 70 and spend["notes"] == "none"
+    assert got[13][1] == {"paid": 5.0}
+    conn.close()
+
+
+def test_acked_runs_are_what_a_restart_recovers(server: BeavaProcess,
+                                               tmp_path: Path) -> None:
+    """Long runs cross turn and WAL batch boundaries; every ack's LSN is the next one, and
+    after a restart of a durable server the table holds every acknowledged push."""
+    conn = FrameConn(server.tcp)
+    count = 5000
+    conn.send(b"".join(push_msgpack("Txn", {"user": f"u{i % 7}", "amount": 1.0})
+                       for i in range(count)))
+    lsns = [body["ack_lsn"] for op, body in replies(conn, count) if op == OP_PUSH]
+    assert lsns == list(range(lsns[0], lsns[0] + count))
+    conn.close()
+    if not (tmp_path / "data").exists():
+        return
+    server.terminate()
+    restarted = BeavaProcess("--data-dir", str(tmp_path / "data"), memory_only=False)
+    try:
+        fresh = FrameConn(restarted.tcp)
+        fresh.send(b"".join(get("Spend", f"u{k}") for k in range(7)))
+        total = sum(body["n"] for _, body in replies(fresh, 7))
+        assert total == count
+        fresh.close()
+    finally:
+        restarted.terminate()
