@@ -1,4 +1,4 @@
-"""Type stub of push_pass.pyx: the framed-TCP push pass."""
+"""Type stub of push_pass.pyx: pushes accepted in one C loop."""
 
 from collections.abc import Callable
 from typing import Any
@@ -7,7 +7,7 @@ def apply_rows(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...
                events: list[str], rows: list[dict[str, Any]], nows: list[int], start: int,
                stop: int) -> int: ...
 
-class TcpPushPass:
+class PushPass:
     def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],
                  failed: Callable[[Exception], bytes], decode_msgpack: Callable[[bytes], Any],
                  decode_json: Callable[[bytes], Any], decode_json_body: Callable[[Any], Any],
@@ -15,3 +15,5 @@ class TcpPushPass:
                  reply_op: int) -> None: ...
     def run(self, frames: list[tuple[int, int, bytes]], start: int, stop: int,
             out: bytearray) -> int: ...
+    def push_bodies(self, event: str, bodies: list[Any],
+                    fallback: Callable[[int, Any], None]) -> tuple[int, int]: ...

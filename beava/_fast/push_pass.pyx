@@ -1,17 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The framed-TCP push pass: a run of OP_PUSH frames in one C loop (spec/wire.md §6).
+"""The push pass: pushes accepted in one C loop (spec/wire.md §6, §10).
 
-For each frame: decode the envelope, check the body with its event's compiled checker,
-read the clock, assign the LSN, then apply the push to every table it feeds (memory-only,
-periodic) or append its WAL record to the pending batch (strict, and periodic before it
-applies), and write the ack frame. No Python-level function runs per push on this path
-beyond the decoders, the durability log's ``submit`` and the table kernels.
+For each push: check the body with its event's compiled checker, read the clock, assign the
+LSN, then apply the push to every table it feeds (memory-only, periodic) or append its WAL
+record and the push to the pending batch (strict; periodic appends the record, then
+applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
+OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
+PUSH_MANY. No Python-level function runs per push on this path beyond the decoders and the
+table kernels; the durability log hears of a call's records once, at its end
+(``accepted()``).
 
-Anything unusual leaves the frame to the Python handler it replaces (``slow``), before any
-state is touched: a body that does not decode or does not pass its checks (the handler
-answers the exact error), an event with a ``dedupe_key`` (the store's dedupe cache), a
-frame that is not a push. The pass keeps the store's counters in C locals for one run and
-writes them back before anything else can read them.
+Anything unusual goes to the store's Python path before any state is touched: a body that
+does not decode or does not pass its checks (which answers the exact error), an event with
+a ``dedupe_key`` (the store's dedupe cache). :func:`apply_rows` applies a durable batch.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
@@ -35,6 +36,9 @@ cdef extern from "<time.h>" nogil:
 
 
 cdef enum:
+    MEMORY = 0          # durability modes (beava.durability.group_commit)
+    STRICT = 1
+    PERIODIC = 2
     OP_PUSH = 0x0010
     CT_JSON = 0x01
     CT_MSGPACK = 0x02
@@ -116,8 +120,11 @@ def apply_rows(dict routes, list events, list rows, list nows, Py_ssize_t start,
     return newest
 
 
-cdef class TcpPushPass:
-    """Runs of OP_PUSH frames for one server's store (see the module docstring)."""
+cdef class PushPass:
+    """Pushes accepted in C for one server's store (see the module docstring): ``run`` for
+    runs of OP_PUSH frames, ``push_bodies`` for the bodies of one PUSH_MANY. While a call
+    is in progress the store's counters live in this object (``_begin`` loads them,
+    ``_end`` writes them back, and so does every fallback before it runs)."""
 
     cdef object store
     cdef object slow            # (ct, payload) -> reply frame: the Python push handler
@@ -130,6 +137,19 @@ cdef class TcpPushPass:
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the cached event names belong to
     cdef dict names             # event -> its UTF-8 bytes
+    # set by _begin for one call
+    cdef object log
+    cdef dict checkers
+    cdef dict routes
+    cdef object clock
+    cdef bint wall
+    cdef int mode
+    cdef uint64_t version
+    cdef int64_t last_lsn, applied_lsn, hold_lsn, watermark, pushes
+    cdef bint logged            # records appended since the log last heard of them
+    cdef bytearray buf
+    cdef object batch
+    cdef list b_events, b_rows, b_nows
 
     def __init__(self, store, slow, failed, decode_msgpack, decode_json, decode_json_body,
                  encode_msgpack, wall_clock, uint32_t reply_op):
@@ -145,119 +165,170 @@ cdef class TcpPushPass:
         self.names_for = None
         self.names = {}
 
+    cdef void _begin(self) except *:
+        store = self.store
+        self.log = store.log
+        self.checkers = store.checkers
+        self.routes = store.engine.routes
+        if self.checkers is not self.names_for:
+            self.names_for = self.checkers
+            self.names = {}
+        self.clock = store.clock
+        self.wall = self.clock is self.wall_clock
+        mode_name = self.log.mode
+        self.mode = MEMORY if mode_name == "memory" else (
+            STRICT if mode_name == "strict" else PERIODIC)
+        self.version = store.registry.version
+        self.logged = False
+        self._load()
+
+    cdef void _load(self) except *:
+        """Read the store's counters and the log's pending batch (after a fallback, which
+        may have handed the batch to the writer)."""
+        store = self.store
+        self.last_lsn = store.last_lsn
+        self.applied_lsn = store.applied_lsn
+        self.hold_lsn = store.hold_lsn
+        self.watermark = store.watermark_ms
+        self.pushes = store.pushes_total
+        if self.mode != MEMORY:
+            self.buf = self.log.buf
+        if self.mode == STRICT:
+            self.batch = self.log.batch
+            self.b_events = self.batch.events
+            self.b_rows = self.batch.rows
+            self.b_nows = self.batch.nows
+
+    cdef void _save(self) except *:
+        store = self.store
+        store.last_lsn = self.last_lsn
+        store.applied_lsn = self.applied_lsn
+        store.hold_lsn = self.hold_lsn
+        store.watermark_ms = self.watermark
+        store.pushes_total = self.pushes
+
+    cdef void _end(self) except *:
+        self._save()
+        self.buf = None
+        self.batch = self.b_events = self.b_rows = self.b_nows = None
+        if self.logged:
+            self.logged = False
+            self.log.accepted()
+
+    cdef int _accept(self, object event, object fields) except -1:
+        """Accept one push: 1 when done (``self.last_lsn`` is its LSN), 0 when it must go
+        to the store's Python path instead (not a map, unknown event, a dedupe key, a check
+        that fails): nothing has been touched then."""
+        cdef PyObject* found
+        cdef bytes name, body
+        if type(fields) is not dict:
+            return 0
+        found = PyDict_GetItem(self.checkers, event)
+        if found is NULL or (<tuple>found)[0].dedupe_key is not None:
+            return 0
+        if (<EventChecker>(<tuple>found)[1]).check(<dict>fields) is not None:
+            return 0
+        now_obj = wall_ms() if self.wall else self.clock()
+        cdef int64_t now = now_obj
+        self.last_lsn += 1
+        self.pushes += 1
+        if self.mode != MEMORY:
+            found = PyDict_GetItem(self.names, event)
+            if found is NULL:
+                name = (<str>event).encode()
+                self.names[event] = name
+            else:
+                name = <bytes>found
+            body = self.encode_msgpack(fields)
+            append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
+                      <uint64_t>now, <uint32_t>self.version,
+                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
+                      PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+            self.logged = True
+        if self.mode == STRICT:  # applied once the fsync covering it is done
+            if not self.b_events:
+                self.batch.first_lsn = self.last_lsn
+            self.b_events.append(event)
+            self.b_rows.append(fields)
+            self.b_nows.append(now_obj)
+            self.hold_lsn = self.last_lsn
+            return 1
+        found = PyDict_GetItem(self.routes, event)
+        if found is not NULL:
+            for push in <tuple>found:
+                push(fields, now_obj)
+        self.applied_lsn = self.last_lsn
+        if now > self.watermark:
+            self.watermark = now
+        return 1
+
     def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out):
         """Handle the frames ``start..stop-1`` while they are OP_PUSH frames in a content
         type the pass takes, appending each reply to ``out``; returns the index of the first
         frame not handled."""
-        store = self.store
-        log = store.log
-        cdef dict checkers = store.checkers
-        cdef dict routes = store.engine.routes
-        if checkers is not self.names_for:
-            self.names_for = checkers
-            self.names = {}
-        cdef object clock = store.clock
-        cdef bint wall = clock is self.wall_clock
-        cdef bint memory = log.acks_immediately and log.mode == "memory"
-        cdef uint64_t version = store.registry.version
-        cdef int64_t last_lsn = store.last_lsn
-        cdef int64_t applied_lsn = store.applied_lsn
-        cdef int64_t hold_lsn = store.hold_lsn
-        cdef int64_t watermark = store.watermark_ms
-        cdef int64_t pushes = store.pushes_total
-        cdef int64_t now
-        cdef bint apply_now
         cdef Py_ssize_t i = start
         cdef tuple frame
         cdef int op, ct
-        cdef PyObject* found
-        cdef EventChecker checker
-        cdef bytes name, body
-        cdef bytearray buf
-        while i < stop:
-            frame = <tuple>frames[i]
-            op = frame[0]
-            ct = frame[1]
-            if op != OP_PUSH or (ct != CT_MSGPACK and ct != CT_JSON):
-                break
-            payload = frame[2]
-            i += 1
-            # decode and check; anything unusual goes to the Python handler untouched
-            try:
-                if ct == CT_MSGPACK:
-                    envelope = self.decode_msgpack(payload)
-                    fields = envelope.body
-                else:
-                    envelope = self.decode_json(payload)
-                    fields = self.decode_json_body(envelope.body)
-                event = envelope.event
-            except Exception:
-                fields = None
-            found = NULL
-            if type(fields) is dict:
-                found = PyDict_GetItem(checkers, event)
-            if found is NULL or (<tuple>found)[0].dedupe_key is not None:
-                self._write_back(store, last_lsn, applied_lsn, hold_lsn, watermark, pushes)
-                self._slow(ct, payload, out)
-                last_lsn = store.last_lsn
-                applied_lsn = store.applied_lsn
-                hold_lsn = store.hold_lsn
-                watermark = store.watermark_ms
-                pushes = store.pushes_total
-                continue
-            checker = <EventChecker>(<tuple>found)[1]
-            if checker.check(fields) is not None:
-                self._slow(ct, payload, out)  # answers the error; touches no state
-                continue
-            now = wall_ms() if wall else clock()
-            last_lsn += 1
-            pushes += 1
-            try:
-                if memory:
-                    apply_now = True
-                else:
-                    found = PyDict_GetItem(self.names, event)
-                    if found is NULL:
-                        name = (<str>event).encode()
-                        self.names[event] = name
+        cdef int taken
+        self._begin()
+        try:
+            while i < stop:
+                frame = <tuple>frames[i]
+                op = frame[0]
+                ct = frame[1]
+                if op != OP_PUSH or (ct != CT_MSGPACK and ct != CT_JSON):
+                    break
+                payload = frame[2]
+                i += 1
+                try:
+                    if ct == CT_MSGPACK:
+                        envelope = self.decode_msgpack(payload)
+                        fields = envelope.body
                     else:
-                        name = <bytes>found
-                    body = self.encode_msgpack(fields)
-                    buf = log.buf
-                    append_to(buf, <uint64_t>last_lsn, RECORD_EVENT, BODY_MSGPACK,
-                              <uint64_t>now, <uint32_t>version,
-                              PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
-                              PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
-                    apply_now = log.submit(last_lsn, event, fields, now, None)
-                if apply_now:
-                    found = PyDict_GetItem(routes, event)
-                    if found is not NULL:
-                        for push in <tuple>found:
-                            push(fields, now)
-                    applied_lsn = last_lsn
-                    if now > watermark:
-                        watermark = now
-                else:
-                    hold_lsn = last_lsn
-            except Exception as exc:  # a bug: this push answers internal_error
-                self._write_back(store, last_lsn, applied_lsn, hold_lsn, watermark, pushes)
-                out += self.failed(exc)
-                continue
-            put_ack(out, self.reply_op, <uint64_t>last_lsn, version)
-        self._write_back(store, last_lsn, applied_lsn, hold_lsn, watermark, pushes)
+                        envelope = self.decode_json(payload)
+                        fields = self.decode_json_body(envelope.body)
+                    event = envelope.event
+                except Exception:  # the handler answers what is wrong with it
+                    event = fields = None
+                try:
+                    taken = self._accept(event, fields)
+                except Exception as exc:  # a bug: this push answers internal_error
+                    out += self.failed(exc)
+                    continue
+                if taken:
+                    put_ack(out, self.reply_op, <uint64_t>self.last_lsn, self.version)
+                else:  # the Python handler answers (an ack, a replay or the error)
+                    self._save()
+                    try:
+                        reply = self.slow(ct, payload)
+                    except Exception as exc:
+                        reply = self.failed(exc)
+                    out += reply
+                    self.logged = False  # store.push told the log itself
+                    self._load()
+        finally:
+            self._end()
         return i
 
-    cdef void _slow(self, int ct, object payload, bytearray out) except *:
+    def push_bodies(self, str event, list bodies, object fallback):
+        """Accept the bodies of one PUSH_MANY in order; a body the pass does not take goes
+        to ``fallback(index, body)`` (the store's Python path, which records its error).
+        Returns ``(acks, newest LSN or 0)`` of the bodies accepted here."""
+        cdef Py_ssize_t index
+        cdef Py_ssize_t acks = 0
+        cdef int64_t newest = 0
+        self._begin()
         try:
-            reply = self.slow(ct, payload)
-        except Exception as exc:
-            reply = self.failed(exc)
-        out += reply
-
-    cdef void _write_back(self, object store, int64_t last_lsn, int64_t applied_lsn,
-                          int64_t hold_lsn, int64_t watermark, int64_t pushes) except *:
-        store.last_lsn = last_lsn
-        store.applied_lsn = applied_lsn
-        store.hold_lsn = hold_lsn
-        store.watermark_ms = watermark
-        store.pushes_total = pushes
+            for index in range(len(bodies)):
+                body = bodies[index]
+                if self._accept(event, body):
+                    acks += 1
+                    newest = self.last_lsn
+                else:
+                    self._save()
+                    self.logged = False
+                    fallback(index, body)
+                    self._load()
+        finally:
+            self._end()
+        return acks, newest

@@ -2,7 +2,9 @@
 (spec/durability.md §2, §6).
 
 The store appends every accepted push record to the log's pending batch (``buf``, a
-bytearray) and submits the push, ``submit(lsn, event, row, now_ms, on_applied)``.
+bytearray) and submits the push, ``submit(lsn, event, row, now_ms, on_applied)``; the
+framed-TCP push pass (beava._fast.push_pass) appends a run of pushes to ``buf`` and
+``batch`` itself and calls ``accepted()`` once for the run.
 ``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
 buffers the record and has the store apply the push at once, fsyncing on a tick;
 ``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
@@ -106,7 +108,9 @@ class _WorkerLog:
         self.next_lsn = next_lsn
         self.buf = bytearray()  # the pending batch: records appended by the store
         self.sealed_lsn = 0  # the last push LSN handed to the worker
-        self._batch = Batch()  # the pushes of the pending batch
+        # the pushes of the pending batch (the store and the push pass append to it, then
+        # call accepted())
+        self.batch = Batch()
         self._in_flight: _Write | None = None
         self._in_flight_batch: Batch | None = None
         self._loop = asyncio.get_event_loop()
@@ -152,11 +156,11 @@ class _WorkerLog:
             self.on_pressure(False)
 
     def _has_pending(self) -> bool:
-        return bool(self.buf or self._batch.waiters)
+        return bool(self.buf or self.batch.waiters)
 
     def _take(self) -> tuple[bytearray, Batch]:
-        data, batch = self.buf, self._batch
-        self.buf, self._batch = bytearray(), Batch()
+        data, batch = self.buf, self.batch
+        self.buf, self.batch = bytearray(), Batch()
         if batch.events:
             self.sealed_lsn = batch.first_lsn + len(batch.events) - 1
         return data, batch
@@ -248,7 +252,7 @@ class GroupCommit(_WorkerLog):
                on_applied: Callback | None) -> bool:
         """Accept a push whose record is already appended to ``buf``; it is applied (and
         ``on_applied`` runs) after the fsync covering it. Returns False: not applied yet."""
-        batch = self._batch
+        batch = self.batch
         events = batch.events
         if not events:
             batch.first_lsn = lsn
@@ -257,6 +261,13 @@ class GroupCommit(_WorkerLog):
         batch.nows.append(now)
         if on_applied is not None:
             batch.waiters.append((len(events), on_applied))
+        self.accepted()
+        return False
+
+    def accepted(self) -> None:
+        """Pushes were added to the pending batch (records in ``buf``, pushes in ``batch``):
+        hand it to the writer once it holds ``fsync_bytes``, else at the end of this loop
+        turn (one fsync per turn)."""
         if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
@@ -264,14 +275,13 @@ class GroupCommit(_WorkerLog):
             # Run once the loop has processed all ready input: one fsync per loop turn.
             self._scheduled = True
             self._loop.call_soon(self._flush_turn)
-        return False
 
     def after_pending(self, callback: Callback) -> bool:
         """Run ``callback`` once everything accepted so far is durable (dedupe replays of a
         pending original). Returns True when that is already the case (nothing pending)."""
         if not (self._has_pending() or self._in_flight is not None):
             return True
-        self._batch.waiters.append((len(self._batch.events), callback))
+        self.batch.waiters.append((len(self.batch.events), callback))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush_turn)
@@ -297,10 +307,15 @@ class PeriodicLog(_WorkerLog):
                on_applied: Callback | None) -> bool:
         """Accept a push whose record is already appended to ``buf``. Returns True: the
         caller applies it at once (its acknowledgement does not wait for the fsync)."""
+        self.accepted()
+        return True
+
+    def accepted(self) -> None:
+        """Records were appended to ``buf``: hand them to the writer once they reach
+        ``fsync_bytes`` (else at the next tick)."""
         if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
-        return True
 
     def after_pending(self, callback: Callback) -> bool:
         return True

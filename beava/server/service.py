@@ -16,7 +16,7 @@ import msgspec
 
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
-from beava._fast.push_pass import TcpPushPass
+from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.state import reads
@@ -86,11 +86,11 @@ class Service:
         self.test_mode = test_mode
         self.on_reset = on_reset
         self.on_alias = on_alias
-        # framed-TCP runs of pushes in C; each unusual frame goes to _tcp_push
-        self.push_pass = TcpPushPass(store, self._tcp_push, FrameDispatch.failed,
-                                     messages.tcp_push_msgpack, messages.tcp_push_json,
-                                     messages.json_any, encode_wal_body, wall_clock_ms,
-                                     _PUSH_OP)
+        # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
+        # to _tcp_push (a frame) or store.push (a body)
+        self.push_pass = PushPass(store, self._tcp_push, FrameDispatch.failed,
+                                  messages.tcp_push_msgpack, messages.tcp_push_json,
+                                  messages.json_any, encode_wal_body, wall_clock_ms, _PUSH_OP)
 
     def frame_handlers(self) -> dict[str, FrameHandler]:
         """Framed TCP: command name -> handler(ct, payload)."""
@@ -210,18 +210,21 @@ class Service:
         if event not in store.registry.events:
             raise BeavaError("event_not_found", top=top)
         version = store.registry_version
-        acks = 0
-        ack_lsn = None
-        errors = []
-        for index, fields in enumerate(request.bodies):
+        errors: list[dict[str, Any]] = []
+        by_store = [0, 0]  # acks and newest LSN of the bodies the push pass left to the store
+
+        def fallback(index: int, fields: Any) -> None:
             try:
                 lsn = store.push(event, fields)[0]
             except BeavaError as err:
                 errors.append({"error": {"code": err.code, **err.fields}, "index": index})
-                continue
-            acks += 1
-            if ack_lsn is None or lsn > ack_lsn:
-                ack_lsn = lsn
+                return
+            by_store[0] += 1
+            by_store[1] = max(by_store[1], lsn)
+
+        acks, newest = self.push_pass.push_bodies(event, request.bodies, fallback)
+        acks += by_store[0]
+        ack_lsn = max(newest, by_store[1]) if acks else None
         return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors, "registry_version": version}
 
     def _after_durable(self, reply: bytes) -> bytes | PendingReply:

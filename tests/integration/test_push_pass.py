@@ -138,3 +138,34 @@ def test_acked_runs_are_what_a_restart_recovers(server: BeavaProcess,
         fresh.close()
     finally:
         restarted.terminate()
+
+
+def push_many(event: str, bodies: list[object]) -> bytes:
+    return frame(0x0012, 2, msgspec.msgpack.encode({"event": event, "bodies": bodies}))
+
+
+def test_push_many_bodies_mixed_with_errors_and_replays(server: BeavaProcess) -> None:
+    """PUSH_MANY bodies go through the pass in order; the ones it does not take (errors,
+    dedupe-keyed events) through the store, with the same LSN order and error indices."""
+    conn = FrameConn(server.tcp)
+    conn.send(push_msgpack("Txn", {"user": "m", "amount": 1.0}))
+    (_, first), = replies(conn, 1)
+    base = first["ack_lsn"]
+    conn.send(push_many("Txn", [{"user": "m", "amount": 2.0}, {"user": "m", "amount": "x"},
+                                7, {"user": "m", "amount": 3.0, "bad": 1},
+                                {"user": "m", "amount": 4.0}]))
+    (op, many), = replies(conn, 1)
+    assert op == 0x0012
+    assert (many["acks"], many["ack_lsn"]) == (2, base + 2)
+    assert [(e["index"], e["error"]["code"]) for e in many["errors"]] == [
+        (1, "invalid_event"), (2, "invalid_event"), (3, "unknown_field_v0")]
+    conn.send(push_many("Pay", [{"id": "a", "user": "m", "amount": 1.0},
+                                {"id": "b", "user": "m", "amount": 2.0},
+                                {"id": "a", "user": "m", "amount": 1.0}]))
+    (_, paid), = replies(conn, 1)
+    assert (paid["acks"], paid["ack_lsn"], paid["errors"]) == (3, base + 4, [])
+    conn.send(get("Spend", "m") + get("Paid", "m"))
+    (_, spend), (_, pay) = replies(conn, 2)
+    assert (spend["n"], spend["total"]) == (3, 7.0)
+    assert pay == {"paid": 3.0}
+    conn.close()
