@@ -89,7 +89,7 @@ cpdef object group_key(dict row, tuple key_fields):
 
 
 @cython.final
-cdef class TableKernel:
+cdef class TableKernel:  # attributes in table_kernel.pxd
     """State of one table: ``keys`` (canonical key -> slot) and one column per feature.
 
     ``features`` lists ``(name, column, where_index)``: ``where_index`` 0 means no where,
@@ -97,25 +97,6 @@ cdef class TableKernel:
     arenas (ops_core.share_windows); the arenas, not those columns, then own slot storage.
     ``cold_after_ms`` None disables the cold TTL; global tables never expire.
     """
-
-    cdef readonly dict keys
-    cdef readonly tuple key_fields
-    cdef readonly tuple names
-    cdef dict by_name
-    cdef list feature_state         # feature columns that own their storage
-    cdef readonly list arenas
-    cdef list state_cols            # feature_state + arenas
-    cdef list update_cols
-    cdef PyObject** upd             # borrowed from update_cols
-    cdef int* upd_where
-    cdef Py_ssize_t nupd
-    cdef list preds
-    cdef Py_ssize_t npreds
-    cdef unsigned char* verdict     # [0] = True (no where), [i] = predicates[i - 1]
-    cdef readonly Py_ssize_t capacity
-    cdef int64_t* touch             # last-touch now per slot; NULL for global tables
-    cdef int64_t cold_after         # -1: no cold TTL
-    cdef readonly int64_t cold_evictions
 
     def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
         self.keys = {}
@@ -180,6 +161,10 @@ cdef class TableKernel:
     cpdef object key_of(self, dict row):
         """The canonical key of a post-chain row, or None (skip the table)."""
         return group_key(row, self.key_fields)
+
+    def __call__(self, dict row, int64_t now):
+        """``apply(row, now)``: a table without a chain is its own push function."""
+        return self.apply(row, now)
 
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2:
         """Apply one post-chain row (§3 steps 2-5); the slot it reached, -1 if skipped."""

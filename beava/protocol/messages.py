@@ -26,6 +26,10 @@ class PushMany(msgspec.Struct):
     bodies: list[Any]
 
 
+# What the decoders raise on a body that is not valid: a string that is not UTF-8 raises
+# UnicodeDecodeError, not msgspec.DecodeError.
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
 tcp_push_json = msgspec.json.Decoder(TcpPushJson).decode
 tcp_push_msgpack = msgspec.msgpack.Decoder(TcpPushMsgpack).decode
 push_many_json = msgspec.json.Decoder(PushMany).decode

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
 from beava._fast.push_pass import PushPass
@@ -52,7 +50,7 @@ def _decode_read(ct: int, payload: bytes) -> Any:
     """A read request body; undecodable is ``internal_error`` (spec/wire.md §2.7)."""
     try:
         return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
-    except msgspec.DecodeError as exc:
+    except messages.DECODE_ERRORS as exc:
         raise BeavaError("internal_error", reason=str(exc)) from None
 
 
@@ -146,7 +144,7 @@ class Service:
             raise BeavaError("test_mode_required", reason=TEST_CLOCK_FORBIDDEN_REASON)
         try:
             body = messages.json_any(payload)
-        except msgspec.DecodeError:
+        except messages.DECODE_ERRORS:
             body = None
         if not isinstance(body, dict) or "now_ms" not in body:
             raise BeavaError("invalid_test_clock",
@@ -198,7 +196,7 @@ class Service:
         try:
             request = (messages.push_many_json(payload) if ct == CT_JSON
                        else messages.push_many_msgpack(payload))
-        except msgspec.DecodeError as exc:
+        except messages.DECODE_ERRORS as exc:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
         count = len(request.bodies)
         if count > PUSH_MANY_LIMIT:
@@ -258,7 +256,7 @@ class Service:
             else:
                 envelope = messages.tcp_push_msgpack(payload)
                 fields = envelope.body
-        except msgspec.DecodeError:
+        except messages.DECODE_ERRORS:
             return _UNSUPPORTED
         except RecursionError:
             raise BeavaError("invalid_event", reason=TOO_DEEP,
@@ -320,7 +318,7 @@ class Service:
     def _http_push(self, request: HttpRequest, params: tuple[str, ...]) -> bytes | PendingReply:
         try:
             envelope = messages.json_any(request.body)
-        except msgspec.DecodeError:
+        except messages.DECODE_ERRORS:
             raise BeavaError("invalid_json_body") from None
         except RecursionError:  # nested past what any accepted value may be
             raise BeavaError("invalid_event", reason=TOO_DEEP) from None
@@ -333,7 +331,7 @@ class Service:
         (event,) = params
         try:
             fields = messages.json_any(request.body)
-        except msgspec.DecodeError:
+        except messages.DECODE_ERRORS:
             raise BeavaError("invalid_event") from None
         except RecursionError:
             raise BeavaError("invalid_event", reason=TOO_DEEP) from None

@@ -176,7 +176,7 @@ def parse_body(body: bytes | bytearray | memoryview | str) -> dict[str, Any]:
     """P1: parse the JSON text; the top level must be an object."""
     try:
         raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string not UTF-8: the latter
         raise _decode_error(f"invalid JSON: {exc}") from None
     except RecursionError:
         raise _decode_error("invalid JSON: nesting too deep") from None

@@ -92,10 +92,11 @@ class TableState:
         self.push = self._compile_push(spec)
 
     def _compile_push(self, spec: TableSpec) -> Callable[[Row, int], Any]:
-        """The per-event entry point: the kernel itself, or chain-then-kernel."""
-        kernel_apply = self._kernel.apply
+        """The per-event entry point: the kernel itself (callable as its ``apply``, and
+        called in C by the push pass), or chain-then-kernel."""
         if not spec.chain:
-            return kernel_apply
+            return self._kernel
+        kernel_apply = self._kernel.apply
         chain = compile_chain(spec.chain, spec.input_schema)
 
         def push(row: Row, now: int) -> None:
