@@ -13,6 +13,7 @@ query time ``T``, as a GET at that moment would.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_SCAN_LIMIT",
     "MAX_SCAN_SPLITS",
     "SCAN_PAGE_BYTES",
+    "SCAN_PAGE_SECONDS",
     "ScanPage",
     "ScanRequest",
     "decode_key",
@@ -45,6 +47,9 @@ MAX_SCAN_SPLITS = 1_024
 SCAN_PAGE_BYTES = 1 << 20
 """A page ends early once its encoded rows pass this many bytes (it has at least one row),
 so a page of wide rows stays far below the 4 MiB frame limit and is quick to build."""
+SCAN_PAGE_SECONDS = 0.02
+"""A page also ends once building it has taken this long (it has at least one row): the
+server serves one request at a time, so this bounds how long a push waits behind a scan."""
 
 _FIELDS = frozenset(("table", "cursor", "limit", "until", "splits"))
 
@@ -219,13 +224,15 @@ def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
     read = table.read_slot
     rows: list[bytes] = []
     size = 0
+    clock = time.perf_counter
+    deadline = clock() + SCAN_PAGE_SECONDS
     for slot, key in enumerate(keys, position):
         row = key_columns(key)
         row.update(read(slot, T))
         data = encode(row)
         rows.append(data)
         size += len(data)
-        if size >= SCAN_PAGE_BYTES:
+        if size >= SCAN_PAGE_BYTES or clock() >= deadline:
             break
     position += len(rows)
     name = request.table
