@@ -54,6 +54,8 @@ HTTP_STATUS: dict[str, int] = {
     "unsupported": 501,
     "invalid_push_many": 400,
     "batch_too_large": 400,
+    "invalid_scan": 400,  # extension: table scan (docs/wire.md)
+    "scan_cursor_expired": 409,
 }
 
 

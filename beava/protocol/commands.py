@@ -28,6 +28,7 @@ from beava_client.opcodes import (
     OP_PUSH_SYNC,
     OP_REGISTER,
     OP_RESET,
+    OP_SCAN,
     OP_TEST_CLOCK,
 )
 
@@ -80,6 +81,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("get_multi", op=OP_GET_MULTI, reply_op=OP_GET_RESPONSE, reads_state=True),
     Command("batch_get", op=OP_BATCH_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/batch_get",)),
+    Command("scan", op=OP_SCAN, reply_op=OP_GET_RESPONSE, reads_state=True,
+            http_method="POST", http_paths=("/scan",)),  # extension (docs/wire.md)
     Command("legacy_get", reads_state=True,  # GET /get/<feature>/<key>
             http_method="GET", http_prefixes=("/get/",), http_params=2),
     Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE,

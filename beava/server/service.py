@@ -17,7 +17,7 @@ from beava._fast.frame_splitter import encode_frame
 from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
-from beava.engine.state import reads
+from beava.engine.state import reads, scan
 from beava.engine.state.push_validation import has_control_character
 from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
@@ -62,6 +62,46 @@ def _read_frame(command: str, ct: int, value: Any) -> bytes:
     return encode_frame(_REPLY_OP[command], CT_JSON, _encode(value))
 
 
+def _decode_scan(ct: int, payload: bytes, version: int) -> Any:
+    """A scan request body; undecodable is ``invalid_scan``."""
+    try:
+        return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise BeavaError("invalid_scan", path="", message=f"undecodable body: {exc}",
+                         top={"registry_version": version}) from None
+
+
+def _encode_msgpack_row(row: dict[str, Any]) -> bytes:
+    return messages.encode_msgpack(reads.finite_or_none(row))
+
+
+def _msgpack_count(small: int, count: int) -> bytes:
+    """MessagePack header of a map (``small`` 0x80) or array (0x90) of ``count`` items."""
+    if count < 16:
+        return bytes((small | count,))
+    big = 0xDE if small == 0x80 else 0xDC
+    if count < 0x10000:
+        return bytes((big,)) + count.to_bytes(2, "big")
+    return bytes((big + 1,)) + count.to_bytes(4, "big")
+
+
+def _scan_body(head: dict[str, Any], rows: list[bytes], msgpack: bool) -> bytes:
+    """``head`` plus ``"rows"`` (rows already encoded) as one object, keys sorted."""
+    names = sorted([*head, "rows"])
+    if msgpack:
+        out = [_msgpack_count(0x80, len(names))]
+        for name in names:
+            out.append(messages.encode_msgpack(name))
+            if name == "rows":
+                out.append(_msgpack_count(0x90, len(rows)))
+                out.extend(rows)
+            else:
+                out.append(messages.encode_msgpack(head[name]))
+        return b"".join(out)
+    items = [b'"rows":[' + b",".join(rows) + b"]" if name == "rows"
+             else _encode(name) + b":" + _encode(head[name]) for name in names]
+    return b"{" + b",".join(items) + b"}"
+
 
 class _PinnedClock:
     """The store's clock while a test pins it: always ``now_ms``."""
@@ -103,6 +143,7 @@ class Service:
             "batch_get": self._tcp_batch_get,
             "reset": self._tcp_reset,
             "test_clock": self._tcp_test_clock,
+            "scan": self._tcp_scan,
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -118,6 +159,7 @@ class Service:
             "legacy_get": self._http_legacy_get,
             "reset": self._http_reset,
             "test_clock": self._http_test_clock,
+            "scan": self._http_scan,
             "health": self._http_health,
             "ready": self._http_ready,
         }
@@ -159,6 +201,21 @@ class Service:
                              message="now_ms must be an integer of epoch milliseconds "
                                      "(0 to 2^63-1) or null")
         return {"now_ms": now}
+
+    def scan(self, body: Any, msgpack: bool) -> bytes:
+        """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
+        store = self.store
+        version = store.registry_version
+        request, table = scan.parse_scan(body, store.table, version)
+        encode = _encode_msgpack_row if msgpack else _encode
+        page = scan.scan_page(table, request, version, store.query_time(), encode)
+        head: dict[str, Any] = {"cursor": page.cursor, "entities": page.entities,
+                                "registry_version": version}
+        if request.first:
+            head["columns"] = scan.scan_columns(table.spec)
+        if page.splits is not None:
+            head["splits"] = page.splits
+        return _scan_body(head, page.rows, msgpack)
 
     def _push(self, event: str, fields: Any, request: HttpRequest) -> bytes | PendingReply:
         """One HTTP push (spec/wire.md §6): the response to ``request``, deferred until the
@@ -293,6 +350,11 @@ class Service:
         return encode_frame(_REPLY_OP["batch_get"], CT_JSON,  # always JSON
                             _encode({"results": results}))
 
+    def _tcp_scan(self, ct: int, payload: bytes) -> bytes:
+        body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
+                         ct == CT_MSGPACK)
+        return encode_frame(_REPLY_OP["scan"], ct, body)
+
     def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
 
@@ -361,6 +423,11 @@ class Service:
         store = self.store
         value = reads.legacy_get(store.table, store.registry, feature, key, store.query_time())
         return json_response(200, value, request.keep_alive)
+
+    def _http_scan(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        body = self.scan(_decode_scan(CT_JSON, request.body, self.store.registry_version),
+                         False)
+        return json_response(200, body, request.keep_alive)
 
     def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.reset(), request.keep_alive)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import ConnectionClosed, ProtocolError, Timeout, TransportError
@@ -29,6 +29,7 @@ from .messages import (
     get_body,
     join_frames,
     register_body,
+    scan_body,
 )
 from .opcodes import (
     CT_JSON,
@@ -39,6 +40,7 @@ from .opcodes import (
     OP_PUSH,
     OP_REGISTER,
     OP_RESET,
+    OP_SCAN,
     OP_TEST_CLOCK,
     expected_reply_op,
 )
@@ -478,6 +480,25 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         results: list[Any] = (await self.request(OP_BATCH_GET, batch_get_body(requests)))["results"]
         return results
 
+    async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        """One page of a table scan, opcode 0x0025 (see TcpClient.scan)."""
+        reply: dict[str, Any] = await self.request(
+            OP_SCAN, scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    async def scan_rows(self, table: str, *, limit: int | None = None,
+                        cursor: str | None = None, until: str | None = None
+                        ) -> AsyncIterator[dict[str, Any]]:
+        """Every row of ``table``, page by page (see TcpClient.scan_rows)."""
+        while True:
+            page = await self.scan(table, cursor, limit=limit, until=until)
+            for row in page["rows"]:
+                yield row
+            cursor = page["cursor"]
+            if cursor is None:
+                return
+
     # -- pushes --------------------------------------------------------------------------
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -676,6 +697,15 @@ class AsyncTcpPool:
 
     async def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         return await self.client().batch_get(requests)
+
+    async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        return await self.client().scan(table, cursor, limit=limit, until=until,
+                                        splits=splits)
+
+    def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
+                  until: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        return self.client().scan_rows(table, limit=limit, cursor=cursor, until=until)
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client().push(event, body)

@@ -8,7 +8,7 @@ import asyncio
 import http.client
 import ssl
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Self
 
@@ -41,6 +41,8 @@ from .messages import (
     encode_push_many_chunks,
     get_body,
     register_body,
+    scan_body,
+    scan_rows,
 )
 from .results import PushManyTally, PushResult, empty_push_result, merge_push_outcomes
 from .urls import http_endpoint
@@ -309,6 +311,18 @@ class HttpClient(SyncClient, _HttpCommon):
         results: list[Any] = self.request("POST", "/batch_get", batch_get_body(requests))["results"]
         return results
 
+    def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
+        reply: dict[str, Any] = self.request(
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
+                  until: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of ``table``, page by page (see TcpClient.scan_rows)."""
+        return scan_rows(lambda c: self.scan(table, c, limit=limit, until=until), cursor)
+
     def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /push`` ``{"event", "data"}``: the ack (a replay is only marked by the
         ``X-Beava-Idempotent-Replay`` header, see ``send``)."""
@@ -556,6 +570,25 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         reply = await self.request("POST", "/batch_get", batch_get_body(requests))
         results: list[Any] = reply["results"]
         return results
+
+    async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
+        reply: dict[str, Any] = await self.request(
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    async def scan_rows(self, table: str, *, limit: int | None = None,
+                        cursor: str | None = None, until: str | None = None
+                        ) -> AsyncIterator[dict[str, Any]]:
+        """Every row of ``table``, page by page (see TcpClient.scan_rows)."""
+        while True:
+            page = await self.scan(table, cursor, limit=limit, until=until)
+            for row in page["rows"]:
+                yield row
+            cursor = page["cursor"]
+            if cursor is None:
+                return
 
     async def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /push`` ``{"event", "data"}``: the ack."""

@@ -8,7 +8,7 @@ so a pipelined batch of N pushes costs one buffer and N body encodes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -300,6 +300,34 @@ def get_body(table: str, key: Any, features: Sequence[str] | None) -> dict[str, 
     if features is not None:
         body["features"] = list(features)
     return body
+
+
+def scan_body(table: str, cursor: str | None, limit: int | None, until: str | None,
+              splits: int | None) -> dict[str, Any]:
+    """A table scan request (an extension of this server): ``{"table", "cursor"}`` and the
+    optional ``limit``, ``until`` and ``splits`` when given."""
+    if not isinstance(table, str):
+        raise TypeError(f"scan table must be a str, got {table!r}")
+    body: dict[str, Any] = {"table": table, "cursor": cursor}
+    if limit is not None:
+        body["limit"] = limit
+    if until is not None:
+        body["until"] = until
+    if splits is not None:
+        body["splits"] = splits
+    return body
+
+
+def scan_rows(
+    fetch: Callable[[str | None], Mapping[str, Any]], cursor: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every row of a scan: pages from ``fetch(cursor)`` until a page has no next cursor."""
+    while True:
+        page = fetch(cursor)
+        yield from page["rows"]
+        cursor = page["cursor"]
+        if cursor is None:
+            return
 
 
 def batch_get_body(requests: Iterable[Any]) -> dict[str, Any]:

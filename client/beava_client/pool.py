@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from .http import HttpClient
 from .lifecycle import check_count
+from .messages import scan_rows
 from .results import PushResult
 from .tcp import TcpClient
 
@@ -91,6 +92,16 @@ class ClientPool(Generic[C]):
     def batch_get(self, requests: Iterable[Any]) -> list[Any]:
         with self.client() as c:
             return c.batch_get(requests)
+
+    def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        with self.client() as c:
+            return c.scan(table, cursor, limit=limit, until=until, splits=splits)
+
+    def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
+                  until: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of ``table``; each page borrows a client of the pool."""
+        return scan_rows(lambda c: self.scan(table, c, limit=limit, until=until), cursor)
 
     def push(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
         with self.client() as c:

@@ -30,6 +30,8 @@ from .messages import (
     get_body,
     join_frames,
     register_body,
+    scan_body,
+    scan_rows,
 )
 from .opcodes import (
     CT_JSON,
@@ -40,6 +42,7 @@ from .opcodes import (
     OP_PUSH,
     OP_REGISTER,
     OP_RESET,
+    OP_SCAN,
     OP_TEST_CLOCK,
     expected_reply_op,
 )
@@ -329,6 +332,25 @@ class TcpClient(SyncClient, TcpClientBase):
         per-entry failures come back inline as ``{"error": {...}}``."""
         results: list[Any] = self.request(OP_BATCH_GET, batch_get_body(requests))["results"]
         return results
+
+    def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
+             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+        """One page of a table scan (an extension of this server, opcode 0x0025):
+        ``{"rows": [...], "cursor": next or None, "entities": N, "registry_version": V}``,
+        plus ``"columns"`` on the first page (cursor None) and ``"splits"`` when asked.
+        Each row holds the entity's key columns and its features as GET reads them.
+        ``limit``: rows per page (server default 1,000, at most 10,000); ``until``: stop
+        before that cursor's position; ``splits``: also return that many cursors dividing
+        the rest of the table (for parallel readers)."""
+        reply: dict[str, Any] = self.request(
+            OP_SCAN, scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
+                  until: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of ``table``, page by page (``scan`` with each next cursor). Rows of
+        entities created while the scan runs come too if their position is still ahead."""
+        return scan_rows(lambda c: self.scan(table, c, limit=limit, until=until), cursor)
 
     # -- pushes --------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
 """``format("beava")``: a PySpark Python data source (pyspark >= 4.1) writing DataFrames,
-batch or streaming, to beava servers.
+batch or streaming, to beava servers, and reading the current rows of a table back.
 
     import beava_spark
     beava_spark.register(spark)
     df.write.format("beava").option("url", "tcp://127.0.0.1:8081") \\
         .option("event", "Txn").mode("append").save()
     beava_spark.last_write().totals            # PushTotals of that write
+    spark.read.format("beava").option("url", "tcp://127.0.0.1:8081") \\
+        .option("table", "UserSpend").load()   # one row per entity (beava_spark.reader)
 
 Each write task converts its Arrow record batches to JSON bodies
 (``beava_spark.arrow_bodies``) and pushes them like ``push_dataframe``'s tasks do
@@ -34,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from .arrow_bodies import BodyEncoder
 from .conversion import ConversionPlan
@@ -49,6 +57,15 @@ from .driver import (
     raise_for_rejections,
     resolve_event,
     urls_of,
+)
+from .reader import (
+    Column,
+    ReadOptions,
+    ScanRange,
+    plan_ranges,
+    read_range,
+    spark_schema,
+    table_columns,
 )
 from .totals import PushTotals
 from .writer import DEFAULT_SCHEMA_CHECK_ROWS, PartitionWriter, WriterConfig, task_attempt
@@ -187,13 +204,20 @@ class WriteOptions:
 
 
 class BeavaDataSource(DataSource):
-    """The ``beava`` data source (write only)."""
+    """The ``beava`` data source: batch and streaming writes, batch reads of a table."""
 
     results_dir: str | None = None
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
+
+    def schema(self) -> StructType:
+        return spark_schema(table_columns(ReadOptions.parse(self.options)))
+
+    def reader(self, schema: StructType) -> BeavaReader:
+        options = ReadOptions.parse(self.options)
+        return BeavaReader(options, _read_columns(table_columns(options), schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> BeavaBatchWriter:
         _refuse_overwrite(overwrite)
@@ -288,6 +312,50 @@ class BeavaStreamWriter(_Writing, _StreamBase):  # type: ignore[misc]
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
         self._finish(messages, batchId, failed=True)
+
+
+class ScanPartition(InputPartition):
+    """A Spark partition of a read: one slot range of one server."""
+
+    def __init__(self, scan_range: ScanRange) -> None:
+        super().__init__(scan_range)
+        self.scan_range = scan_range
+
+
+class BeavaReader(DataSourceReader):
+    """``spark.read.format("beava")``: a task per slot range, a record batch per page."""
+
+    def __init__(self, options: ReadOptions, columns: list[Column]) -> None:
+        self.options = options
+        self.columns = columns
+
+    def partitions(self) -> list[ScanPartition]:
+        return [ScanPartition(r) for r in plan_ranges(self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ScanPartition)
+        options = self.options
+        return read_range(self.columns, options.table, partition.scan_range,
+                          options.page_size, options.timeout)
+
+
+def _read_columns(columns: list[Column], schema: StructType) -> list[Column]:
+    """The table's columns that ``schema`` (the server's, or one the caller gave with
+    ``.schema(...)``) names, in its order; a name or type the table lacks is an error."""
+    by_name = {c.name: c for c in columns}
+    ours = {f.name: f.dataType for f in spark_schema(columns).fields}
+    picked = []
+    for field in schema.fields:
+        column = by_name.get(field.name)
+        if column is None:
+            raise ValueError(f"format('beava') read: the table has no column {field.name!r} "
+                             f"(columns: {', '.join(by_name)})")
+        if field.dataType != ours[field.name]:
+            raise ValueError(f"format('beava') read: column {field.name!r} is "
+                             f"{ours[field.name].simpleString()}, not "
+                             f"{field.dataType.simpleString()}")
+        picked.append(column)
+    return picked
 
 
 def _refuse_overwrite(overwrite: bool) -> None:

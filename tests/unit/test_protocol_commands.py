@@ -56,19 +56,21 @@ def test_spec_opcode_table() -> None:
         0x0021: ("mget", 0x0023, True),
         0x0022: ("get_multi", 0x0023, True),
         0x0024: ("batch_get", 0x0023, True),
+        0x0025: ("scan", 0x0023, True),  # extension (docs/wire.md)
         0x0040: ("reset", 0x0023, True),
         0x0041: ("test_clock", 0x0041, True),  # extension (docs/wire.md)
     }
     assert BY_NAME["register"].content_types == {0x01}
     assert BY_NAME["ping"].content_types >= set(range(256))
-    for name in ("push", "push_many", "get", "mget", "get_multi", "batch_get", "reset"):
+    for name in ("push", "push_many", "get", "mget", "get_multi", "batch_get", "reset", "scan"):
         assert BY_NAME[name].content_types == {0x01, 0x02}, name
 
 
 def test_read_holding_set_is_the_commands_that_read_state() -> None:
     assert {c.op for c in COMMANDS if c.reads_state and c.op is not None} == STATE_READ_OPS
-    assert {0x0020, 0x0021, 0x0022, 0x0024} == STATE_READ_OPS
-    assert {c.name for c in ROUTED if c.reads_state} == {"get", "batch_get", "legacy_get"}
+    assert {0x0020, 0x0021, 0x0022, 0x0024, 0x0025} == STATE_READ_OPS
+    assert {c.name for c in ROUTED if c.reads_state} == {"get", "batch_get", "legacy_get",
+                                                         "scan"}
 
 
 # --- client and server share the numbers ----------------------------------------------------

@@ -1,0 +1,247 @@
+"""Table scans (docs/wire.md, "Table scan"): every entity of a table, its key columns and
+its features, one bounded page per request.
+
+A table's entities live in dense slots that only grow: a new key takes the next slot and a
+slot keeps its key until the table state is replaced, which only a registry change (or a
+reset, which also changes the registry version) does. A scan position is therefore a slot
+number, and a cursor is that position with the registry version it belongs to: pushes
+between pages add slots after the existing ones and never move a row, so every entity that
+existed when the scan started is returned exactly once, and entities created during the
+scan are returned when their slot is still ahead of it. Each page reads its rows at its own
+query time ``T``, as a GET at that moment would.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from beava.catalogue.errors import BeavaError
+from beava.catalogue.operators import CATALOGUE
+from beava.engine.state.chain_ops import chain_output_schema
+
+if TYPE_CHECKING:
+    from beava.engine.registry import TableSpec
+    from beava.engine.state.tables import TableState
+
+__all__ = [
+    "DEFAULT_SCAN_LIMIT",
+    "MAX_SCAN_LIMIT",
+    "MAX_SCAN_SPLITS",
+    "SCAN_PAGE_BYTES",
+    "SCAN_PAGE_SECONDS",
+    "ScanPage",
+    "ScanRequest",
+    "decode_key",
+    "parse_scan",
+    "scan_columns",
+    "scan_page",
+]
+
+DEFAULT_SCAN_LIMIT = 1_000
+MAX_SCAN_LIMIT = 10_000
+MAX_SCAN_SPLITS = 1_024
+SCAN_PAGE_BYTES = 1 << 20
+"""A page ends early once its encoded rows pass this many bytes (it has at least one row),
+so a page of wide rows stays far below the 4 MiB frame limit and is quick to build."""
+SCAN_PAGE_SECONDS = 0.02
+"""A page also ends once building it has taken this long (it has at least one row): the
+server serves one request at a time, so this bounds how long a push waits behind a scan."""
+
+_FIELDS = frozenset(("table", "cursor", "limit", "until", "splits"))
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRequest:
+    """A checked scan request: ``position`` is the first slot to read, ``until`` the slot
+    the scan stops before (None: the end of the table)."""
+
+    table: str
+    position: int
+    until: int | None
+    limit: int
+    splits: int | None
+    first: bool  # the request had no cursor: the reply describes the columns
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    """One page: the encoded rows, where the next page starts (None: the scan is done),
+    the table's entity count when the page was read, and the split cursors if asked."""
+
+    rows: list[bytes]
+    cursor: str | None
+    entities: int
+    splits: list[str] | None
+
+
+def _invalid(path: str, message: str, version: int) -> BeavaError:
+    return BeavaError("invalid_scan", path=path, message=message,
+                      top={"registry_version": version})
+
+
+def _table_tag(table: str) -> int:
+    return zlib.crc32(table.encode("utf-8", "surrogatepass"))
+
+
+def make_cursor(table: str, version: int, position: int) -> str:
+    """The cursor of ``position`` in ``table`` under registry ``version``."""
+    return f"{version}.{position}.{_table_tag(table):08x}"
+
+
+def _position(text: Any, table: str, version: int, path: str) -> int:
+    """The slot position a cursor names; raises invalid_scan / scan_cursor_expired."""
+    if not isinstance(text, str):
+        raise _invalid(path, f"`{path}` must be a cursor string from a scan reply or null",
+                       version)
+    parts = text.split(".")
+    if (len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts[:2])
+            or len(parts[2]) != 8):
+        raise _invalid(path, f"`{path}` is not a scan cursor", version)
+    try:
+        tag = int(parts[2], 16)
+    except ValueError:
+        raise _invalid(path, f"`{path}` is not a scan cursor", version) from None
+    if tag != _table_tag(table):
+        raise _invalid(path, f"`{path}` is a cursor of another table, not {table!r}", version)
+    if int(parts[0]) != version:
+        raise BeavaError(
+            "scan_cursor_expired", path=path,
+            message=f"the cursor belongs to registry version {parts[0]}; the registry is now "
+                    f"at version {version}, so entity positions may have changed: start the "
+                    f"scan again with cursor null",
+            top={"registry_version": version})
+    return int(parts[1])
+
+
+def _count(body: Mapping[str, Any], name: str, default: int | None, high: int, low: int,
+           version: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if type(value) is not int or not low <= value <= high:
+        raise _invalid(name, f"`{name}` must be an integer from {low} to {high}", version)
+    return value
+
+
+def parse_scan(body: Any, tables: Callable[[str], TableState | None], version: int
+               ) -> tuple[ScanRequest, TableState]:
+    """Check a decoded scan request: ``{"table", "cursor"?, "limit"?, "until"?,
+    "splits"?}``. Raises BeavaError (invalid_scan, unknown_table, scan_cursor_expired)."""
+    if not isinstance(body, dict):
+        raise _invalid("", 'expected a map {"table", "cursor"?, "limit"?, "until"?, '
+                           '"splits"?}', version)
+    unknown = sorted(str(k) for k in body if k not in _FIELDS)
+    if unknown:
+        raise _invalid(unknown[0], f"unknown field `{unknown[0]}` (fields: cursor, limit, "
+                                   f"splits, table, until)", version)
+    name = body.get("table")
+    if not isinstance(name, str):
+        raise _invalid("table", "`table` must be a table name (string)", version)
+    limit = _count(body, "limit", DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT, 0, version)
+    splits = _count(body, "splits", None, MAX_SCAN_SPLITS, 1, version)
+    table = tables(name)
+    if table is None:
+        raise BeavaError("unknown_table", message=f"no table named {name!r}",
+                         top={"registry_version": version})
+    cursor = body.get("cursor")
+    position = 0 if cursor is None else _position(cursor, name, version, "cursor")
+    until = body.get("until")
+    stop = None if until is None else _position(until, name, version, "until")
+    assert limit is not None
+    return ScanRequest(name, position, stop, limit, splits, cursor is None), table
+
+
+def _key_part(kind: str) -> Callable[[str], Any]:
+    """Stored key text -> the key column's value (the text a push's value keyed as)."""
+    if kind == "bool":
+        return lambda text: text == "true" if text in ("true", "false") else text
+    if kind in ("i64", "f64"):
+        return _number
+    return str
+
+
+def _number(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def decode_key(spec: TableSpec) -> Callable[[str], dict[str, Any]]:
+    """Stored key -> ``{key column: value}`` for ``spec``'s key columns: a number column
+    gives the integer or float that was pushed (its text as keys store it: ``5``, ``5.0``,
+    ``1e16``), a bool column true/false, every other column the key text. Sending those
+    values back as a GET key (an array for several columns) addresses the same entity."""
+    names = spec.keys
+    if not names:
+        return lambda key: {}
+    schema = chain_output_schema(spec.chain, spec.input_schema)
+    parts = [_key_part(schema.get(name, "str")) for name in names]
+    if len(names) == 1:
+        (name,), (part,) = names, parts
+        return lambda key: {name: part(key)}
+    count = len(names)
+
+    def split(key: str) -> dict[str, Any]:
+        texts = key.split("|")
+        if len(texts) != count:  # not possible for a key the kernel built
+            return {}
+        return {n: p(t.replace("%7C", "|")) for n, p, t in zip(names, parts, texts, strict=True)}
+
+    return split
+
+
+def scan_columns(spec: TableSpec) -> list[dict[str, Any]]:
+    """The row's columns: key columns first (their field type), then the features (the
+    operator's output type, ``inherits`` resolved to the field's type)."""
+    schema = chain_output_schema(spec.chain, spec.input_schema)
+    columns: list[dict[str, Any]] = [
+        {"key": True, "name": name, "type": schema.get(name, "str")} for name in spec.keys]
+    for name, feature in spec.features.items():
+        output = CATALOGUE[feature.op].output if feature.op in CATALOGUE else "json"
+        if output == "inherits":
+            output = schema.get(str(feature.params.get("field")), "json")
+        columns.append({"key": False, "name": name, "type": output})
+    return columns
+
+
+def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
+              encode: Callable[[dict[str, Any]], bytes]) -> ScanPage:
+    """Read one page of ``request`` at query time ``T``, each row encoded by ``encode``."""
+    entities = table.entity_count
+    stop = entities if request.until is None else min(request.until, entities)
+    position = request.position
+    keys = table.slot_keys(position, min(stop, position + request.limit))
+    key_columns = decode_key(table.spec)
+    read = table.read_slot
+    rows: list[bytes] = []
+    size = 0
+    clock = time.perf_counter
+    deadline = clock() + SCAN_PAGE_SECONDS
+    for slot, key in enumerate(keys, position):
+        row = key_columns(key)
+        row.update(read(slot, T))
+        data = encode(row)
+        rows.append(data)
+        size += len(data)
+        if size >= SCAN_PAGE_BYTES or clock() >= deadline:
+            break
+    position += len(rows)
+    name = request.table
+    cursor = make_cursor(name, version, position) if position < stop else None
+    splits = None
+    if request.splits is not None:
+        count = request.splits
+        starts = sorted({request.position + (stop - request.position) * i // count
+                         for i in range(count)} if stop > request.position
+                        else {request.position})
+        splits = [make_cursor(name, version, start) for start in starts]
+    return ScanPage(rows, cursor, entities, splits)

@@ -1,0 +1,236 @@
+"""``spark.read.format("beava")``: the current rows of a table, read with the server's
+table scan (an extension of this server, docs/wire.md "Table scan").
+
+    df = spark.read.format("beava").option("url", "tcp://127.0.0.1:8081") \\
+        .option("table", "UserSpend").load()
+
+One row per entity: its key columns, then its features, each as a GET at read time
+returns it. The schema comes from the server (the first page of a scan names every column
+with its beava type); the driver asks each server for ``partitions`` cursors that divide
+its table into slot ranges, and each Spark task reads one range page by page
+(``page_size`` rows per request). Entities created after planning are read by the last
+range of each server. With several URLs (a sharded deployment) the rows of every server
+are read: each entity lives on one server.
+
+Column types:
+
+| beava type | Spark type |
+|---|---|
+| i64, epoch_ms | long |
+| f64 | double (NaN and infinities arrive as null, as GET returns them) |
+| bool | boolean |
+| str, datetime | string |
+| list, map, top_k, i64_list, json, bytes | string: the value as JSON text (``from_json``) |
+
+A value that does not fit its column (an i64 field also accepts floats, so an i64 key or a
+``min``/``max`` of one can hold 2.5) is read as null; an integral float (3.0) is read as 3.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from beava_client import ServerError, TransportError, client_for_url
+from beava_client.urls import parse_url
+
+from .errors import ServerCheckError
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.types import StructType
+
+READ_OPTIONS = ("url", "table", "page_size", "partitions", "timeout")
+DEFAULT_PAGE_SIZE = 1_000
+MAX_PAGE_SIZE = 10_000  # the server's largest scan page (docs/limits.md)
+DEFAULT_PARTITIONS = 4
+MAX_PARTITIONS = 1_024
+DEFAULT_READ_TIMEOUT = 30.0
+
+SPARK_TYPES = {"i64": "long", "epoch_ms": "long", "f64": "double", "bool": "boolean",
+               "str": "string", "datetime": "string"}
+"""beava column type -> Spark type name; every other type is JSON text (string)."""
+
+_json = msgspec.json.Encoder(order="sorted").encode
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    beava_type: str
+    key: bool
+
+    @property
+    def spark_type(self) -> str:
+        return SPARK_TYPES.get(self.beava_type, "string")
+
+    @property
+    def as_json(self) -> bool:
+        """Whether the value is sent to Spark as JSON text."""
+        return self.beava_type not in SPARK_TYPES
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The read options, checked."""
+
+    urls: tuple[str, ...]
+    table: str
+    page_size: int
+    partitions: int
+    timeout: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        opts = {_normal(k): v for k, v in options.items()}
+        ours = {_normal(o): o for o in READ_OPTIONS}
+        for name in set(opts) - set(ours):
+            close = difflib.get_close_matches(name, list(ours), n=1, cutoff=0.8)
+            if close:
+                raise ValueError(f"format('beava') read: unknown option {name!r}; did you "
+                                 f"mean {ours[close[0]]!r}? (options: {', '.join(READ_OPTIONS)})")
+        if not opts.get("url") or not opts.get("table"):
+            raise ValueError("spark.read.format('beava') needs the options url (tcp://host:port "
+                             "or http://host:port, comma-separated for several servers) and "
+                             "table")
+        urls = tuple(u.strip() for u in opts["url"].split(",") if u.strip())
+        for url in urls:
+            try:
+                parse_url(url)
+            except ValueError as exc:
+                raise ValueError(f"url: {exc}") from None
+        if len(set(urls)) != len(urls):
+            raise ValueError("url: the same server is listed twice")
+        page_size = _int(opts, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        partitions = _int(opts, "partitions", DEFAULT_PARTITIONS, 1, MAX_PARTITIONS)
+        try:
+            timeout = float(opts.get("timeout", DEFAULT_READ_TIMEOUT))
+        except ValueError:
+            raise ValueError(f"option timeout: expected seconds, got {opts['timeout']!r}") \
+                from None
+        if not timeout > 0:
+            raise ValueError("option timeout: must be > 0 seconds")
+        return cls(urls, opts["table"], page_size, partitions, timeout)
+
+
+@dataclass(frozen=True)
+class ScanRange:
+    """One Spark partition: the slots of ``url``'s table from ``start`` (a cursor; None:
+    the first slot) up to ``until`` (None: the end of the table when the task reads it)."""
+
+    url: str
+    start: str | None
+    until: str | None
+
+
+def _normal(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def _int(opts: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = opts.get(_normal(name))
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"option {name}: expected an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"option {name}: must be from {low} to {high}, got {value}")
+    return value
+
+
+def _scan(url: str, table: str, timeout: float, **request: Any) -> dict[str, Any]:
+    """One scan request to ``url``, failures worded for the driver (ServerCheckError)."""
+    try:
+        with client_for_url(url, timeout=timeout) as client:
+            return client.scan(table, **request)
+    except ServerError as exc:
+        if exc.code == "unknown_table":
+            raise ServerCheckError(f"table {table!r} is not registered on {url} (an event "
+                                   f"or a misspelt name?)") from exc
+        if exc.code in ("unknown_op", "not_found"):
+            raise ServerCheckError(f"{url} has no table scan (a beava server without the "
+                                   f"scan extension)") from exc
+        raise ServerCheckError(f"{url} refused the scan: {exc}") from exc
+    except TransportError as exc:
+        raise ServerCheckError(f"cannot read from {url}: {exc}") from exc
+
+
+def table_columns(options: ReadOptions) -> list[Column]:
+    """The table's columns, from the first server (every server of a sharded deployment
+    has the same registry)."""
+    page = _scan(options.urls[0], options.table, options.timeout, limit=0)
+    return [Column(c["name"], c["type"], bool(c["key"])) for c in page["columns"]]
+
+
+def spark_schema(columns: Sequence[Column]) -> StructType:
+    from pyspark.sql import types as t
+
+    kinds = {"long": t.LongType, "double": t.DoubleType, "boolean": t.BooleanType,
+             "string": t.StringType}
+    return t.StructType([t.StructField(column.name, kinds[column.spark_type](), nullable=True)
+                         for column in columns])
+
+
+def plan_ranges(options: ReadOptions) -> list[ScanRange]:
+    """``partitions`` slot ranges per server (fewer for a small table), the last range of
+    each open-ended."""
+    ranges = []
+    for url in options.urls:
+        page = _scan(url, options.table, options.timeout, limit=0,
+                     splits=options.partitions)
+        starts = page["splits"]
+        for i, start in enumerate(starts):
+            ranges.append(ScanRange(url, start, starts[i + 1] if i + 1 < len(starts) else None))
+    return ranges
+
+
+def _converter(column: Column) -> Callable[[Any], Any]:
+    spark = column.spark_type
+    if column.as_json:
+        return lambda v: None if v is None else _json(v).decode()
+    if spark == "long":
+        return _long
+    if spark == "double":
+        return lambda v: float(v) if type(v) is int or type(v) is float else None
+    if spark == "boolean":
+        return lambda v: v if type(v) is bool else None
+    return lambda v: v if v is None or type(v) is str else _json(v).decode()
+
+
+def _long(value: Any) -> int | None:
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
+
+
+_ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string"}
+
+
+def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
+               timeout: float) -> Iterator[pa.RecordBatch]:
+    """The rows of one range as one Arrow record batch per page."""
+    import pyarrow as pa
+
+    names = [c.name for c in columns]
+    converters = [_converter(c) for c in columns]
+    types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
+    cursor = scan_range.start
+    with client_for_url(scan_range.url, timeout=timeout) as client:
+        while True:
+            page = client.scan(table, cursor, limit=page_size, until=scan_range.until)
+            rows = page["rows"]
+            if rows:
+                arrays = [pa.array([convert(row.get(name)) for row in rows], type=kind)
+                          for name, convert, kind in zip(names, converters, types, strict=True)]
+                yield pa.RecordBatch.from_arrays(arrays, names=names)
+            cursor = page["cursor"]
+            if cursor is None:
+                return
