@@ -345,7 +345,9 @@ def _keyed(stream: DataFrame, wire: Mapping[str, str], plan: _TablePlan,
     if fast:
         parts = [_spark_keystr(f.col(quoted(PREFIX + "f_" + k)), wire[k]) for k in spec.keys]
         key = _join_key(parts)
-        return stream.select(*base, key.alias(_K)).where(f.col(_K).isNotNull())
+        # a null key reaches no row; such events still go to the replay (in one partition),
+        # whose push refuses them when the server would
+        return stream.select(*base, key.alias(_K))
     from pyspark.sql import types as t
 
     rows = stream.select(*base)
