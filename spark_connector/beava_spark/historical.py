@@ -53,6 +53,7 @@ _S = PREFIX + "s"  # input position of the event (null for spine rows)
 _B = PREFIX + "b"  # JSON body of the event (null for spine rows)
 _K = PREFIX + "k"  # partition key: the entity's canonical key string
 _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
+_R = PREFIX + "r"  # the spine row's columns, as one struct (null for events)
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _decode_json = msgspec.json.Decoder().decode
@@ -424,8 +425,10 @@ def _replay_table(spine: DataFrame, stream: DataFrame, plan: _TablePlan, time_co
     spine_cols = list(spine.columns)
     event_phase, spine_phase = (0, 1) if inclusive else (1, 0)
     order_type = stream.schema[_O].dataType
+    # the spine's columns travel packed in one struct: events carry one null, not many
+    packed = t.StructType([spine.schema[c] for c in spine_cols])
     spine_rows = spine.select(
-        *[f.col(quoted(c)) for c in spine_cols],
+        f.struct(*[f.col(quoted(c)) for c in spine_cols]).alias(_R),
         _time_ms(spine, time_col, "the spine").alias(_T),
         f.lit(spine_phase).alias(_P),
         f.lit(None).cast(order_type).alias(_O),
@@ -434,22 +437,20 @@ def _replay_table(spine: DataFrame, stream: DataFrame, plan: _TablePlan, time_co
         f.lit(None).cast("string").alias(_B),
         _spine_key(spine, plan.keys).alias(_K))
     event_rows = stream.select(
-        *[f.lit(None).cast(spine.schema[c].dataType).alias(c) for c in spine_cols],
+        f.lit(None).cast(packed).alias(_R),
         _T, f.lit(event_phase).alias(_P), _O, _E, _S, _B, _K)
     merged = spine_rows.unionByName(event_rows)
-    schema = t.StructType([spine.schema[c] for c in spine_cols])
+    schema = t.StructType([t.StructField(_R, packed, True)])
     for feature in plan.features:
         schema = schema.add(feature.name, _SPARK_TYPES[feature.kind], True)
     ordered = merged.repartition(_K).sortWithinPartitions(_T, _P, _O, _E, _S)
     task = functools.partial(
         _replay_task, payload=plan.payload, table=plan.name,
-        keys=_positions(ordered, plan.keys), spine=_positions(ordered, spine_cols),
+        keys=tuple(spine_cols.index(k) for k in plan.keys), packed=ordered.columns.index(_R),
         at=_at(ordered), features=plan.features)
-    return _frame(ordered.rdd.mapPartitions(task), schema)
-
-
-def _positions(df: DataFrame, names: Sequence[str]) -> tuple[int, ...]:
-    return tuple(df.columns.index(name) for name in names)
+    out = _frame(ordered.rdd.mapPartitions(task), schema)
+    return out.select(*[f.col(_R).getField(c).alias(c) for c in spine_cols],
+                      *[quoted(feature.name) for feature in plan.features])
 
 
 def _at(df: DataFrame) -> tuple[int, int, int]:
@@ -554,10 +555,10 @@ def _key_task(rows: Iterable[Any], *, payload: bytes, table: str) -> Iterator[An
 
 
 def _replay_task(rows: Iterable[Any], *, payload: bytes, table: str,
-                 keys: tuple[int, ...], spine: tuple[int, ...], at: tuple[int, int, int],
+                 keys: tuple[int, ...], packed: int, at: tuple[int, int, int],
                  features: tuple[_Feature, ...]) -> Iterator[tuple[Any, ...]]:
     """Replay one partition in order: push each event at its time; for each spine row,
-    GET its key at its time."""
+    GET its key at its time. Yields ``(spine row, *feature values)``."""
     from beava.catalogue.errors import BeavaError
     from beava.engine.state.reads import get
 
@@ -572,15 +573,16 @@ def _replay_task(rows: Iterable[Any], *, payload: bytes, table: str,
         if body is not None:
             _push(store, clock, row[e], time, body)
             continue
+        spine_row = row[packed]
         found: dict[str, Any] = {}
         if time is not None:
             clock.now = time
-            request = {"table": table, "key": [row[i] for i in keys] if keys else ""}
+            request = {"table": table, "key": [spine_row[i] for i in keys] if keys else ""}
             try:
                 found = get(lookup, request, store.query_time())
             except BeavaError:
                 found = {}  # a null or non-finite key: GET refuses it, no row
-        yield (*[row[i] for i in spine], *[fn(name, found.get(name)) for name, fn in named])
+        yield (spine_row, *[fn(name, found.get(name)) for name, fn in named])
 
 
 def _as_long(name: str, value: Any) -> int | None:
