@@ -1,8 +1,8 @@
 """historical_features against a live server driven by the test clock.
 
-The main test pushes one history (fraud-team's Txn and Login tables, which use ops of every
-family A-H, plus a dedupe-keyed event with a cold TTL, an event derivation, a composite-key
-table, an integer-key table and a global table) to a test-mode server with the clock at
+The main test pushes one history (fraud-team's Txn and Login tables, plus a dedupe-keyed
+event with a cold TTL, an event derivation, a composite-key table, an integer-key table
+and a global table: all 54 operators, families A-H) to a test-mode server with the clock at
 each event's time, reads every spine row's tables with the clock at the row's time, and
 requires ``historical_features`` over the same rows to give exactly the same values.
 """
