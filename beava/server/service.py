@@ -66,7 +66,7 @@ def _decode_scan(ct: int, payload: bytes, version: int) -> Any:
     """A scan request body; undecodable is ``invalid_scan``."""
     try:
         return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (*messages.DECODE_ERRORS, RecursionError) as exc:
         raise BeavaError("invalid_scan", path="", message=f"undecodable body: {exc}",
                          top={"registry_version": version}) from None
 

@@ -1,7 +1,9 @@
 """beava-spark: push Spark DataFrames into beava feature servers.
 
 ``push_dataframe(df, event, url, ...)`` streams each partition over one persistent framed
-TCP connection (pipelined OP_PUSH_MANY batches) and returns PushTotals. pyspark is
+TCP connection (pipelined OP_PUSH_MANY batches) and returns PushTotals.
+``historical_features(spine, events, registry)`` computes point-in-time feature values over
+history with the server's own engine inside Spark tasks. pyspark is
 imported only where Spark is used, so the routing helpers (``server_for_key`` ...) work
 without it, e.g. in a service that reads features from sharded servers.
 """
@@ -22,6 +24,7 @@ from .errors import (
     ServerCheckError,
 )
 from .event_schema import EventSchema
+from .historical import HistoricalReplayError, historical_features
 from .progress import Progress
 from .routing import canonical_key, jump_hash, key_digest, keystr, server_for_key, shard_for_key
 from .totals import PushTotals, Rejection, ServerTotals
@@ -53,6 +56,7 @@ __all__ = [
     "ConversionPlan",
     "EventSchema",
     "FieldConversion",
+    "HistoricalReplayError",
     "PartitionPushError",
     "Progress",
     "PushFailedError",
@@ -64,6 +68,7 @@ __all__ = [
     "ServerTotals",
     "__version__",
     "canonical_key",
+    "historical_features",
     "jump_hash",
     "key_digest",
     "keystr",
