@@ -4,10 +4,12 @@ cimport cython
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
+from beava._fast.key_map cimport KeyMap
+
 
 @cython.final
 cdef class TableKernel:
-    cdef readonly dict keys
+    cdef readonly KeyMap keys
     cdef readonly tuple key_fields
     cdef readonly tuple names
     cdef dict by_name

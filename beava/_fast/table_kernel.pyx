@@ -16,6 +16,7 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 from beava._fast.column cimport Column
+from beava._fast.key_map cimport KeyMap
 from beava._fast.float_text cimport repr_double
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
@@ -32,7 +33,6 @@ cdef extern from "Python.h":
     PyObject* Py_True
     PyTypeObject* Py_TYPE(PyObject* o)
     double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
-    Py_ssize_t long_as_ssize "PyLong_AsSsize_t"(PyObject* o) except? -1
     PyObject* dict_get "PyDict_GetItem"(object d, object key)
 
 
@@ -99,7 +99,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
     """
 
     def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
-        self.keys = {}
+        self.keys = KeyMap()
         self.key_fields = key_fields
         self.preds = list(predicates)
         self.npreds = len(self.preds)
@@ -171,17 +171,15 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         key = group_key(row, self.key_fields)
         if key is None:
             return -1
-        cdef PyObject* found = dict_get(self.keys, key)
-        cdef Py_ssize_t slot
-        if found == NULL:
-            slot = len(self.keys)
+        cdef Py_ssize_t slot = self.keys.lookup(<str>key)
+        if slot < 0:
+            slot = len(self.keys.names)
             if slot >= self.capacity:
                 self.grow(slot + 1)
-            self.keys[key] = slot
+            self.keys.insert(<str>key)
             if self.touch != NULL:
                 self.touch[slot] = now
         else:
-            slot = long_as_ssize(found)
             if self.touch != NULL:
                 if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
                     self.clear(slot)
@@ -240,6 +238,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         """Bytes of the malloc'd buffers of this table (touch, core columns and arenas);
         other columns are counted when they expose ``nbytes()``."""
         total = self.capacity * sizeof(int64_t) if self.touch != NULL else 0
+        total += self.keys.nbytes()
         for col in self.state_cols:
             measure = getattr(col, "nbytes", None)
             if measure is not None:
@@ -262,10 +261,8 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         """State of every entity as plain data (column.pxd): keys in slot order, last-touch
         times (int64 per slot, empty for global tables), the state of each column that owns
         storage (by feature name) and of each bucket arena."""
-        cdef Py_ssize_t n = len(self.keys)
-        keys = [None] * n
-        for key, slot in self.keys.items():
-            keys[slot] = key
+        cdef Py_ssize_t n = len(self.keys.names)
+        keys = list(self.keys.names)
         touch = b""
         if self.touch != NULL and n:
             touch = (<char*>self.touch)[:n * sizeof(int64_t)]
@@ -289,15 +286,12 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                                         "table last-touch times")
         cdef dict columns = state_dict(d.get("columns"), "table columns")
         cdef list arenas = state_list(d.get("arenas"), len(self.arenas), "table bucket arenas")
-        if self.key_fields:
-            for key in keys:
-                if type(key) is not str:
-                    raise ValueError(f"snapshot entity key {key!r} is not a str")
-        elif keys != [] and keys != [""]:
+        if not self.key_fields and keys != [] and keys != [""]:
             raise ValueError(f"snapshot keys {keys!r} of a global table")
-        slots = {key: slot for slot, key in enumerate(keys)}
-        if len(slots) != n:
-            raise ValueError("snapshot entity keys repeat")
+        try:
+            slots = KeyMap.from_keys(keys)
+        except ValueError as exc:  # a key that is not a str, or repeats
+            raise ValueError(f"snapshot {exc}") from None
         owned = {}
         for col in self.feature_state:
             owned[(<Column>col).name] = col
@@ -328,7 +322,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             for arena, arena_state in by_window.values():
                 (<Column>arena).load(arena_state, n)
         except BaseException:
-            self.keys = {}
+            self.keys = KeyMap()
             for col in self.state_cols:
                 for slot in range(self.capacity):
                     (<Column>col).clear(slot)

@@ -8,7 +8,6 @@ Python on a copy of the pushed row, everything after it runs in the kernel.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from itertools import islice
 from typing import Any
 
 from beava._fast.table_kernel import TableKernel
@@ -43,14 +42,12 @@ class TableState:
     state, every other feature starts empty for every entity (registry.md §9).
     """
 
-    __slots__ = ("spec", "push", "_kernel", "_names", "_name_set", "_key_order", "_key_source")
+    __slots__ = ("spec", "push", "_kernel", "_names", "_name_set")
     spec: TableSpec
     push: Callable[[Row, int], Any]
     _kernel: TableKernel
     _names: tuple[str, ...]
     _name_set: frozenset[str]
-    _key_order: list[str]  # stored keys by slot, as far as a scan has needed them
-    _key_source: dict[str, int] | None  # the kernel's key map _key_order was read from
 
     def __init__(
         self,
@@ -92,8 +89,6 @@ class TableState:
             self._kernel.adopt(previous._kernel)
         self._names = self._kernel.names
         self._name_set = frozenset(self._names)
-        self._key_order = []
-        self._key_source = None
         self.push = self._compile_push(spec)
 
     def _compile_push(self, spec: TableSpec) -> Callable[[Row, int], Any]:
@@ -129,20 +124,10 @@ class TableState:
         return self._kernel.read(slot, T, names)
 
     def slot_keys(self, start: int, stop: int) -> list[str]:
-        """Stored keys of the slots ``start`` to ``stop - 1`` that exist, in slot order.
-
-        Slots are dense and only grow (a new key takes the next slot), and the kernel's key
-        map keeps insertion order, so a slot's key never changes while this table state
-        lives: the list is read from the key map once and extended when a scan passes its
-        end (snapshot load and adopt replace the map: the list is then read afresh)."""
-        keys = self._kernel.keys
-        if self._key_source is not keys:
-            self._key_order = []
-            self._key_source = keys
-        order = self._key_order
-        if len(order) < stop and len(order) < len(keys):
-            order.extend(islice(keys, len(order), None))
-        return order[start:stop]
+        """Stored keys of the slots ``start`` to ``stop - 1`` that exist, in slot order
+        (slots are dense and only grow: a new key takes the next slot, so a slot's key
+        never changes while this table state lives)."""
+        return self._kernel.keys.names[start:stop]
 
     def read_slot(self, slot: int, T: int) -> dict[str, Any]:
         """Every feature of ``slot`` at query time ``T`` (what ``row`` returns for its key)."""
