@@ -67,6 +67,7 @@ _MODULES: dict[str, str] = {
     "TransportError": "beava.errors",
     "DescriptorError": "beava.errors",
     "VALIDATION_ERROR_KINDS": "beava.errors",  # module attribute, not in __all__
+    "WindowIgnoredWarning": "beava.dsl.operators",  # module attribute, not in __all__
     "demo": "beava.demo",
 }
 
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from beava.dsl.events import Event, event
     from beava.dsl.expressions import col, lit
     from beava.dsl.forbidden import session, union
+    from beava.dsl.operators import WindowIgnoredWarning as WindowIgnoredWarning
     from beava.dsl.operators import (
         age,
         avg,

@@ -6,6 +6,16 @@ import argparse
 import json
 
 
+def chart_problem() -> str | None:
+    """Why `--chart` cannot draw (matplotlib missing), or None: checked before running."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return ("--chart needs matplotlib, which is not installed; install the bench extra "
+                "(pip install -e '.[bench]') or leave out --chart")
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -58,6 +68,10 @@ def main() -> None:
     cmp.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
     cmp.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
     args = parser.parse_args()
+    if getattr(args, "chart", None):
+        problem = chart_problem()
+        if problem is not None:
+            parser.error(problem)  # before any run: exit 2 with the message
 
     if args.what == "startup":
         from bench.startup_time import main as run_startup

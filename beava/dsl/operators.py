@@ -21,6 +21,7 @@ from beava.catalogue.operators import (
     OperatorSpec,
     ParamKind,
     ParamSpec,
+    WindowMode,
     bloom_problem,
     canonical_op,
     lookup,
@@ -31,6 +32,7 @@ from beava.errors import RegistrationError
 
 __all__ = [
     "AggDescriptor",
+    "WindowIgnoredWarning",
     "age",
     "avg",
     "bloom_member",
@@ -134,6 +136,22 @@ _CLIENT_BOUNDS: Mapping[tuple[str, str], Bounds] = {
 }
 
 _MISSING = object()
+
+
+class WindowIgnoredWarning(UserWarning):
+    """A ``window=`` given to an operator that always aggregates over the entity's whole
+    lifetime: the window is sent (as beava 0.0.6 sends it) and the server ignores it.
+    Silence it with ``warnings.filterwarnings("ignore", category=bv.WindowIgnoredWarning)``.
+    """
+
+
+def _warn_window_ignored(op: str, window: str) -> None:
+    warnings.warn(
+        f"bv.{op}() aggregates over the entity's whole lifetime; window={window!r} is sent "
+        "to the server and ignored there",
+        WindowIgnoredWarning,
+        stacklevel=4,
+    )
 
 
 def _spec(op: str) -> OperatorSpec:
@@ -261,6 +279,8 @@ def _agg(
     checked_window = check_duration(
         window, "window", allow_forever=window_forever, required=window_required
     )
+    if checked_window is not None and spec.window is WindowMode.IGNORED:
+        _warn_window_ignored(op, checked_window)
     checked_half_life = None
     if half_life is not _MISSING:
         checked_half_life = check_duration(
@@ -285,42 +305,46 @@ def _agg(
 
 
 def count(*, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Number of events (matching ``where``)."""
+    """Number of events that match ``where`` (all events without it). Empty: ``0``."""
     return _agg("count", window=window, where=where)
 
 
 def sum(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Sum of ``field``."""
+    """Sum of the numeric values of ``field`` (a float); other values are skipped. Empty:
+    ``None``.
+    """
     return _agg("sum", field=field, window=window, where=where)
 
 
 def mean(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Arithmetic mean of ``field``."""
+    """Arithmetic mean of the numeric values of ``field``. Empty: ``None``."""
     return _agg("mean", field=field, window=window, where=where)
 
 
 def min(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Smallest value of ``field``."""
+    """Smallest value of ``field``, read back with its own type. Empty: ``None``."""
     return _agg("min", field=field, window=window, where=where)
 
 
 def max(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Largest value of ``field``."""
+    """Largest value of ``field``, read back with its own type. Empty: ``None``."""
     return _agg("max", field=field, window=window, where=where)
 
 
 def var(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Variance of ``field``."""
+    """Sample variance of the numeric values of ``field``; ``None`` below two values."""
     return _agg("var", field=field, window=window, where=where)
 
 
 def std(field: str, *, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Standard deviation of ``field``."""
+    """Sample standard deviation of the numeric values of ``field``; ``None`` below two values."""
     return _agg("std", field=field, window=window, where=where)
 
 
 def ratio(*, window: str | None = None, where: Expr | None = None) -> AggDescriptor:
-    """Fraction of events matching ``where``."""
+    """Fraction of the events reaching the feature that match ``where`` (``1.0`` without it).
+    Empty: ``None``.
+    """
     return _agg("ratio", window=window, where=where)
 
 
@@ -330,21 +354,27 @@ def ratio(*, window: str | None = None, where: Expr | None = None) -> AggDescrip
 def n_unique(
     field: str, *, window: str | None = None, where: Expr | None = None
 ) -> AggDescriptor:
-    """Number of distinct values of ``field``."""
+    """Number of distinct values of ``field`` (exact while small, then an HLL sketch). Empty:
+    ``0``.
+    """
     return _agg("n_unique", field=field, window=window, where=where)
 
 
 def quantile(
     field: str, *, q: float, window: str | None = None, where: Expr | None = None
 ) -> AggDescriptor:
-    """The ``q``-quantile of ``field`` (``0 < q < 1``)."""
+    """The ``q``-quantile of the numeric values of ``field`` (``0 < q < 1``; a relative-error
+    sketch past 256 values). Empty: ``None``.
+    """
     return _agg("quantile", field=field, extras=(("q", q),), window=window, where=where)
 
 
 def top_k(
     field: str, *, k: int, window: str | None = None, where: Expr | None = None
 ) -> AggDescriptor:
-    """The ``k`` most frequent values of ``field`` (``1 <= k <= 1024``)."""
+    """The ``k`` most frequent values of ``field`` (``1 <= k <= 1024``), as ``[{"count",
+    "value"}]`` by count. Empty: ``[]``.
+    """
     return _agg("top_k", field=field, extras=(("k", k),), window=window, where=where)
 
 
@@ -355,7 +385,9 @@ def bloom_member(
     target_fpr: float | None = None,
     where: Expr | None = None,
 ) -> AggDescriptor:
-    """Whether the current value of ``field`` was seen before (Bloom filter)."""
+    """Whether the latest matching value of ``field`` had (probably) been seen before, by a Bloom
+    filter; lifetime only. Empty: ``False``.
+    """
     extras: list[tuple[str, Any]] = []
     if expected_n is not None:
         extras.append(("expected_n", expected_n))
@@ -373,7 +405,9 @@ def bloom_member(
 def entropy(
     field: str, *, window: str | None = None, where: Expr | None = None
 ) -> AggDescriptor:
-    """Shannon entropy of the values of ``field``."""
+    """Shannon entropy (bits) of the values of ``field`` (at most 1024 categories). Empty:
+    ``0.0``.
+    """
     return _agg("entropy", field=field, window=window, where=where)
 
 
@@ -381,27 +415,29 @@ def entropy(
 
 
 def first(field: str, *, where: Expr | None = None) -> AggDescriptor:
-    """The first value of ``field``."""
+    """The first value of ``field``. Empty: ``None``."""
     return _agg("first", field=field, where=where)
 
 
 def last(field: str, *, where: Expr | None = None) -> AggDescriptor:
-    """The latest value of ``field``."""
+    """The latest value of ``field``. Empty: ``None``."""
     return _agg("last", field=field, where=where)
 
 
 def first_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
-    """The first ``n`` values of ``field`` (``1 <= n <= 1024``)."""
+    """The first ``n`` values of ``field`` in arrival order (``1 <= n <= 1024``). Empty: ``[]``."""
     return _agg("first_n", field=field, extras=(("n", n),), where=where)
 
 
 def last_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
-    """The latest ``n`` values of ``field`` (``1 <= n <= 1024``)."""
+    """The latest ``n`` values of ``field``, oldest first (``1 <= n <= 1024``). Empty: ``[]``."""
     return _agg("last_n", field=field, extras=(("n", n),), where=where)
 
 
 def lag(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
-    """The value of ``field`` ``n`` events ago (``n`` required, ``1 <= n <= 1024``)."""
+    """The value of ``field`` ``n`` qualifying events before the latest (``1 <= n <= 1024``);
+    ``None`` until there are ``n + 1``.
+    """
     return _agg("lag", field=field, extras=(("n", n),), where=where)
 
 
@@ -409,52 +445,56 @@ def lag(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
 
 
 def first_seen(*, where: Expr | None = None) -> AggDescriptor:
-    """Time (epoch ms) of the first event."""
+    """Time (epoch ms) of the first matching event. Empty: ``None``."""
     return _agg("first_seen", where=where)
 
 
 def last_seen(*, where: Expr | None = None) -> AggDescriptor:
-    """Time (epoch ms) of the latest event."""
+    """Time (epoch ms) of the latest matching event. Empty: ``None``."""
     return _agg("last_seen", where=where)
 
 
 def age(*, where: Expr | None = None) -> AggDescriptor:
-    """Milliseconds since the first event."""
+    """Milliseconds from the first matching event to the read. Empty: ``None``."""
     return _agg("age", where=where)
 
 
 def has_seen(*, where: Expr | None = None) -> AggDescriptor:
-    """Whether any (matching) event was seen."""
+    """Whether any matching event was seen. Empty: ``False``."""
     return _agg("has_seen", where=where)
 
 
 def time_since(*, where: Expr | None = None) -> AggDescriptor:
-    """Milliseconds since the latest (matching) event."""
+    """Milliseconds from the latest matching event to the read. Empty: ``None``."""
     return _agg("time_since", where=where)
 
 
 def time_since_last_n(*, n: int, where: Expr | None = None) -> AggDescriptor:
-    """Milliseconds since the ``n``-th latest event (``1 <= n <= 1024``)."""
+    """Milliseconds from the ``n``-th latest matching event to the read (``1 <= n <= 1024``);
+    ``None`` until ``n`` events.
+    """
     return _agg("time_since_last_n", extras=(("n", n),), where=where)
 
 
 def streak(*, where: Expr | None = None) -> AggDescriptor:
-    """Current run of consecutive matching events."""
+    """Current run of consecutive matching events (reset by a non-matching one). Empty: ``0``."""
     return _agg("streak", where=where)
 
 
 def max_streak(*, where: Expr | None = None) -> AggDescriptor:
-    """Longest run of consecutive matching events."""
+    """Longest run of consecutive matching events so far. Empty: ``0``."""
     return _agg("max_streak", where=where)
 
 
 def negative_streak(*, where: Expr | None = None) -> AggDescriptor:
-    """Current run of consecutive non-matching events."""
+    """Current run of consecutive non-matching events. Empty: ``0``."""
     return _agg("negative_streak", where=where)
 
 
 def first_seen_in_window(*, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Whether the entity's first event falls within the last ``window`` (finite)."""
+    """Whether the latest matching event falls within the last ``window`` (finite) at read time.
+    Empty: ``False``.
+    """
     return _agg(
         "first_seen_in_window", window=window, window_required=True, window_forever=False,
         where=where,
@@ -465,7 +505,9 @@ def first_seen_in_window(*, window: str, where: Expr | None = None) -> AggDescri
 
 
 def ewma(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
-    """Exponentially weighted moving average of ``field``."""
+    """Exponentially weighted moving average of ``field`` (weights halve every ``half_life``).
+    Empty: ``None``.
+    """
     return _agg("ewma", field=field, half_life=half_life, where=where)
 
 
@@ -475,29 +517,33 @@ def ema(field: str, *, half_life: str, where: Expr | None = None) -> AggDescript
 
 
 def ewvar(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
-    """Exponentially weighted variance of ``field``."""
+    """Exponentially weighted variance of ``field``. Empty: ``None``."""
     return _agg("ewvar", field=field, half_life=half_life, where=where)
 
 
 def ew_zscore(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
-    """z-score of the current value against the exponentially weighted mean/variance."""
+    """z-score of the latest value of ``field`` against its exponentially weighted mean and
+    variance. Empty: ``None``.
+    """
     return _agg("ew_zscore", field=field, half_life=half_life, where=where)
 
 
 def decayed_sum(field: str, *, half_life: str, where: Expr | None = None) -> AggDescriptor:
-    """Exponentially decayed sum of ``field``."""
+    """Sum of ``field`` where each value decays by half every ``half_life``. Empty: ``None``."""
     return _agg(
         "decayed_sum", field=field, half_life=half_life, where=where
     )
 
 
 def decayed_count(*, half_life: str, where: Expr | None = None) -> AggDescriptor:
-    """Exponentially decayed event count."""
+    """Event count where each event decays by half every ``half_life``. Empty: ``None``."""
     return _agg("decayed_count", half_life=half_life, where=where)
 
 
 def twa(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Time-weighted average of ``field`` (``window`` required; sent, ignored by the server)."""
+    """Time-weighted average of ``field`` up to the latest event, over the entity's lifetime
+    (``window`` is required, sent, and ignored by the server). Empty: ``None``.
+    """
     return _agg("twa", field=field, window=window, window_required=True, where=where)
 
 
@@ -505,19 +551,28 @@ def twa(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
 
 
 def rate_of_change(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Rate of change of ``field`` per second."""
+    """Change of ``field`` per millisecond between the two latest events that are apart in time,
+    over the entity's lifetime (``window`` is required, sent, and ignored by the server: a
+    warning says so). Empty: ``None``.
+    """
     return _agg("rate_of_change", field=field, window=window, window_required=True, where=where)
 
 
 def inter_arrival_stats(*, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Mean gap between consecutive events."""
+    """Mean gap in milliseconds between consecutive matching events, over the entity's lifetime
+    (``window`` is required, sent, and ignored by the server: a warning says so); ``None`` until
+    two events.
+    """
     return _agg("inter_arrival_stats", window=window, window_required=True, where=where)
 
 
 def burst_count(
     *, window: str, sub_window: str, where: Expr | None = None
 ) -> AggDescriptor:
-    """Number of bursts (sub-windows with events)."""
+    """The most matching events ever seen inside one ``sub_window`` (aligned to the epoch), over
+    the entity's lifetime (``window`` is required, sent, and ignored by the server: a warning
+    says so). Empty: ``0``.
+    """
     return _agg(
         "burst_count", extras=(("sub_window", sub_window),), window=window,
         window_required=True, where=where,
@@ -525,24 +580,31 @@ def burst_count(
 
 
 def delta_from_prev(field: str, *, where: Expr | None = None) -> AggDescriptor:
-    """Difference between the current and the previous value of ``field``."""
+    """Latest value of ``field`` minus the previous one (a float); ``None`` until two values."""
     return _agg("delta_from_prev", field=field, where=where)
 
 
 def trend(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Least-squares slope of ``field`` over time."""
+    """Least-squares slope of ``field`` per millisecond since the entity's first value, over its
+    lifetime (``window`` is required, sent, and ignored by the server). Empty: ``None``.
+    """
     return _agg("trend", field=field, window=window, window_required=True, where=where)
 
 
 def trend_residual(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Residual of the current value against the trend line."""
+    """Residual of the latest value of ``field`` against the lifetime trend line (``window`` is
+    required, sent, and ignored by the server). Empty: ``None``.
+    """
     return _agg("trend_residual", field=field, window=window, window_required=True, where=where)
 
 
 def outlier_count(
     field: str, *, window: str, sigma: float = 3.0, where: Expr | None = None
 ) -> AggDescriptor:
-    """Number of values more than ``sigma`` standard deviations from the mean."""
+    """Number of values of ``field`` more than ``sigma`` standard deviations from the mean of the
+    values before them (checked from the sixth value on), over the entity's lifetime (``window``
+    is required, sent, and ignored by the server). Empty: ``0``.
+    """
     return _agg(
         "outlier_count", field=field, extras=(("sigma", sigma),), window=window,
         window_required=True, where=where,
@@ -550,14 +612,18 @@ def outlier_count(
 
 
 def value_change_count(field: str, *, window: str, where: Expr | None = None) -> AggDescriptor:
-    """Number of times the value of ``field`` changed."""
+    """Number of times the value of ``field`` differed from the previous one, over the entity's
+    lifetime (``window`` is required, sent, and ignored by the server). Empty: ``0``.
+    """
     return _agg(
         "value_change_count", field=field, window=window, window_required=True, where=where
     )
 
 
 def z_score(field: str, *, baseline_window: str, where: Expr | None = None) -> AggDescriptor:
-    """z-score of the current value against the baseline."""
+    """z-score of the latest value of ``field`` against the mean and sample deviation of all its
+    values (``baseline_window`` is sent and not used). Empty: ``None``.
+    """
     return _agg("z_score", field=field, baseline_window=baseline_window, where=where)
 
 
@@ -567,22 +633,28 @@ def z_score(field: str, *, baseline_window: str, where: Expr | None = None) -> A
 def histogram(
     field: str, *, buckets: list[float] | tuple[float, ...], where: Expr | None = None
 ) -> AggDescriptor:
-    """Counts per bucket of ``field`` (bucket bounds strictly increasing)."""
+    """Counts of the values of ``field`` per bucket between the ``buckets`` edges (strictly
+    increasing), labelled ``"<b0"``, ``"b0-b1"``, …, ``">=bn"``; all zero when empty.
+    """
     return _agg("histogram", field=field, extras=(("buckets", buckets),), where=where)
 
 
 def hour_of_day_histogram(*, where: Expr | None = None) -> AggDescriptor:
-    """Event counts per hour of the day (UTC)."""
+    """Event counts per UTC hour of the day: a list of 24 integers (all zero when empty)."""
     return _agg("hour_of_day_histogram", where=where)
 
 
 def dow_hour_histogram(*, where: Expr | None = None) -> AggDescriptor:
-    """Event counts per day-of-week and hour (UTC)."""
+    """Event counts per UTC day of week and hour: 168 keys ``"Mon-00"`` … ``"Sun-23"`` (all zero
+    when empty).
+    """
     return _agg("dow_hour_histogram", where=where)
 
 
 def seasonal_deviation(field: str, *, where: Expr | None = None) -> AggDescriptor:
-    """Deviation of the current value from its hour-of-day baseline."""
+    """z-score of the latest value of ``field`` against the values seen in the same UTC hour of
+    day. Empty: ``None``.
+    """
     return _agg("seasonal_deviation", field=field, where=where)
 
 
@@ -593,7 +665,9 @@ def event_type_mix(
     max_categories: int = 256,
     where: Expr | None = None,
 ) -> AggDescriptor:
-    """Share of each value of ``field``."""
+    """Share of each value of ``field`` among the events (``{value: fraction}``; at most
+    ``max_categories``, or only ``categories`` when given). Empty: ``{}``.
+    """
     extras: list[tuple[str, Any]] = [("max_categories", max_categories)]
     if categories is not None:
         extras.append(("categories", categories))
@@ -601,12 +675,14 @@ def event_type_mix(
 
 
 def most_recent_n(field: str, *, n: int, where: Expr | None = None) -> AggDescriptor:
-    """The ``n`` latest values of ``field``, newest first."""
+    """The ``n`` latest values of ``field``, oldest first. Empty: ``[]``."""
     return _agg("most_recent_n", field=field, extras=(("n", n),), where=where)
 
 
 def reservoir_sample(field: str, *, samples: int, where: Expr | None = None) -> AggDescriptor:
-    """A uniform sample of ``samples`` values of ``field``."""
+    """A uniform sample of ``samples`` values of ``field`` (deterministic reservoir). Empty:
+    ``[]``.
+    """
     return _agg("reservoir_sample", field=field, extras=(("samples", samples),), where=where)
 
 
@@ -614,24 +690,30 @@ def reservoir_sample(field: str, *, samples: int, where: Expr | None = None) -> 
 
 
 def geo_velocity(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
-    """Speed (km/h) between the last two positions."""
+    """Highest speed (km/h) seen between consecutive positions (``lat``/``lon`` name the fields);
+    ``0.0`` after one position, ``None`` before.
+    """
     return _agg("geo_velocity", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
 
 
 def geo_distance(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
-    """Distance (km) between the last two positions."""
+    """Total distance (km) travelled between consecutive positions. Empty: ``0.0``."""
     return _agg("geo_distance", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
 
 
 def geo_spread(*, lat: str, lon: str, where: Expr | None = None) -> AggDescriptor:
-    """Spread (km) of the positions seen."""
+    """Spread (km) of the positions seen (standard deviation of latitude and longitude, in km);
+    ``None`` below two positions.
+    """
     return _agg("geo_spread", extras=(("lat_field", lat), ("lon_field", lon)), where=where)
 
 
 def distance_from_home(
     *, lat: str, lon: str, samples: int = 100, where: Expr | None = None
 ) -> AggDescriptor:
-    """Distance (km) of the current position from the entity's usual position."""
+    """Distance (km) of the latest position from the mean of the last ``samples`` positions.
+    Empty: ``None``.
+    """
     return _agg(
         "distance_from_home",
         extras=(("lat_field", lat), ("lon_field", lon), ("samples", samples)),

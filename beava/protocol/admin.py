@@ -18,9 +18,11 @@ class AdminResponder:
     """Answers admin requests from live server state."""
 
     def __init__(self, registry_info: Callable[[], tuple[int, int]],
-                 metrics_text: Callable[[], bytes]) -> None:
+                 metrics_text: Callable[[], bytes],
+                 registry_doc: Callable[[], dict[str, Any]] | None = None) -> None:
         self._registry_info = registry_info  # () -> (version, node_count)
         self._metrics_text = metrics_text
+        self._registry_doc = registry_doc  # () -> every node (engine.registry.describe)
 
     def __call__(self, request: HttpRequest) -> bytes:
         path = request.target.split("?", 1)[0]
@@ -37,6 +39,8 @@ class AdminResponder:
                 doc: dict[str, Any] = {"status": "ok"}
             elif path == "/ready":
                 doc = {"status": "ready"}
+            elif self._registry_doc is not None:
+                doc = self._registry_doc()
             else:
                 version, node_count = self._registry_info()
                 doc = {"node_count": node_count, "version": version}

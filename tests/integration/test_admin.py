@@ -17,7 +17,8 @@ def test_health_ready_registry(clean_server):
         assert headers["content-type"] == "application/json"
     ping = json.loads(http_request(clean_server.http, "POST", "/ping")[2])
     status, _, payload = http_request(clean_server.admin, "GET", "/registry")
-    assert json.loads(payload) == {"node_count": 0, "version": ping["registry_version"]}
+    version = ping["registry_version"]
+    assert json.loads(payload) == {"node_count": 0, "nodes": [], "version": version}
 
 
 def test_registry_is_current_after_reset(clean_server):
