@@ -350,8 +350,12 @@ class _AppBase:
         reconnect: bool,
         pool_size: int,
         max_in_flight: int | None = None,
+        token: str | None = None,
+        ca: str | None = None,
     ) -> None:
         self._closed = True
+        self._token = token
+        self._ca = ca
         self._timeout = _check_options(timeout, pool_size, max_in_flight)
         self._endpoint = _endpoint(url, test_mode)
         self._test_mode = test_mode
@@ -360,6 +364,11 @@ class _AppBase:
         self._server: EmbeddedServer | None = None
         self._entered = False
         self._pinned_ms: int | None = None  # the test clock this App last set
+
+    def _client_kwargs(self, endpoint: Endpoint) -> dict[str, Any]:
+        """What every client of this App is made with (``token=None``: ``$BEAVA_TOKEN``)."""
+        return {"timeout": self._timeout, "reconnect": self._reconnect, "token": self._token,
+                "ca": self._ca, "tls": endpoint.tls}
 
     def _pin(self, when: int | datetime.datetime | None) -> int | None:
         """The ``now_ms`` to send for ``set_time(when)``, remembered for ``advance``."""
@@ -411,9 +420,11 @@ class _Backend(Protocol):
 class App(_AppBase):
     """A client of one beava server.
 
-    ``url``: ``tcp://host[:port]`` (framed TCP), ``http(s)://host[:port]`` (HTTP/JSON), or
-    ``None`` for embed mode (a private local server started on ``with`` and stopped on
-    close). The constructor does no I/O. Thread-safe; ``pool_size`` connections at most.
+    ``url``: ``tcp://host[:port]`` (framed TCP), ``http(s)://host[:port]`` (HTTP/JSON),
+    ``tcps://`` (framed TCP over TLS), or ``None`` for embed mode (a private local server
+    started on ``with`` and stopped on close). The constructor does no I/O. Thread-safe;
+    ``pool_size`` connections at most. ``token``: the server's access token (default
+    ``$BEAVA_TOKEN``); ``ca``: PEM file to verify a TLS server with (default ``$BEAVA_CA``).
     """
 
     _repr_name = "bv.App"
@@ -426,9 +437,11 @@ class App(_AppBase):
         test_mode: bool = False,
         reconnect: bool = False,
         pool_size: int = 1,
+        token: str | None = None,
+        ca: str | None = None,
     ) -> None:
         super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
-                         pool_size=pool_size)
+                         pool_size=pool_size, token=token, ca=ca)
         self._backend: _Backend | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -491,13 +504,13 @@ class App(_AppBase):
             server.start()
             self._server = server
             endpoint = parse_url(server.tcp_url)
-        kwargs: dict[str, Any] = {"timeout": self._timeout, "reconnect": self._reconnect}
+        kwargs = self._client_kwargs(endpoint)
         if endpoint.is_tcp:
             host, port = endpoint.host, endpoint.port
             if self._pool_size == 1:
                 return TcpClient(host, port, **kwargs)
             return ClientPool(lambda: TcpClient(host, port, **kwargs), self._pool_size)
-        http_kwargs = {"base_path": endpoint.base_path, "tls": endpoint.tls, **kwargs}
+        http_kwargs = {"base_path": endpoint.base_path, **kwargs}
         if self._pool_size == 1:
             return HttpClient(endpoint.host, endpoint.port, **http_kwargs)
         return ClientPool(
@@ -642,9 +655,11 @@ class AsyncApp(_AppBase):
         reconnect: bool = False,
         pool_size: int = 1,
         max_in_flight: int = 256,
+        token: str | None = None,
+        ca: str | None = None,
     ) -> None:
         super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
-                         pool_size=pool_size, max_in_flight=max_in_flight)
+                         pool_size=pool_size, max_in_flight=max_in_flight, token=token, ca=ca)
         self._max_in_flight = max_in_flight
         self._backend: _AsyncBackend | None = None
         self._closed = False
@@ -698,7 +713,7 @@ class AsyncApp(_AppBase):
             if not self._entered or self._server is None:
                 raise RuntimeError(_ASYNC_EMBED_REQUIRES_WITH)
             endpoint = parse_url(self._server.tcp_url)
-        kwargs: dict[str, Any] = {"timeout": self._timeout, "reconnect": self._reconnect}
+        kwargs = self._client_kwargs(endpoint)
         fresh: _AsyncBackend
         if endpoint.is_tcp:
             kwargs["max_in_flight"] = self._max_in_flight
@@ -708,7 +723,7 @@ class AsyncApp(_AppBase):
                 fresh = AsyncTcpPool(endpoint.host, endpoint.port, size=self._pool_size, **kwargs)
         else:
             fresh = AsyncHttpClient(
-                endpoint.host, endpoint.port, base_path=endpoint.base_path, tls=endpoint.tls,
+                endpoint.host, endpoint.port, base_path=endpoint.base_path,
                 pool_size=self._pool_size, **kwargs,
             )
         self._backend = fresh

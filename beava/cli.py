@@ -25,6 +25,9 @@ environment variables (command line > environment > YAML > defaults):
   BEAVA_SNAPSHOT_INTERVAL_MS, BEAVA_SNAPSHOT_MIN_EVENTS, BEAVA_SNAPSHOT_RETAIN_COUNT,
   BEAVA_SNAPSHOT_FORK          snapshot cadence and retention
   BEAVA_DEDUPE_SWEEP_SECS      expired dedupe-entry sweep period
+  BEAVA_AUTH_TOKEN_FILE        token file (as --auth-token-file)
+  BEAVA_AUTH_TOKENS            inline tokens: TOKEN:SCOPE[+SCOPE][;TOKEN:SCOPE...]
+  BEAVA_TLS_CERT, BEAVA_TLS_KEY, BEAVA_TLS_CLIENT_CA   as --tls-cert, --tls-key, --tls-client-ca
 """
 
 
@@ -57,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no WAL, no snapshots, no recovery")
     parser.add_argument("--test-mode", action="store_true",
                         help="enable reset (POST /reset, OP_RESET)")
+    parser.add_argument("--auth-token-file", metavar="PATH",
+                        help="require tokens: one 'TOKEN SCOPE[,SCOPE]' per line, scopes "
+                        "read, write, admin (default: no access control)")
+    parser.add_argument("--tls-cert", metavar="PATH",
+                        help="PEM certificate (chain): serve every listener over TLS")
+    parser.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", metavar="PATH",
+                        help="PEM CA bundle: require client certificates it signed (mTLS)")
     parser.add_argument("--write-example", metavar="PATH",
                         help="quickstart: also write an SDK script reproducing the demo")
     parser.add_argument("-h", "--help", action="store_true", help="print help")
@@ -87,7 +98,9 @@ def serve(args: argparse.Namespace) -> int:
 
     cli = CommandLine(config=args.config, http_addr=args.http_addr, tcp_addr=args.tcp_addr,
                       admin_addr=args.admin_addr, data_dir=args.data_dir,
-                      memory_only=args.memory_only, test_mode=args.test_mode)
+                      memory_only=args.memory_only, test_mode=args.test_mode,
+                      auth_token_file=args.auth_token_file, tls_cert=args.tls_cert,
+                      tls_key=args.tls_key, tls_client_ca=args.tls_client_ca)
     try:
         cfg = resolve(cli, os.environ)
     except ConfigError as exc:

@@ -56,6 +56,8 @@ HTTP_STATUS: dict[str, int] = {
     "batch_too_large": 400,
     "invalid_scan": 400,  # extension: table scan (docs/wire.md)
     "scan_cursor_expired": 409,
+    "unauthenticated": 401,  # extension: access control (docs/wire.md)
+    "forbidden": 403,
 }
 
 

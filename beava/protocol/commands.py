@@ -17,6 +17,7 @@ from typing import NamedTuple, TypeVar
 from beava_client.opcodes import (
     CONTENT_TYPES,
     CT_JSON,
+    OP_AUTH,
     OP_BATCH_GET,
     OP_GET,
     OP_GET_MULTI,
@@ -35,6 +36,14 @@ from beava_client.opcodes import (
 ANY_CONTENT_TYPE = frozenset(range(256))  # PING ignores the content-type byte
 JSON_ONLY = frozenset((CT_JSON,))
 
+# Access scopes (docs/limits.md, access control): each grants the ones after it.
+ADMIN, WRITE, READ = "admin", "write", "read"
+SCOPE_GRANTS: Mapping[str, frozenset[str]] = MappingProxyType({
+    ADMIN: frozenset((ADMIN, WRITE, READ)),
+    WRITE: frozenset((WRITE, READ)),
+    READ: frozenset((READ,)),
+})
+
 
 class Command(NamedTuple):
     """One command. ``op is None``: HTTP only; ``http_method is None``: framed TCP only.
@@ -50,6 +59,7 @@ class Command(NamedTuple):
     http_prefixes: tuple[str, ...] = ()  # paths whose remainder holds the route parameters
     http_params: int = 0  # parameters in that remainder, "/"-separated, the last takes the rest
     reads_state: bool = False  # the answer depends on applied pushes
+    scope: str | None = READ  # the access scope a token needs for it; None: always open
 
     @property
     def framed(self) -> bool:
@@ -65,15 +75,16 @@ class Command(NamedTuple):
 COMMANDS: tuple[Command, ...] = (
     Command("ping", op=OP_PING, reply_op=OP_PING, content_types=ANY_CONTENT_TYPE,
             http_method="POST", http_paths=("/ping",)),
+    Command("auth", op=OP_AUTH, reply_op=OP_AUTH, scope=None),  # extension (docs/wire.md)
     Command("register", op=OP_REGISTER, reply_op=OP_REGISTER, content_types=JSON_ONLY,
-            http_method="POST", http_paths=("/register",)),
-    Command("push", op=OP_PUSH, reply_op=OP_PUSH,
+            http_method="POST", http_paths=("/register",), scope=ADMIN),
+    Command("push", op=OP_PUSH, reply_op=OP_PUSH, scope=WRITE,
             http_method="POST", http_paths=("/push", "/push-sync")),
     Command("push_event",  # legacy: the event name is the rest of the path
             http_method="POST", http_prefixes=("/push/", "/push-sync/", "/push-batch/"),
-            http_params=1),
-    Command("push_sync", op=OP_PUSH_SYNC, implemented=False),
-    Command("push_many", op=OP_PUSH_MANY, reply_op=OP_PUSH_MANY,
+            http_params=1, scope=WRITE),
+    Command("push_sync", op=OP_PUSH_SYNC, implemented=False, scope=WRITE),
+    Command("push_many", op=OP_PUSH_MANY, reply_op=OP_PUSH_MANY, scope=WRITE,
             http_method="POST", http_paths=("/push_many",)),
     Command("get", op=OP_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/get",)),
@@ -85,12 +96,12 @@ COMMANDS: tuple[Command, ...] = (
             http_method="POST", http_paths=("/scan",)),  # extension (docs/wire.md)
     Command("legacy_get", reads_state=True,  # GET /get/<feature>/<key>
             http_method="GET", http_prefixes=("/get/",), http_params=2),
-    Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE,
+    Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE, scope=ADMIN,
             http_method="POST", http_paths=("/reset",)),
     Command("test_clock", op=OP_TEST_CLOCK, reply_op=OP_TEST_CLOCK, content_types=JSON_ONLY,
-            http_method="POST", http_paths=("/test/clock",)),  # extension (docs/wire.md)
-    Command("health", http_method="GET", http_paths=("/health",)),
-    Command("ready", http_method="GET", http_paths=("/ready",)),
+            http_method="POST", http_paths=("/test/clock",), scope=ADMIN),  # extension
+    Command("health", http_method="GET", http_paths=("/health",), scope=None),
+    Command("ready", http_method="GET", http_paths=("/ready",), scope=None),
 )
 
 BY_OP: Mapping[int, Command] = MappingProxyType({c.op: c for c in COMMANDS if c.op is not None})

@@ -32,6 +32,9 @@ HttpHandler = Callable[[HttpRequest, tuple[str, ...]], "bytes | PendingReply"]
 
 DATA_PLANE_HEADERS = (("Content-Type", "application/json"), ("X-Runtime", "hand-rolled"))
 REPLAY_HEADERS = DATA_PLANE_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
+UNAUTHENTICATED_HEADERS = DATA_PLANE_HEADERS + (("WWW-Authenticate", 'Bearer realm="beava"'),)
+# authorize(request, scope, command name): raises unauthenticated / forbidden (protocol.auth)
+Authorize = Callable[[HttpRequest, str, str], None]
 
 
 def as_error(exc: Exception) -> BeavaError:
@@ -94,21 +97,28 @@ class FrameDispatch:
 
 class HttpDispatch:
     """HTTP data plane: route, hold a read behind the connection's unapplied push
-    (``wait_applied``), call the handler; errors become JSON responses."""
+    (``wait_applied``), call the handler; errors become JSON responses. ``authorize``,
+    when tokens are configured, checks each request against its command's scope."""
 
     def __init__(self, handlers: Mapping[str, HttpHandler],
-                 wait_applied: Callable[[], None]) -> None:
+                 wait_applied: Callable[[], None], authorize: Authorize | None = None) -> None:
         self._handlers = bind_handlers(handlers, ROUTED)
         self._wait_applied = wait_applied
+        self._authorize = authorize
 
     def respond(self, request: HttpRequest) -> bytes | PendingReply:
         try:
             command, params = resolve(request.method, request.target)
+            if self._authorize is not None and command.scope is not None:
+                self._authorize(request, command.scope, command.name)
             if command.reads_state and request.after_pending:
                 self._wait_applied()
             return self._handlers[command.name](request, params)
         except Exception as exc:  # a bug must cost one request, never the connection
             err = as_error(exc)
+            if err.status == 401:
+                return render_response(401, encode_json(err.body()), UNAUTHENTICATED_HEADERS,
+                                       request.keep_alive)
             return json_response(err.status, err.body(), request.keep_alive)
 
     @staticmethod

@@ -28,6 +28,7 @@ HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1024 * 1024
 
 _REASONS = MappingProxyType({
+    401: "Unauthorized",
     100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
     405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
     500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"})

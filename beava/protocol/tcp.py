@@ -179,6 +179,11 @@ class FramedTcpProtocol(ServerConnection):
         if self._transport is not None:
             self._transport.pause_reading()
 
+    def end_after_replies(self) -> None:
+        """Read nothing more; close once the replies queued so far are written (a
+        connection refused for good, e.g. by access control)."""
+        self._fatal()
+
     def _fatal(self) -> None:
         self._closing = True
         self._close_after = True

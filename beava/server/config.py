@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from beava.server.log_lines import parse_level
+from beava.server.security import YAML_SCHEMA as SECURITY_YAML_SCHEMA
+from beava.server.security import SecurityConfig, SecurityConfigError, resolve_security
 
 
 class ConfigError(Exception):
@@ -46,6 +48,7 @@ class Config:
     snapshot_min_events: int = 0
     snapshot_fork: bool = True
     crash_at: str | None = None
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # tokens, TLS
     config_source: str = "defaults"
     warnings: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
@@ -65,6 +68,10 @@ class CommandLine:
     data_dir: str | None = None
     memory_only: bool = False
     test_mode: bool = False
+    auth_token_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
 
 
 def parse_addr(text: str, what: str) -> tuple[str, int]:
@@ -111,6 +118,7 @@ _YAML_SCHEMA: dict[str, Any] = {
         "dedupe_sweep_interval_secs": int, "snapshot_interval_ms": int,
         "snapshot_retain_count": int, "snapshot_min_events": int, "snapshot_fork": bool,
     },
+    **SECURITY_YAML_SCHEMA,
 }
 
 
@@ -268,6 +276,16 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
     if cli.test_mode:
         cfg.test_mode = True
         flags.append("--test-mode")
+    try:
+        cfg.security = resolve_security(doc, env, token_file=cli.auth_token_file,
+                                        tls_cert=cli.tls_cert, tls_key=cli.tls_key,
+                                        tls_client_ca=cli.tls_client_ca)
+    except SecurityConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    flags.extend(flag for flag, value in (
+        ("--auth-token-file", cli.auth_token_file), ("--tls-cert", cli.tls_cert),
+        ("--tls-key", cli.tls_key), ("--tls-client-ca", cli.tls_client_ca))
+        if value is not None)
     if flags:
         sources.append(f"CLI [{', '.join(flags)}]")
     cfg.config_source = " + ".join(sources)

@@ -20,6 +20,7 @@ from beava.durability.recovery import RecoveryFatal
 from beava.engine.registry.describe import describe_registry
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
+from beava.protocol.auth import AccessControl
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpProtocol
 from beava.protocol.server_state import ServerState
@@ -28,6 +29,7 @@ from beava.server.config import Config, format_addr
 from beava.server.log_lines import LogLines
 from beava.server.metrics import ServerMetrics
 from beava.server.persistence import Persistence
+from beava.server.security import is_loopback
 from beava.server.service import Service
 
 SHUTDOWN_DEADLINE_S = 4.0
@@ -117,7 +119,10 @@ class BeavaServer:
         # the command table's handlers, checked here: a command without one fails the start
         self.frames = FrameDispatch(self.service.frame_handlers(),
                                     push_run=self.service.push_pass.run)
-        self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied)
+        tokens = cfg.security.tokens
+        self.access = AccessControl(tokens, self.frames) if tokens is not None else None
+        self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied,
+                                 self.access.authorize_http if self.access else None)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(
             lambda: (self.store.registry_version, self.store.node_count), self.metrics.render,
@@ -164,6 +169,24 @@ class BeavaServer:
         if "admin" in self.sockets:
             self.log.info("server.admin_bound", "admin sidecar bound",
                           addr=_bound(self.sockets["admin"]))
+        self._log_security()
+
+    def _log_security(self) -> None:
+        sec = self.cfg.security
+        if sec.tokens is not None:
+            self.log.info("server.auth_enabled", "access control on: tokens required",
+                          tokens=len(sec.tokens), source=sec.token_source)
+        else:
+            exposed = sorted(name for name, sock in self.sockets.items()
+                             if not is_loopback(sock.getsockname()[0]))
+            if exposed:
+                self.log.warn("server.auth_disabled",
+                              "listening beyond loopback without access control: anyone "
+                              "who reaches these ports may read, write and register",
+                              listeners=",".join(exposed))
+        if sec.ssl_context is not None:
+            self.log.info("server.tls_enabled", "TLS on every listener",
+                          client_certificates=sec.tls_client_ca is not None)
 
     async def serve(self) -> NoReturn:
         loop = asyncio.get_running_loop()
@@ -187,13 +210,26 @@ class BeavaServer:
         state = self.state
         http, frames = self.http, self.frames
         max_payload = self.cfg.max_frame_bytes
+        access = self.access
+        admin = self.admin if access is None else access.admin(self.admin)
+
+        def tcp_connection() -> FramedTcpProtocol:
+            if access is None:
+                return FramedTcpProtocol(frames, max_payload, state)
+            gate = access.tcp_gate()  # this connection's routes, by its token's scopes
+            conn = FramedTcpProtocol(gate, max_payload, state)
+            gate.bind(conn.end_after_replies)
+            return conn
+
         factories = {
             "http": lambda: HttpProtocol(http.respond, http.protocol_error, state),
-            "tcp": lambda: FramedTcpProtocol(frames, max_payload, state),
-            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, state),
+            "tcp": tcp_connection,
+            "admin": lambda: HttpProtocol(admin, self.admin.protocol_error, state),
         }
+        tls = self.cfg.security.ssl_context
         for name, sock in self.sockets.items():
-            server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG)
+            server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG,
+                                              ssl=tls)
             self._servers.append(server)
         self._serving = True
         if self._stopping:  # a signal arrived during start-up

@@ -21,6 +21,7 @@ from beava.engine.state import reads, scan
 from beava.engine.state.push_validation import has_control_character
 from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
+from beava.protocol.auth import open_auth
 from beava.protocol.commands import FRAMED
 from beava.protocol.dispatch import FrameDispatch, FrameHandler, HttpHandler, json_response
 from beava.protocol.http import HttpRequest
@@ -134,6 +135,7 @@ class Service:
         """Framed TCP: command name -> handler(ct, payload)."""
         return {
             "ping": self._tcp_ping,
+            "auth": open_auth,  # without tokens; a gate per connection takes it otherwise
             "register": self._tcp_register,
             "push": self._tcp_push,
             "push_many": self._tcp_push_many,

@@ -119,15 +119,15 @@ def _client_for(url: str, tcp_class: Callable[..., _T], http_class: Callable[...
     from .urls import parse_url
 
     endpoint = parse_url(url)
+    kwargs = {"tls": endpoint.tls, **kwargs}
     if endpoint.is_tcp:
         return tcp_class(endpoint.host, endpoint.port, **kwargs)
-    return http_class(
-        endpoint.host, endpoint.port, base_path=endpoint.base_path, tls=endpoint.tls, **kwargs
-    )
+    return http_class(endpoint.host, endpoint.port, base_path=endpoint.base_path, **kwargs)
 
 
 def client_for_url(url: str, **kwargs: Any) -> TcpClient | HttpClient:
-    """A synchronous client for ``tcp://…`` or ``http(s)://…`` (no I/O until first use)."""
+    """A synchronous client for ``tcp(s)://…`` or ``http(s)://…`` (no I/O until first use);
+    ``token=``, ``ca=`` and the other keyword arguments go to the client."""
     from .http import HttpClient
     from .tcp import TcpClient
 
@@ -135,7 +135,7 @@ def client_for_url(url: str, **kwargs: Any) -> TcpClient | HttpClient:
 
 
 def async_client_for_url(url: str, **kwargs: Any) -> AsyncTcpClient | AsyncHttpClient:
-    """An asyncio client for ``tcp://…`` or ``http(s)://…`` (no I/O until first use)."""
+    """An asyncio client for ``tcp(s)://…`` or ``http(s)://…`` (no I/O until first use)."""
     from .aio import AsyncTcpClient
     from .http import AsyncHttpClient
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -297,10 +298,14 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         reconnect: bool = False,
+        token: str | None = None,
+        tls: bool | ssl.SSLContext = False,
+        ca: str | None = None,
     ) -> None:
         super().__init__(
             host, port, timeout=timeout, content_type=content_type,
             max_in_flight=max_in_flight, max_frame_bytes=max_frame_bytes, reconnect=reconnect,
+            token=token, tls=tls, ca=ca,
         )
         self._conn: _Connection | None = None
         self._connect_lock: asyncio.Lock | None = None
@@ -344,9 +349,21 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
                     lambda: _Connection(name, self.max_in_flight, self.max_frame_bytes),
                     self.host,
                     self.port,
+                    ssl=self._ssl,
+                    server_hostname=self.host if self._ssl is not None else None,
                 )
             except OSError as exc:
                 raise TransportError("connect_failed", f"cannot connect to {name}: {exc}") from exc
+            frame = self._auth_frame()
+            if frame is not None:  # the token first: nothing else uses the connection yet
+                fut: asyncio.Future[Frame] = loop.create_future()
+                conn.credits -= 1
+                conn.send(frame, _OneReply(fut))
+                try:
+                    self._check_auth_reply(await fut)
+                except BaseException:
+                    self._discard(conn)
+                    raise
             self._conn = conn
             return conn
 
@@ -645,9 +662,9 @@ class AsyncTcpPool:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncTcpPool:
-        """A pool for ``tcp://host[:port]``."""
+        """A pool for ``tcp://host[:port]`` (``tcps://``: over TLS)."""
         endpoint = tcp_endpoint(url)
-        return cls(endpoint.host, endpoint.port, **kwargs)
+        return cls(endpoint.host, endpoint.port, **{"tls": endpoint.tls, **kwargs})
 
     def client(self) -> AsyncTcpClient:
         """The next connection, round-robin."""

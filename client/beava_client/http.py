@@ -45,6 +45,7 @@ from .messages import (
     scan_rows,
 )
 from .results import PushManyTally, PushResult, empty_push_result, merge_push_outcomes
+from .security import bearer_headers, client_ssl_context, resolve_token
 from .urls import http_endpoint
 
 DEFAULT_HTTP_HOST = "127.0.0.1"
@@ -99,12 +100,17 @@ class _HttpCommon(ClientBase):
         tls: bool | ssl.SSLContext,
         timeout: float,
         reconnect: bool,
+        token: str | None,
+        ca: str | None,
     ) -> None:
         super().__init__(timeout=timeout, reconnect=reconnect)
         self.host = host
         self.port = port
         self.base_path = _base_path(base_path)
         self.tls = tls
+        self.token = resolve_token(token)
+        self._auth_headers = bearer_headers(self.token)
+        self._ssl = client_ssl_context(tls, ca)
         self._push_encoders = PushEncoders(field="data", op=None)
         host_text = f"[{host}]" if ":" in host else host
         default_port = 443 if tls else 80
@@ -122,11 +128,7 @@ class _HttpCommon(ClientBase):
         return f"<{type(self).__name__} {scheme}://{self._host_header}{self.base_path}>"
 
     def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.tls is True:
-            return ssl.create_default_context()
-        if isinstance(self.tls, ssl.SSLContext):
-            return self.tls
-        return None
+        return self._ssl
 
     def _connect_errors(self) -> AbstractContextManager[None]:
         """Context turning a failed connect into Timeout / TransportError."""
@@ -174,6 +176,9 @@ class HttpClient(SyncClient, _HttpCommon):
     Same methods and results as ``TcpClient`` where the route exists; ``ping()`` answers
     ``{"pong": true, "registry_version": N}``. Errors: ServerError with ``status``.
     ``reconnect=True`` retries a failed safe call (every call but push/push_many) once.
+    ``token``: sent as ``Authorization: Bearer`` (default ``$BEAVA_TOKEN``); ``tls``: True
+    (an ``https://`` URL) or an ``ssl.SSLContext``; ``ca``: the PEM file the server
+    certificate is checked against (default ``$BEAVA_CA``, else the system's trust store).
     """
 
     def __init__(
@@ -185,9 +190,11 @@ class HttpClient(SyncClient, _HttpCommon):
         tls: bool | ssl.SSLContext = False,
         timeout: float = DEFAULT_TIMEOUT,
         reconnect: bool = False,
+        token: str | None = None,
+        ca: str | None = None,
     ) -> None:
         super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
-                         reconnect=reconnect)
+                         reconnect=reconnect, token=token, ca=ca)
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
 
@@ -224,7 +231,7 @@ class HttpClient(SyncClient, _HttpCommon):
         safe: bool = True,
     ) -> HttpResponse:
         """One raw request to ``base_path + path``; any status is returned, not raised."""
-        all_headers = {"Content-Type": JSON_CONTENT_TYPE}
+        all_headers = {"Content-Type": JSON_CONTENT_TYPE, **self._auth_headers}
         if headers:
             all_headers.update(headers)
         target = self.base_path + path
@@ -400,9 +407,11 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         timeout: float = DEFAULT_TIMEOUT,
         reconnect: bool = False,
         pool_size: int = 1,
+        token: str | None = None,
+        ca: str | None = None,
     ) -> None:
         super().__init__(host, port, base_path=base_path, tls=tls, timeout=timeout,
-                         reconnect=reconnect)
+                         reconnect=reconnect, token=token, ca=ca)
         self.pool_size = check_count(pool_size, "pool_size")
         self._idle: list[_StreamConn] = []
         self._slots: asyncio.Semaphore | None = None
@@ -444,7 +453,7 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         target = self.base_path + path
         head = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}",
                 f"Content-Type: {JSON_CONTENT_TYPE}", f"Content-Length: {len(body)}"]
-        for name, value in (headers or {}).items():
+        for name, value in {**self._auth_headers, **(headers or {})}.items():
             head.append(f"{name}: {value}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         async with self._slots:

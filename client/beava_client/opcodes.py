@@ -9,6 +9,7 @@ from __future__ import annotations
 
 OP_PING = 0x0000
 OP_REGISTER = 0x0001
+OP_AUTH = 0x0002  # extension: authenticate the connection with a token (docs/wire.md)
 OP_PUSH = 0x0010
 OP_PUSH_SYNC = 0x0011
 OP_PUSH_MANY = 0x0012
@@ -30,6 +31,7 @@ CONTENT_TYPES = frozenset((CT_JSON, CT_MSGPACK))
 REPLY_OP: dict[int, int] = {
     OP_PING: OP_PING,
     OP_REGISTER: OP_REGISTER,
+    OP_AUTH: OP_AUTH,
     OP_PUSH: OP_PUSH,
     OP_PUSH_MANY: OP_PUSH_MANY,
     OP_GET: OP_GET_RESPONSE,
@@ -54,6 +56,7 @@ def expected_reply_op(op: int, expect_op: int | None) -> int | None:
 OP_NAMES: dict[int, str] = {
     OP_PING: "ping",
     OP_REGISTER: "register",
+    OP_AUTH: "auth",
     OP_PUSH: "push",
     OP_PUSH_SYNC: "push_sync",
     OP_PUSH_MANY: "push_many",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -62,6 +63,8 @@ T = TypeVar("T")
 RECV_SIZE = 256 * 1024
 _POLL_READ = select.POLLIN
 _POLL_READ_WRITE = select.POLLIN | select.POLLOUT
+# A TLS socket that cannot go on without the peer (its records are not complete yet)
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class TcpClient(SyncClient, TcpClientBase):
@@ -77,6 +80,10 @@ class TcpClient(SyncClient, TcpClientBase):
     ``"json"`` or ``"msgpack"`` for push, push_many, reads and reset (register is always
     JSON). ``max_in_flight``: pipelining window (requests sent but not answered).
     ``max_frame_bytes``: largest request payload sent and reply payload accepted.
+    ``token``: sent in an OP_AUTH frame first on each connection (default ``$BEAVA_TOKEN``);
+    a token the server refuses raises ServerError ``unauthenticated``. ``tls``: True (a
+    ``tcps://`` URL) or an ``ssl.SSLContext``; ``ca``: the PEM file the server certificate
+    is checked against (default ``$BEAVA_CA``, else the system's trust store).
     Thread-safe: calls on one client are serialised by a lock.
     """
 
@@ -90,10 +97,14 @@ class TcpClient(SyncClient, TcpClientBase):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         reconnect: bool = False,
+        token: str | None = None,
+        tls: bool | ssl.SSLContext = False,
+        ca: str | None = None,
     ) -> None:
         super().__init__(
             host, port, timeout=timeout, content_type=content_type,
             max_in_flight=max_in_flight, max_frame_bytes=max_frame_bytes, reconnect=reconnect,
+            token=token, tls=tls, ca=ca,
         )
         self._sock: socket.socket | None = None
         self._poller: Any = None
@@ -116,8 +127,14 @@ class TcpClient(SyncClient, TcpClientBase):
         address = self._address
         with connect_errors(address, self._timeout_message(f"connect to {address}")):
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        with contextlib.suppress(OSError):  # latency only; never fatal
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):  # latency only; never fatal
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:  # the handshake, blocking within the timeout
+                try:
+                    sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+                except BaseException:
+                    sock.close()
+                    raise
         # Non-blocking: every wait goes through one poll() so reads and writes interleave.
         sock.setblocking(False)
         poller = select.poll()
@@ -126,6 +143,16 @@ class TcpClient(SyncClient, TcpClientBase):
         self._sock = sock
         self._poller = poller
         self._decoder.clear()
+        frame = self._auth_frame()
+        if frame is not None:
+            try:
+                replies: list[Frame] = []
+                self._exchange(iter(((frame, 1),)), replies.extend)
+                self._check_auth_reply(replies[0])
+            except BaseException:
+                self._discard()
+                raise
+            self._committed = False  # the call's own request is not sent yet
 
     def _discard(self) -> None:
         self._in_exchange = False
@@ -148,6 +175,8 @@ class TcpClient(SyncClient, TcpClientBase):
         assert sock is not None and poller is not None
         fd = sock.fileno()
         decoder = self._decoder
+        # decrypted records waiting in the TLS layer, which poll() does not see
+        tls_pending = sock.pending if isinstance(sock, ssl.SSLSocket) else None
         window = self.max_in_flight
         timeout_ms = max(1, int(self.timeout * 1000))
         out: deque[memoryview] = deque()
@@ -181,7 +210,7 @@ class TcpClient(SyncClient, TcpClientBase):
                     head = out[0]
                     try:
                         sent = sock.send(head)
-                    except BlockingIOError:
+                    except _WOULD_BLOCK:
                         break
                     if sent == len(head):
                         out.popleft()
@@ -201,7 +230,10 @@ class TcpClient(SyncClient, TcpClientBase):
                 if events[0][1] & ~select.POLLOUT:
                     try:
                         data = sock.recv(RECV_SIZE)
-                    except BlockingIOError:
+                        if tls_pending is not None:
+                            while data and tls_pending():
+                                data += sock.recv(RECV_SIZE)
+                    except _WOULD_BLOCK:
                         continue
                     if not data:
                         raise ConnectionClosed(
@@ -260,7 +292,17 @@ class TcpClient(SyncClient, TcpClientBase):
                     raise
 
     def _readable_while_idle(self) -> bool:
-        return any(flags & ~select.POLLOUT for _, flags in self._poller.poll(0))
+        if not any(flags & ~select.POLLOUT for _, flags in self._poller.poll(0)):
+            return False
+        sock = self._sock
+        if isinstance(sock, ssl.SSLSocket):  # TLS records without data (a session ticket)
+            try:
+                sock.recv(1)
+            except _WOULD_BLOCK:
+                return False
+            except OSError:
+                return True
+        return True
 
     def _replies(self, batches: Sequence[Batch], safe: bool) -> list[Frame]:
         """Send ``batches`` pipelined (under ``_run``) and return every reply in order."""

@@ -4,6 +4,7 @@ queue of pipelines. Each client adds its own socket I/O."""
 
 from __future__ import annotations
 
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
@@ -27,6 +28,7 @@ from .opcodes import (
     CT_JSON,
     CT_MSGPACK,
     DEFAULT_REPLY_OP,
+    OP_AUTH,
     OP_BATCH_GET,
     OP_ERROR,
     OP_GET,
@@ -39,6 +41,7 @@ from .opcodes import (
     expected_reply_op,
 )
 from .results import PushManyTally, decode_reply
+from .security import client_ssl_context, resolve_token
 from .urls import tcp_endpoint
 
 
@@ -56,8 +59,14 @@ class TcpClientBase(ClientBase, ABC):
         max_in_flight: int,
         max_frame_bytes: int,
         reconnect: bool,
+        token: str | None = None,
+        tls: bool | ssl.SSLContext = False,
+        ca: str | None = None,
     ) -> None:
         super().__init__(timeout=timeout, reconnect=reconnect)
+        self.token = resolve_token(token)
+        self.tls = tls
+        self._ssl = client_ssl_context(tls, ca)
         self.max_in_flight = check_count(max_in_flight, "max_in_flight")
         self.host = host
         self.port = port
@@ -72,9 +81,9 @@ class TcpClientBase(ClientBase, ABC):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Self:
-        """A client for ``tcp://host[:port]``."""
+        """A client for ``tcp://host[:port]`` (``tcps://``: over TLS)."""
         endpoint = tcp_endpoint(url)
-        return cls(endpoint.host, endpoint.port, **kwargs)
+        return cls(endpoint.host, endpoint.port, **{"tls": endpoint.tls, **kwargs})
 
     @property
     @abstractmethod
@@ -87,7 +96,19 @@ class TcpClientBase(ClientBase, ABC):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self.connected else "idle")
-        return f"<{type(self).__name__} tcp://{self._address} {state}>"
+        scheme = "tcps" if self._ssl is not None else "tcp"
+        return f"<{type(self).__name__} {scheme}://{self._address} {state}>"
+
+    def _auth_frame(self) -> bytes | None:
+        """The OP_AUTH frame each new connection starts with (None without a token)."""
+        if self.token is None:
+            return None
+        return self.encode_request(OP_AUTH, {"token": self.token}, ct=CT_JSON)
+
+    @staticmethod
+    def _check_auth_reply(reply: Frame) -> None:
+        """Raise ServerError (``unauthenticated``) unless ``reply`` accepts the token."""
+        decode_reply(reply, OP_AUTH)
 
     def encode_request(self, op: int, payload: Any = None, *, ct: int | None = None) -> bytes:
         """One request frame; ``payload`` bytes are sent as is, other values encoded with

@@ -1,4 +1,5 @@
-"""Server URLs: ``tcp://host[:port]`` (framed TCP) and ``http(s)://host[:port][/base]``."""
+"""Server URLs: ``tcp(s)://host[:port]`` (framed TCP, ``tcps``: over TLS) and
+``http(s)://host[:port][/base]``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_TCP_HOST = "127.0.0.1"
 DEFAULT_TCP_PORT = 8081
-_DEFAULT_PORTS = {"tcp": DEFAULT_TCP_PORT, "http": 80, "https": 443}
+_DEFAULT_PORTS = {"tcp": DEFAULT_TCP_PORT, "tcps": DEFAULT_TCP_PORT, "http": 80, "https": 443}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,7 @@ class Endpoint:
 
     @property
     def is_tcp(self) -> bool:
-        return self.scheme == "tcp"
+        return self.scheme in ("tcp", "tcps")
 
     @property
     def is_http(self) -> bool:
@@ -29,7 +30,7 @@ class Endpoint:
 
     @property
     def tls(self) -> bool:
-        return self.scheme == "https"
+        return self.scheme in ("https", "tcps")
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -39,7 +40,8 @@ class Endpoint:
 def parse_url(url: str) -> Endpoint:
     """Parse a server URL.
 
-    ``tcp://host[:port]``: host defaults to 127.0.0.1, port to 8081 (spec/sdk.md §8.1).
+    ``tcp://host[:port]``: host defaults to 127.0.0.1, port to 8081 (spec/sdk.md §8.1);
+    ``tcps://`` the same over TLS.
     ``http://`` / ``https://``: port defaults to 80 / 443; a path becomes ``base_path``.
     Any other scheme raises ``ValueError("unsupported URL scheme: 'ws'")``.
     """
@@ -54,17 +56,18 @@ def parse_url(url: str) -> Endpoint:
     except ValueError:
         raise ValueError(f"invalid port in URL {url!r}") from None
     host = parts.hostname or ""
-    if scheme == "tcp":
+    tcp = scheme in ("tcp", "tcps")
+    if tcp:
         if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"a tcp:// URL takes no path, query or fragment: {url!r}")
+            raise ValueError(f"a {scheme}:// URL takes no path, query or fragment: {url!r}")
         host = host or DEFAULT_TCP_HOST
     elif not host:
         raise ValueError(f"missing host in URL {url!r}")
     if parts.username is not None or parts.password is not None:
         raise ValueError(f"credentials in URLs are not supported: {url!r}")
-    if scheme != "tcp" and (parts.query or parts.fragment):
+    if not tcp and (parts.query or parts.fragment):
         raise ValueError(f"a base URL takes no query or fragment: {url!r}")
-    base_path = parts.path.rstrip("/") if scheme != "tcp" else ""
+    base_path = parts.path.rstrip("/") if not tcp else ""
     return Endpoint(scheme, host, _DEFAULT_PORTS[scheme] if port is None else port, base_path)
 
 
@@ -72,7 +75,7 @@ def tcp_endpoint(url: str) -> Endpoint:
     """``parse_url`` for a client that only speaks framed TCP."""
     endpoint = parse_url(url)
     if not endpoint.is_tcp:
-        raise ValueError(f"not a tcp:// URL: {url!r}")
+        raise ValueError(f"not a tcp:// or tcps:// URL: {url!r}")
     return endpoint
 
 

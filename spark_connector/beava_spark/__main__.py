@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .access import Access
 from .driver import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Before Spark starts (seconds): an unreachable server or unknown event is known
         # at once.
         for url in urls:
-            check_server(url, args.event, args.timeout)
+            check_server(url, args.event, args.timeout, Access.resolve())
     except BeavaSparkError as exc:
         sys.stderr.write(f"beava-spark: {exc}\n")
         return 2

@@ -44,6 +44,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from .access import Access
 from .arrow_bodies import BodyEncoder
 from .conversion import ConversionPlan
 from .driver import (
@@ -81,7 +82,7 @@ if TYPE_CHECKING:
 
 FORMAT = "beava"
 OPTIONS = ("url", "event", "key", "on_error", "batch_size", "max_in_flight", "timeout",
-           "schema", "event_schema", "schema_check_rows")
+           "schema", "event_schema", "schema_check_rows", "token", "ca")
 
 _results_dir: Path | None = None
 
@@ -195,11 +196,12 @@ class WriteOptions:
                       None, timeout, check_rows)
         overrides = _pairs(opts.get("schema", ""))
         plan = plan_for(schema, overrides, known)
-        push_many = tuple(check_server(u, name, timeout) for u in urls)
+        access = Access.resolve(opts.get("token"), opts.get("ca"))
+        push_many = tuple(check_server(u, name, timeout, access) for u in urls)
         config = WriterConfig(event=name, urls=tuple(urls), push_many=push_many,
                               batch_size=batch_size, max_in_flight=max_in_flight,
                               stop_on_rejection=on_error == "raise", timeout=timeout,
-                              schema_check_rows=check_rows)
+                              schema_check_rows=check_rows, access=access)
         return cls(name, tuple(urls), key_fields, on_error, plan, config)
 
 
@@ -336,7 +338,7 @@ class BeavaReader(DataSourceReader):
         assert isinstance(partition, ScanPartition)
         options = self.options
         return read_range(self.columns, options.table, partition.scan_range,
-                          options.page_size, options.timeout)
+                          options.page_size, options.timeout, options.access)
 
 
 def _read_columns(columns: list[Column], schema: StructType) -> list[Column]:

@@ -16,6 +16,7 @@ from beava_client import ServerError, TcpClient, TransportError, parse_url
 from beava_client.messages import PUSH_MANY_MAX_BODIES, PUSH_MANY_UNSUPPORTED_CODES
 from beava_client.opcodes import OP_PUSH_MANY
 
+from .access import Access
 from .conversion import ConversionPlan, plan_conversion
 from .errors import (
     ConversionError,
@@ -58,6 +59,8 @@ def push_dataframe(
     timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[Progress], None] | None = None,
     progress_interval: float = 1.0,
+    token: str | None = None,
+    ca: str | None = None,
 ) -> PushTotals:
     """Push every row of ``df`` as one ``event`` to the beava server(s) at ``url``.
 
@@ -66,9 +69,9 @@ def push_dataframe(
     - ``event_schema``: the event's fields when ``event`` is a name:
       ``{"user_id": "str", "amount": "f64", "coupon": "str?"}`` (``?``: optional) or the
       same as text ``"user_id:str, amount:f64, coupon:str?"``.
-    - ``url``: ``"tcp://host:port"`` or a list of them. With several, ``key`` is required:
-      rows are routed by jump consistent hash of the key (``beava_spark.routing``) and
-      repartitioned so that each partition task talks to one server
+    - ``url``: ``"tcp://host:port"`` (``tcps://``: over TLS) or a list of them. With
+      several, ``key`` is required: rows are routed by jump consistent hash of the key
+      (``beava_spark.routing``) and repartitioned so that each partition task talks to one server
       (``partitions_per_server`` tasks each; default: the DataFrame's partition count
       divided by the number of servers, at least 1).
     - ``key``: the column (or columns, for a composite key) holding the entity key.
@@ -84,6 +87,10 @@ def push_dataframe(
     - ``schema_check_rows``: a partition whose first that many rows are all rejected for
       a schema reason stops, and SchemaMismatchError is raised after the job (0: never).
     - ``timeout``: seconds for connecting and for each reply.
+    - ``token``: the servers' access token (default ``$BEAVA_TOKEN``; needs ``write``);
+      ``ca``: PEM file of the CA that signed the servers' TLS certificates (default
+      ``$BEAVA_CA``, else the system's trust store). Both are resolved here and travel
+      with the tasks.
     - ``progress``: called on the driver every ``progress_interval`` seconds with a
       Progress snapshot while the job runs.
 
@@ -98,7 +105,8 @@ def push_dataframe(
     check_options(name, urls, key_fields, batch_size, max_in_flight, on_error,
                   partitions_per_server, timeout, schema_check_rows)
     plan = plan_for(df.schema, schema, known)
-    push_many = tuple(check_server(u, name, timeout) for u in urls)
+    access = Access.resolve(token, ca)
+    push_many = tuple(check_server(u, name, timeout, access) for u in urls)
     sc = df.sparkSession.sparkContext
     ensure_worker_python(sc)
     lines = json_lines(plan.bodies(df))
@@ -117,7 +125,7 @@ def push_dataframe(
         event=name, urls=tuple(urls), push_many=push_many, batch_size=batch_size,
         max_in_flight=max_in_flight, stop_on_rejection=on_error == "raise",
         timeout=timeout, progress_address=(advertise, listener.address[1]),
-        schema_check_rows=schema_check_rows,
+        schema_check_rows=schema_check_rows, access=access,
     )
     started = time.perf_counter()
     listener.start()
@@ -280,12 +288,13 @@ def check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | Non
         raise ValueError("schema_check_rows must be >= 0 (0: never stop early)")
 
 
-def check_server(url: str, event: str, timeout: float) -> bool:
+def check_server(url: str, event: str, timeout: float, access: Access | None = None) -> bool:
     """Whether ``url`` has OP_PUSH_MANY, found with an empty batch (which also checks that
-    the event is registered there). Raises ServerCheckError."""
+    the event is registered there and that the token may push). Raises ServerCheckError."""
     endpoint = parse_url(url)
+    kwargs = (access or Access()).client_kwargs(url)
     try:
-        with TcpClient(endpoint.host, endpoint.port, timeout=timeout) as client:
+        with TcpClient(endpoint.host, endpoint.port, timeout=timeout, **kwargs) as client:
             client.request(OP_PUSH_MANY, {"event": event, "bodies": []})
     except ServerError as exc:
         if exc.code in PUSH_MANY_UNSUPPORTED_CODES:

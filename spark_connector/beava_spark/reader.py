@@ -38,13 +38,14 @@ import msgspec
 from beava_client import ServerError, TransportError, client_for_url
 from beava_client.urls import parse_url
 
+from .access import Access
 from .errors import ServerCheckError
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
-READ_OPTIONS = ("url", "table", "page_size", "partitions", "timeout")
+READ_OPTIONS = ("url", "table", "page_size", "partitions", "timeout", "token", "ca")
 DEFAULT_PAGE_SIZE = 1_000
 MAX_PAGE_SIZE = 10_000  # the server's largest scan page (docs/limits.md)
 DEFAULT_PARTITIONS = 4
@@ -83,6 +84,7 @@ class ReadOptions:
     page_size: int
     partitions: int
     timeout: float
+    access: Access = Access()  # token and TLS trust
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -114,7 +116,8 @@ class ReadOptions:
                 from None
         if not timeout > 0:
             raise ValueError("option timeout: must be > 0 seconds")
-        return cls(urls, opts["table"], page_size, partitions, timeout)
+        return cls(urls, opts["table"], page_size, partitions, timeout,
+                   Access.resolve(opts.get("token"), opts.get("ca")))
 
 
 @dataclass(frozen=True)
@@ -144,10 +147,11 @@ def _int(opts: Mapping[str, str], name: str, default: int, low: int, high: int) 
     return value
 
 
-def _scan(url: str, table: str, timeout: float, **request: Any) -> dict[str, Any]:
+def _scan(url: str, table: str, timeout: float, access: Access, **request: Any
+          ) -> dict[str, Any]:
     """One scan request to ``url``, failures worded for the driver (ServerCheckError)."""
     try:
-        with client_for_url(url, timeout=timeout) as client:
+        with client_for_url(url, timeout=timeout, **access.client_kwargs(url)) as client:
             return client.scan(table, **request)
     except ServerError as exc:
         if exc.code == "unknown_table":
@@ -164,7 +168,7 @@ def _scan(url: str, table: str, timeout: float, **request: Any) -> dict[str, Any
 def table_columns(options: ReadOptions) -> list[Column]:
     """The table's columns, from the first server (every server of a sharded deployment
     has the same registry)."""
-    page = _scan(options.urls[0], options.table, options.timeout, limit=0)
+    page = _scan(options.urls[0], options.table, options.timeout, options.access, limit=0)
     return [Column(c["name"], c["type"], bool(c["key"])) for c in page["columns"]]
 
 
@@ -182,7 +186,7 @@ def plan_ranges(options: ReadOptions) -> list[ScanRange]:
     each open-ended."""
     ranges = []
     for url in options.urls:
-        page = _scan(url, options.table, options.timeout, limit=0,
+        page = _scan(url, options.table, options.timeout, options.access, limit=0,
                      splits=options.partitions)
         starts = page["splits"]
         for i, start in enumerate(starts):
@@ -215,7 +219,7 @@ _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "strin
 
 
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
-               timeout: float) -> Iterator[pa.RecordBatch]:
+               timeout: float, access: Access | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one range as one Arrow record batch per page."""
     import pyarrow as pa
 
@@ -223,7 +227,8 @@ def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, pag
     converters = [_converter(c) for c in columns]
     types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
     cursor = scan_range.start
-    with client_for_url(scan_range.url, timeout=timeout) as client:
+    kwargs = (access or Access()).client_kwargs(scan_range.url)
+    with client_for_url(scan_range.url, timeout=timeout, **kwargs) as client:
         while True:
             page = client.scan(table, cursor, limit=page_size, until=scan_range.until)
             rows = page["rows"]

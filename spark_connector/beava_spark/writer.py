@@ -30,6 +30,7 @@ from beava_client import AsyncTcpClient, ServerError, TransportError, parse_url
 from beava_client.frames import DEFAULT_MAX_FRAME_BYTES
 from beava_client.opcodes import CT_JSON, OP_PUSH_MANY
 
+from .access import Access
 from .errors import PartitionPushError
 from .progress import ProgressReporter
 from .totals import PushTotals, ServerTotals
@@ -65,6 +66,7 @@ class WriterConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     progress_address: tuple[str, int] | None = None
     schema_check_rows: int = DEFAULT_SCHEMA_CHECK_ROWS
+    access: Access = Access()  # token and TLS trust
 
 
 class PartitionWriter:
@@ -218,7 +220,8 @@ class ServerStream:
         endpoint = parse_url(self.url)
         self.client = AsyncTcpClient(endpoint.host, endpoint.port, timeout=config.timeout,
                                      max_in_flight=config.max_in_flight,
-                                     max_frame_bytes=config.max_frame_bytes)
+                                     max_frame_bytes=config.max_frame_bytes,
+                                     **config.access.client_kwargs(self.url))
         self._window = max(1, config.max_in_flight // config.batch_size)
         self._pending: deque[tuple[asyncio.Future[Any], list[bytes]]] = deque()
         self._group: list[bytes] = []  # OP_PUSH fallback: rows waiting for one pipeline

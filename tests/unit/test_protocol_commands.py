@@ -13,6 +13,7 @@ from beava.protocol.commands import (
     COMMANDS,
     FRAMED,
     ROUTED,
+    SCOPE_GRANTS,
     STATE_READ_OPS,
     HandlerTableError,
     bind_handlers,
@@ -49,6 +50,7 @@ def test_spec_opcode_table() -> None:
     assert table == {
         0x0000: ("ping", 0x0000, True),
         0x0001: ("register", 0x0001, True),
+        0x0002: ("auth", 0x0002, True),  # extension: access control (docs/wire.md)
         0x0010: ("push", 0x0010, True),
         0x0011: ("push_sync", None, False),
         0x0012: ("push_many", 0x0012, True),
@@ -64,6 +66,20 @@ def test_spec_opcode_table() -> None:
     assert BY_NAME["ping"].content_types >= set(range(256))
     for name in ("push", "push_many", "get", "mget", "get_multi", "batch_get", "reset", "scan"):
         assert BY_NAME[name].content_types == {0x01, 0x02}, name
+
+
+def test_access_scope_of_every_command() -> None:
+    """The scope a token needs, per command (docs/wire.md, access control)."""
+    assert {c.name: c.scope for c in COMMANDS} == {
+        "auth": None, "health": None, "ready": None,
+        "ping": "read", "get": "read", "mget": "read", "get_multi": "read",
+        "batch_get": "read", "scan": "read", "legacy_get": "read",
+        "push": "write", "push_event": "write", "push_sync": "write", "push_many": "write",
+        "register": "admin", "reset": "admin", "test_clock": "admin",
+    }
+    assert SCOPE_GRANTS["admin"] == {"admin", "write", "read"}
+    assert SCOPE_GRANTS["write"] == {"write", "read"}
+    assert SCOPE_GRANTS["read"] == {"read"}
 
 
 def test_read_holding_set_is_the_commands_that_read_state() -> None:
