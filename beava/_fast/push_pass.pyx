@@ -34,6 +34,7 @@ cdef extern from "<time.h>" nogil:
         long tv_nsec
     int clock_gettime(int clk_id, timespec* tp)
     int CLOCK_REALTIME
+    int CLOCK_MONOTONIC
 
 
 cdef enum:
@@ -46,6 +47,7 @@ cdef enum:
     RECORD_EVENT = 1
     BODY_MSGPACK = 2
     HEADER = 7          # u32 length | u16 op | u8 ct
+    CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
 
 cdef const char* ACK_HEAD = b'{"ack_lsn":'
@@ -57,6 +59,13 @@ cdef inline int64_t wall_ms() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
     return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef inline double monotonic() noexcept nogil:
+    """time.perf_counter() (CLOCK_MONOTONIC on Linux), without the call."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
 cdef inline Py_ssize_t put_uint(char* p, uint64_t v) noexcept nogil:
@@ -271,10 +280,12 @@ cdef class PushPass:
             self.watermark = now
         return 1
 
-    def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out):
+    def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
+            double deadline=0.0):
         """Handle the frames ``start..stop-1`` while they are OP_PUSH frames in a content
-        type the pass takes, appending each reply to ``out``; returns the index of the first
-        frame not handled."""
+        type the pass takes, appending each reply to ``out``, and, when ``deadline`` (a
+        time.perf_counter() value) is given, until it passes (checked every CHECK_EVERY
+        frames); returns the index of the first frame not handled."""
         cdef Py_ssize_t i = start
         cdef tuple frame
         cdef int op, ct
@@ -282,6 +293,9 @@ cdef class PushPass:
         self._begin()
         try:
             while i < stop:
+                if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
+                        and monotonic() > deadline):
+                    break
                 frame = <tuple>frames[i]
                 op = frame[0]
                 ct = frame[1]

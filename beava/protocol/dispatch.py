@@ -24,9 +24,10 @@ from beava_client.opcodes import CONTENT_TYPES, CT_JSON, OP_ERROR
 
 # handler(ct, payload) -> reply frame, or a PendingReply resolved later
 FrameHandler = Callable[[int, bytes], "bytes | PendingReply"]
-# push_run(frames, start, stop, replies) -> index of the first frame not handled: a run of
-# OP_PUSH frames handled at once, their replies appended to ``replies`` (the push pass)
-PushRun = Callable[[list[tuple[int, int, bytes]], int, int, bytearray], int]
+# push_run(frames, start, stop, replies, deadline) -> index of the first frame not handled:
+# a run of OP_PUSH frames handled at once until the deadline (perf_counter; 0.0 = none),
+# their replies appended to ``replies`` (the push pass)
+PushRun = Callable[[list[tuple[int, int, bytes]], int, int, bytearray, float], int]
 # handler(request, route params) -> HTTP response, or a PendingReply resolved later
 HttpHandler = Callable[[HttpRequest, tuple[str, ...]], "bytes | PendingReply"]
 

@@ -94,7 +94,7 @@ class FramedTcpProtocol(ServerConnection):
     def _process(self, frames: list[Frame], deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
         leftovers wait for this connection's next turn. Runs of pushes go to the dispatch's
-        compiled push pass, at most TURN_CHECK_EVERY frames at a time."""
+        compiled push pass, which checks the deadline itself."""
         out = self._out
         dispatch = self._dispatch
         routes = dispatch.routes
@@ -116,9 +116,8 @@ class FramedTcpProtocol(ServerConnection):
             op, ct, payload = frames[index]
             if op == OP_PUSH and push_run is not None:
                 replies = bytearray()
-                done = push_run(frames, index,
-                                min(count, index - index % TURN_CHECK_EVERY + TURN_CHECK_EVERY),
-                                replies)
+                done = push_run(frames, index, count, replies,
+                                0.0 if deadline is None else deadline)
                 if done > index:
                     index = done
                     if acks.hold_lsn != seen:
@@ -126,6 +125,13 @@ class FramedTcpProtocol(ServerConnection):
                         self.hold(seen)
                         pending = True
                     out.append(bytes(replies))
+                    if (index < count and deadline is not None and frames[index][0] == OP_PUSH
+                            and time.perf_counter() > deadline):
+                        # the pass stopped at the deadline: leave the rest for a later turn
+                        self._park(frames[index:])
+                        self._turn_scheduled = True
+                        self.state.turns.add(self)
+                        break
                     continue
             index += 1
             if pending and op in STATE_READ_OPS:
