@@ -56,6 +56,13 @@ HTTP_STATUS: dict[str, int] = {
     "batch_too_large": 400,
     "invalid_scan": 400,  # extension: table scan (docs/wire.md)
     "scan_cursor_expired": 409,
+    "invalid_backfill": 400,  # extension: backfill (docs/wire.md)
+    "backfill_upload_not_found": 404,
+    "backfill_registry_mismatch": 409,
+    "backfill_wal_required": 409,
+    "backfill_wal_reclaimed": 409,
+    "backfill_tail_unapplicable": 409,
+    "backfill_too_large": 413,
 }
 
 

@@ -17,6 +17,7 @@ from typing import NamedTuple, TypeVar
 from beava_client.opcodes import (
     CONTENT_TYPES,
     CT_JSON,
+    OP_BACKFILL,
     OP_BATCH_GET,
     OP_GET,
     OP_GET_MULTI,
@@ -89,6 +90,8 @@ COMMANDS: tuple[Command, ...] = (
             http_method="POST", http_paths=("/reset",)),
     Command("test_clock", op=OP_TEST_CLOCK, reply_op=OP_TEST_CLOCK, content_types=JSON_ONLY,
             http_method="POST", http_paths=("/test/clock",)),  # extension (docs/wire.md)
+    Command("backfill", op=OP_BACKFILL, reply_op=OP_BACKFILL,  # extension, admin (docs/wire.md)
+            http_method="POST", http_paths=("/admin/backfill",)),
     Command("health", http_method="GET", http_paths=("/health",)),
     Command("ready", http_method="GET", http_paths=("/ready",)),
 )
