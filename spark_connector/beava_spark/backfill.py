@@ -9,8 +9,8 @@ uploaded in chunks, then committed; the server applies on top the pushes it rece
 table and durably (a WAL record).
 
 A table's replay runs in one Spark task: the server holds a table as one state, and a state
-is not split by entity and merged again (tables run in parallel, one task each). The events
-are read, converted, deduplicated and sorted by Spark in parallel.
+is not split by entity and merged again (tables run in parallel, one task and partition
+each). The events are read, converted, deduplicated and sorted by Spark in parallel.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import base64
 import contextlib
 import functools
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["BackfillError", "BackfillTotals", "TableBackfill", "backfill"]
 
 _TB = PREFIX + "tb"  # index of the table a replay row is for
+_PT = PREFIX + "pt"  # the tag that places the table's rows in their own partition
 CHUNK_BYTES = 2 * 1024 * 1024  # state bytes per upload request (the server takes up to 3 MiB)
 _encode_msgpack = msgspec.msgpack.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
@@ -137,15 +138,16 @@ def backfill(
     if until_ms is None:
         until_ms = _newest(events, needed, time_col)
     totals = BackfillTotals(until_ms)
-    states = _replay(events, compiled, payload, plans, needed, time_col, until_ms, order_col)
     from beava_client import client_for_url
 
     client = client_for_url(url, timeout=timeout)
     try:
-        seen: set[int] = set()
-        for index, count, data in states:
-            seen.add(index)
-            _install(client, plans[index], count, data, until_ms, totals)
+        with contextlib.closing(_replay(events, compiled, payload, plans, needed, time_col,
+                                        until_ms, order_col)) as states:
+            seen: set[int] = set()
+            for index, count, data in states:
+                seen.add(index)
+                _install(client, plans[index], count, data, until_ms, totals)
         for index, plan in enumerate(plans):
             if index not in seen:  # no history reaches the table: it starts empty
                 _install(client, plan, 0, _empty_state(plan), until_ms, totals)
@@ -176,7 +178,7 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
 
 def _replay(events: Mapping[str, DataFrame], compiled: Any, payload: Mapping[str, Any],
             plans: Sequence[_TablePlan], needed: Sequence[str], time_col: str,
-            until_ms: int, order_col: str | None) -> Iterator[tuple[int, int, bytes]]:
+            until_ms: int, order_col: str | None) -> Generator[tuple[int, int, bytes], None, None]:
     """``(table index, events replayed, state bytes)`` per table that history reaches, as
     the Spark tasks finish them."""
     from pyspark.sql import functions as f
@@ -190,19 +192,46 @@ def _replay(events: Mapping[str, DataFrame], compiled: Any, payload: Mapping[str
         streams[event] = _event_stream(kept, compiled.events[event], time_col, order_col,
                                        payload, set())[0]
     base = [_T, _O, _E, _S, _B]
+    tags = _partition_tags(len(plans))
     rows = _union([streams[e].select(*base).withColumn(_TB, f.lit(i))
+                   .withColumn(_PT, f.lit(tags[i]))
                    for i, plan in enumerate(plans) for e in plan.events])
-    ordered = rows.repartition(len(plans), _TB).sortWithinPartitions(_TB, _T, _O, _E, _S)
+    # one partition per table: table i's rows carry a tag that hashes to partition i
+    ordered = (rows.repartition(len(plans), _PT).drop(_PT)
+               .sortWithinPartitions(_TB, _T, _O, _E, _S))
     task = functools.partial(_state_task, payloads=tuple(p.payload for p in plans),
                              names=tuple(p.name for p in plans), at=_at(ordered),
                              table_at=ordered.columns.index(_TB))
-    pending: dict[int, list[Any]] = {}
-    for index, seq, count, chunk in ordered.rdd.mapPartitions(task).toLocalIterator(
-            prefetchPartitions=True):
-        if seq >= 0:
-            pending.setdefault(index, []).append(chunk)
-            continue
-        yield index, count, b"".join(pending.pop(index, []))
+    from pyspark import StorageLevel
+
+    states = ordered.rdd.mapPartitions(task).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        states.count()  # every table's task at once, then the states one by one
+        pending: dict[int, list[Any]] = {}
+        for index, seq, count, chunk in states.toLocalIterator():
+            if seq >= 0:
+                pending.setdefault(index, []).append(chunk)
+                continue
+            yield index, count, b"".join(pending.pop(index, []))
+    finally:
+        states.unpersist()
+
+
+def _partition_tags(n: int) -> list[int]:
+    """For each i < n, a long whose Spark hash (Murmur3, as ``repartition(n, col)`` places
+    rows) falls in partition i."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as f
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    found: dict[int, int] = {}
+    for row in spark.range(0, 64 * n + 64).select(
+            "id", f.pmod(f.hash("id"), f.lit(n)).alias("p")).collect():
+        found.setdefault(int(row["p"]), int(row["id"]))
+    if len(found) < n:  # not expected: 64 candidates per partition
+        raise RuntimeError(f"no partition tag for {n - len(found)} of {n} tables")
+    return [found[i] for i in range(n)]
 
 
 def _empty_state(plan: _TablePlan) -> bytes:

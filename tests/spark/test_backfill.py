@@ -183,3 +183,12 @@ class Visit:
 @bv.table(key="user_id")
 def Visits(v: Visit) -> bv.Table:
     return v.group_by("user_id").agg(visits=bv.count(), visits_1h=bv.count(window="1h"))
+
+
+def test_each_table_replays_in_its_own_partition(spark: Any) -> None:
+    from beava_spark.backfill import _partition_tags
+
+    tags = _partition_tags(9)
+    df = spark.createDataFrame([(t,) for t in tags], "t long").repartition(9, "t")
+    placed = df.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r[0]) for r in rows])
+    assert sorted(placed.collect()) == list(enumerate(tags))
