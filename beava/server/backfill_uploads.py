@@ -36,7 +36,7 @@ from beava.engine.store import FeatureStore
 
 MAX_UPLOADS = 8
 MAX_STAGED_BYTES = 1 << 30  # every open upload together
-MAX_CHUNK_BYTES = 3 * 1024 * 1024  # fits a 4 MiB frame or HTTP body, also as base64 JSON
+MAX_CHUNK_BYTES = 2 * 1024 * 1024  # fits a 4 MiB frame or HTTP body, also as base64 JSON
 IDLE_SECONDS = 600.0
 
 _decode_msgpack = msgspec.msgpack.Decoder().decode

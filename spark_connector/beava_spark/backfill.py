@@ -52,7 +52,7 @@ __all__ = ["BackfillError", "BackfillTotals", "TableBackfill", "backfill"]
 
 _TB = PREFIX + "tb"  # index of the table a replay row is for
 _PT = PREFIX + "pt"  # the tag that places the table's rows in their own partition
-CHUNK_BYTES = 2 * 1024 * 1024  # state bytes per upload request (the server takes up to 3 MiB)
+CHUNK_BYTES = 2 * 1024 * 1024  # state bytes per upload request (at most begin's chunk_bytes)
 _encode_msgpack = msgspec.msgpack.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
 

@@ -211,3 +211,30 @@ def test_refused_when_the_wal_tail_was_reclaimed(tmp_path: Path) -> None:
             assert done["tail_events"] == 0 and done["entities"] == 3
     finally:
         server.terminate()
+
+
+def test_a_full_chunk_fits_an_http_body_as_base64(durable: BeavaProcess) -> None:
+    with client_for_url(durable.http_url) as c:
+        c.register({"nodes": NODES})
+        begun = c.request("POST", "/admin/backfill", {
+            "action": "begin", "table": "Visits", "until_ms": 1, "size": 1 << 30,
+            "nodes": NODES})
+        size = begun["chunk_bytes"]
+        data = base64.b64encode(bytes(range(256)) * (size // 256)).decode()
+        reply = c.request("POST", "/admin/backfill", {
+            "action": "chunk", "upload": begun["upload"], "offset": 0, "data": data},
+            safe=False)
+        assert reply == {"received": size}
+        error = error_of(lambda: c.request("POST", "/admin/backfill", {
+            "action": "chunk", "upload": begun["upload"], "offset": size,
+            "data": base64.b64encode(b"x" * (size + 1)).decode()}, safe=False))
+        assert error["path"] == "data"
+        # a new upload of the same table replaces the open one
+        c.request("POST", "/admin/backfill", {"action": "begin", "table": "Visits",
+                                              "until_ms": 1, "size": 1, "nodes": NODES})
+        assert error_of(lambda: c.request("POST", "/admin/backfill", {
+            "action": "commit", "upload": begun["upload"]}, safe=False))["code"] == \
+            "backfill_upload_not_found"
+        assert error_of(lambda: c.request("POST", "/admin/backfill", {
+            "action": "begin", "table": "Visits", "until_ms": 1, "size": (1 << 30) + 1,
+            "nodes": NODES}))["path"] == "size"
