@@ -58,6 +58,13 @@ HTTP_STATUS: dict[str, int] = {
     "scan_cursor_expired": 409,
     "unauthenticated": 401,  # extension: access control (docs/wire.md)
     "forbidden": 403,
+    "invalid_backfill": 400,  # extension: backfill (docs/wire.md)
+    "backfill_upload_not_found": 404,
+    "backfill_registry_mismatch": 409,
+    "backfill_wal_required": 409,
+    "backfill_wal_reclaimed": 409,
+    "backfill_tail_unapplicable": 409,
+    "backfill_too_large": 413,
 }
 
 

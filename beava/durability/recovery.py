@@ -56,9 +56,9 @@ from beava.durability.wal_format import (
 
 MOUNTS_PATH = "/proc/mounts"
 
-# A record's type byte (1-3) is followed by its body_format byte (1-2), 16 bytes into it.
+# A record's type byte (1-4) is followed by its body_format byte (1-2), 16 bytes into it.
 _TYPE_OFFSET = 16
-_RECORD_CANDIDATE = re.compile(rb"(?=[\x01-\x03][\x01\x02])")
+_RECORD_CANDIDATE = re.compile(rb"(?=[\x01-\x04][\x01\x02])")
 
 
 class Unapplicable(Exception):

@@ -32,7 +32,10 @@ SEGMENT_SUFFIX = ".bwal"
 RECORD_EVENT = 1
 RECORD_REGISTRY = 2
 RECORD_RESET = 3
-RECORD_TYPES = frozenset({RECORD_EVENT, RECORD_REGISTRY, RECORD_RESET})
+# extension (docs/wire.md, backfill): one table's entity state installed by a backfill;
+# name = the table, body = MessagePack {"table", "until_ms", "state"}
+RECORD_TABLE_STATE = 4
+RECORD_TYPES = frozenset({RECORD_EVENT, RECORD_REGISTRY, RECORD_RESET, RECORD_TABLE_STATE})
 
 BODY_JSON = 1
 BODY_MSGPACK = 2

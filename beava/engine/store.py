@@ -27,10 +27,12 @@ from beava.durability.wal_format import (
     BODY_MSGPACK,
     RECORD_EVENT,
     RECORD_REGISTRY,
+    RECORD_TABLE_STATE,
     Record,
     encode_record,
     encode_reset_record,
 )
+from beava.engine.backfill import replay_record as replay_table_state
 from beava.engine.registry import Registry, empty_registry, register, registry_from_record
 from beava.engine.state.engine_state import EngineState
 from beava.engine.state.keys import dedupe_keystr
@@ -266,6 +268,8 @@ class FeatureStore:
             except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
                 raise Unapplicable(f"undecodable registry record: {exc}") from None
             self.install_registry(registry, body)
+        elif record.type == RECORD_TABLE_STATE:  # a backfill's install (engine/backfill.py)
+            replay_table_state(self, record)
         else:
             try:
                 version = _decode_json(record.body)["new_version"]

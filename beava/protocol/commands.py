@@ -18,6 +18,7 @@ from beava_client.opcodes import (
     CONTENT_TYPES,
     CT_JSON,
     OP_AUTH,
+    OP_BACKFILL,
     OP_BATCH_GET,
     OP_GET,
     OP_GET_MULTI,
@@ -100,6 +101,8 @@ COMMANDS: tuple[Command, ...] = (
             http_method="POST", http_paths=("/reset",)),
     Command("test_clock", op=OP_TEST_CLOCK, reply_op=OP_TEST_CLOCK, content_types=JSON_ONLY,
             http_method="POST", http_paths=("/test/clock",), scope=ADMIN),  # extension
+    Command("backfill", op=OP_BACKFILL, reply_op=OP_BACKFILL,  # extension (docs/wire.md)
+            http_method="POST", http_paths=("/admin/backfill",), scope=ADMIN),
     Command("health", http_method="GET", http_paths=("/health",), scope=None),
     Command("ready", http_method="GET", http_paths=("/ready",), scope=None),
 )

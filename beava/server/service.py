@@ -26,6 +26,7 @@ from beava.protocol.commands import FRAMED
 from beava.protocol.dispatch import FrameDispatch, FrameHandler, HttpHandler, json_response
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
+from beava.server.backfill_uploads import BackfillUploads
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR
 
 _encode = messages.encode_json
@@ -130,6 +131,7 @@ class Service:
         self.push_pass = PushPass(store, self._tcp_push, FrameDispatch.failed,
                                   messages.tcp_push_msgpack, messages.tcp_push_json,
                                   messages.json_any, encode_wal_body, wall_clock_ms, _PUSH_OP)
+        self.backfills = BackfillUploads(store)  # admin: staged table states (docs/wire.md)
 
     def frame_handlers(self) -> dict[str, FrameHandler]:
         """Framed TCP: command name -> handler(ct, payload)."""
@@ -146,6 +148,7 @@ class Service:
             "reset": self._tcp_reset,
             "test_clock": self._tcp_test_clock,
             "scan": self._tcp_scan,
+            "backfill": self._tcp_backfill,
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -162,6 +165,7 @@ class Service:
             "reset": self._http_reset,
             "test_clock": self._http_test_clock,
             "scan": self._http_scan,
+            "backfill": self._http_backfill,
             "health": self._http_health,
             "ready": self._http_ready,
         }
@@ -203,6 +207,16 @@ class Service:
                              message="now_ms must be an integer of epoch milliseconds "
                                      "(0 to 2^63-1) or null")
         return {"now_ms": now}
+
+    def backfill(self, ct: int, payload: bytes) -> dict[str, Any]:
+        """The backfill admin operation (docs/wire.md, beava.server.backfill_uploads)."""
+        try:
+            body = (messages.json_any(payload) if ct == CT_JSON
+                    else messages.msgpack_any(payload))
+        except (*messages.DECODE_ERRORS, RecursionError) as exc:
+            raise BeavaError("invalid_backfill", path="", message=f"undecodable body: {exc}",
+                             top={"registry_version": self.store.registry_version}) from None
+        return self.backfills.handle(body)
 
     def scan(self, body: Any, msgpack: bool) -> bytes:
         """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
@@ -363,6 +377,9 @@ class Service:
     def _tcp_test_clock(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["test_clock"], CT_JSON, _encode(self.test_clock(payload)))
 
+    def _tcp_backfill(self, ct: int, payload: bytes) -> bytes:
+        return encode_frame(_REPLY_OP["backfill"], CT_JSON, _encode(self.backfill(ct, payload)))
+
     # HTTP data plane (spec/wire.md §3.3) ----------------------------------------------
 
     def _http_ping(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
@@ -436,6 +453,9 @@ class Service:
 
     def _http_test_clock(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.test_clock(request.body), request.keep_alive)
+
+    def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, self.backfill(CT_JSON, request.body), request.keep_alive)
 
     def _http_health(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, {"status": "ok"}, request.keep_alive)

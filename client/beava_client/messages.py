@@ -15,12 +15,12 @@ import msgspec
 
 from .codec import new_encoder
 from .frames import HEADER, HEADER_SIZE, MIN_LENGTH
-from .opcodes import CT_JSON, CT_MSGPACK, OP_PUSH, OP_PUSH_MANY
+from .opcodes import CT_JSON, CT_MSGPACK, OP_BACKFILL, OP_PUSH, OP_PUSH_MANY
 
 PUSH_MANY_MAX_BODIES = 10_000
 DEFAULT_MAX_IN_FLIGHT = 1024
 ENCODER_CACHE_LIMIT = 256
-UNSAFE_OPS = frozenset((OP_PUSH, OP_PUSH_MANY))
+UNSAFE_OPS = frozenset((OP_PUSH, OP_PUSH_MANY, OP_BACKFILL))
 """Requests that are never retried once they may have reached the server."""
 PUSH_MANY_UNSUPPORTED_CODES = frozenset(("unknown_op", "op_not_implemented"))
 """TCP error codes meaning the server has no OP_PUSH_MANY (spec/sdk.md §8.4)."""

@@ -21,6 +21,7 @@ OP_BATCH_GET = 0x0024
 OP_SCAN = 0x0025  # extension: one page of a table scan
 OP_RESET = 0x0040
 OP_TEST_CLOCK = 0x0041  # extension: pin the clock of a test-mode server
+OP_BACKFILL = 0x0042  # extension: admin, stage and install a table's backfilled state
 OP_ERROR = 0xFFFF
 
 CT_JSON = 0x01
@@ -41,6 +42,7 @@ REPLY_OP: dict[int, int] = {
     OP_SCAN: OP_GET_RESPONSE,
     OP_RESET: OP_GET_RESPONSE,
     OP_TEST_CLOCK: OP_TEST_CLOCK,
+    OP_BACKFILL: OP_BACKFILL,
 }
 
 DEFAULT_REPLY_OP = -1
@@ -68,6 +70,7 @@ OP_NAMES: dict[int, str] = {
     OP_SCAN: "scan",
     OP_RESET: "reset",
     OP_TEST_CLOCK: "test_clock",
+    OP_BACKFILL: "backfill",
     OP_ERROR: "error_response",
 }
 

@@ -3,7 +3,8 @@
 ``push_dataframe(df, event, url, ...)`` streams each partition over one persistent framed
 TCP connection (pipelined OP_PUSH_MANY batches) and returns PushTotals.
 ``historical_features(spine, events, registry)`` computes point-in-time feature values over
-history with the server's own engine inside Spark tasks. pyspark is
+history with the server's own engine inside Spark tasks; ``backfill(events, registry, url)``
+installs the state history gives into a running server's tables. pyspark is
 imported only where Spark is used, so the routing helpers (``server_for_key`` ...) work
 without it, e.g. in a service that reads features from sharded servers.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .backfill import BackfillError, BackfillTotals, TableBackfill, backfill
 from .conversion import WIRE_TYPES, ConversionPlan, FieldConversion, plan_conversion
 from .driver import push_dataframe
 from .errors import (
@@ -51,6 +53,8 @@ def last_write() -> Any:
 
 __all__ = [
     "WIRE_TYPES",
+    "BackfillError",
+    "BackfillTotals",
     "BeavaSparkError",
     "ConversionError",
     "ConversionPlan",
@@ -66,7 +70,9 @@ __all__ = [
     "SchemaMismatchError",
     "ServerCheckError",
     "ServerTotals",
+    "TableBackfill",
     "__version__",
+    "backfill",
     "canonical_key",
     "historical_features",
     "jump_hash",

@@ -61,6 +61,7 @@ def test_spec_opcode_table() -> None:
         0x0025: ("scan", 0x0023, True),  # extension (docs/wire.md)
         0x0040: ("reset", 0x0023, True),
         0x0041: ("test_clock", 0x0041, True),  # extension (docs/wire.md)
+        0x0042: ("backfill", 0x0042, True),  # extension (docs/wire.md)
     }
     assert BY_NAME["register"].content_types == {0x01}
     assert BY_NAME["ping"].content_types >= set(range(256))

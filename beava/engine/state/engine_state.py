@@ -85,6 +85,17 @@ class EngineState:
         self._replace_tables(tables)
         self._route()
 
+    def replace_table(self, name: str, table: TableState) -> None:
+        """Swap in ``table`` (built from the current TableSpec of ``name``) for the state
+        of table ``name``: a backfill's install, one step on the event loop."""
+        current = self._tables.get(name)
+        if current is None or current.spec != table.spec:
+            raise ValueError(f"table {name!r} is not a table of this registry with that spec")
+        tables = dict(self._tables)
+        tables[name] = table
+        self._replace_tables(tables)
+        self._route()
+
     @property
     def entity_count(self) -> int:
         """Resident (table, entity) rows."""

@@ -1,0 +1,92 @@
+"""Reading the EVENT records a running server's WAL still holds after a given time.
+
+A backfill (docs/wire.md) installs a table's entity state as of ``until_ms`` computed from
+history, then applies on top the pushes the server itself received after ``until_ms``. Those
+pushes are read back from the WAL segments on disk. Segments older than the oldest retained
+snapshot may have been deleted (reclamation, spec/durability.md §7); a backfill is then
+exact only if every deleted record is at or before ``until_ms``. :func:`events_after`
+checks that and raises :class:`WalTailLost` naming the earliest ``until_ms`` it can serve.
+
+Runs on the event loop after the durability log's barrier: every accepted record is then
+written, and no write is in flight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from beava.durability.snapshots import SnapshotInvalid, list_snapshots, read_snapshot_header
+from beava.durability.wal import list_segments
+from beava.durability.wal_format import (
+    RECORD_EVENT,
+    SEGMENT_HEADER_SIZE,
+    FormatError,
+    Record,
+    decode_record,
+    decode_segment_header,
+    record_size_at,
+)
+
+
+class WalTailLost(Exception):
+    """The WAL no longer holds every record after ``until_ms``: it can serve a backfill
+    only from ``earliest_until_ms`` on."""
+
+    def __init__(self, earliest_until_ms: int, first_lsn: int) -> None:
+        super().__init__(f"WAL records before LSN {first_lsn} were reclaimed; they may be as "
+                         f"late as {earliest_until_ms} ms")
+        self.earliest_until_ms = earliest_until_ms
+        self.first_lsn = first_lsn
+
+
+def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until_ms: int,
+                 last_lsn: int) -> list[Record]:
+    """EVENT records of ``events`` with a timestamp after ``until_ms`` and an LSN up to
+    ``last_lsn``, in LSN order. Raises WalTailLost when reclaimed segments may have held
+    such records; OSError and FormatError (a damaged segment) propagate."""
+    segments = list_segments(wal_dir)
+    out: list[Record] = []
+    first: tuple[int, bool, int | None] | None = None  # base, boundary, first record time
+    for base, name in segments:
+        with open(os.path.join(wal_dir, name), "rb") as f:
+            data = f.read()
+        header = decode_segment_header(data[:SEGMENT_HEADER_SIZE])
+        offset = SEGMENT_HEADER_SIZE
+        end = len(data)
+        first_time: int | None = None
+        while offset < end:
+            size = record_size_at(data, offset, end)
+            if size == 0:
+                raise FormatError(f"segment {name}: no valid record at offset {offset}")
+            record = decode_record(data, offset)
+            offset += size
+            if first_time is None:
+                first_time = record.timestamp_ms
+            if record.lsn > last_lsn:
+                break
+            if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
+                    and record.name in events):
+                out.append(record)
+        if first is None:
+            first = (base, header.history_boundary, first_time)
+    if first is not None:
+        base, boundary, first_time = first
+        if not boundary and base > 1:
+            bound = _reclaimed_bound(snapshot_dir, base, first_time)
+            if bound > until_ms:
+                raise WalTailLost(bound, base)
+    return out
+
+
+def _reclaimed_bound(snapshot_dir: str, first_lsn: int, first_time: int | None) -> int:
+    """The newest time a reclaimed record (LSN below ``first_lsn``) may have: the watermark
+    of the oldest snapshot covering them (segments are reclaimed only behind a retained
+    snapshot), else the time of the first record still held."""
+    for lsn, path in list_snapshots(snapshot_dir):
+        if lsn >= first_lsn - 1:
+            try:
+                return read_snapshot_header(path, lsn).watermark_ms
+            except (SnapshotInvalid, OSError):
+                continue
+    return first_time if first_time is not None else 2**63 - 1

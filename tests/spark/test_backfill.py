@@ -1,0 +1,194 @@
+"""beava_spark.backfill against live servers driven by the test clock.
+
+The main test backfills the history of test_historical's pipeline (fraud-team tables, a
+dedupe-keyed event with a cold TTL, an event derivation, composite, integer and global
+keys) into a durable server that has been receiving the live stream for a while, and
+requires its reads to equal a server fed the whole history and live stream in time order,
+and ``historical_features`` at the read time; then again after a restart.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
+
+import beava as bv  # noqa: E402
+from beava.dsl.compiler import compile_register_payload  # noqa: E402
+from beava_spark import BackfillError, backfill, historical_features  # noqa: E402
+from tests.spark.test_historical import (  # noqa: E402
+    HOUR,
+    SPINE_SCHEMA,
+    T0,
+    TABLES,
+    event_frames,
+    fields_of,
+    frame,
+    fraud_nodes,
+    history,
+    registry,
+    replay_on_server,
+    same,
+)
+from tests.support import BeavaProcess  # noqa: E402
+
+UNTIL = T0 + 48 * HOUR
+LIVE_FROM = UNTIL - 6 * HOUR  # the live stream started before UNTIL (history covers that)
+READ_AT = T0 + 80 * HOUR  # after every event (click replays run to 79 h): T = READ_AT
+USERS = [f"u{i}" for i in range(8)] + ["nobody"]
+IPS = [f"10.0.0.{i}" for i in range(5)]
+
+
+def push_in_order(app: bv.App, events: dict[str, list[dict[str, Any]]]) -> int:
+    timeline = sorted((row["ts"], row["seq"], name, row) for name, rows in events.items()
+                      for row in rows)
+    for ts, _, name, row in timeline:
+        app.set_time(ts)
+        app.push(name, fields_of(row))
+    return len(timeline)
+
+
+def select(events: dict[str, list[dict[str, Any]]], keep: Any) -> dict[str, list[Any]]:
+    return {name: [row for row in rows if keep(row["ts"])] for name, rows in events.items()}
+
+
+def read_spine() -> list[dict[str, Any]]:
+    """Rows at READ_AT covering every key of every table (and keys nobody has)."""
+    return [{"rid": i, "ts": READ_AT, "user_id": user, "ip_address": IPS[i % len(IPS)],
+             "region": ("north", "south|east")[i % 2], "qty": 1 + i % 4, "label": 0}
+            for i, user in enumerate(USERS * 2)]
+
+
+@pytest.fixture
+def durable(tmp_path: Path) -> Iterator[BeavaProcess]:
+    server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    yield server
+    server.terminate()
+
+
+def test_backfill_into_a_live_server_equals_the_replayed_server(
+        spark: Any, clean_server: BeavaProcess, tmp_path: Path) -> None:
+    from beava_spark.historical import _compile_registry, _table_plan
+
+    events, _ = history(seed=5)
+    compiled, payload = _compile_registry(registry())
+    plans = {name: _table_plan(compiled, payload, name) for name in TABLES}
+    keys = {name: plan.keys for name, plan in plans.items()}
+    spine = read_spine()
+    with bv.App(f"tcp://{clean_server.addrs['tcp']}") as reference:
+        reference.register(*registry())
+        push_in_order(reference, events)
+        expected = replay_on_server(reference, {}, spine, keys)
+        reference.reset()
+
+    live = select(events, lambda ts: ts >= LIVE_FROM)
+    past = select(events, lambda ts: ts <= UNTIL)
+    server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    try:
+        with bv.App(f"tcp://{server.addrs['tcp']}") as app:
+            app.register(*registry())
+            push_in_order(app, live)
+            totals = backfill(event_frames(spark, past), registry(),
+                              f"tcp://{server.addrs['tcp']}", until_ms=UNTIL,
+                              order_col="seq")
+            after = {name: sum(1 for r in rows if r["ts"] > UNTIL)
+                     for name, rows in live.items()}
+            assert totals.until_ms == UNTIL and list(totals.tables) == list(TABLES)
+            assert totals.events >= sum(len(rows) for rows in past.values())
+            assert all(t.entities > 0 and t.lsn > 0 for t in totals.tables.values())
+            # the live pushes after UNTIL were applied on top (dedupe replays of clicks
+            # were never written to the WAL)
+            tails = {name: t.tail_events for name, t in totals.tables.items()}
+            assert (tails["TxnByUser"], tails["LoginByUser"]) == (after["Txn"], after["Login"])
+            assert 0.8 * after["Click"] < tails["UserClicks"] <= after["Click"]
+            got = replay_on_server(app, {}, spine, keys)
+        assert got == expected
+        out = historical_features(frame(spark, spine, SPINE_SCHEMA),
+                                  event_frames(spark, events), registry(),
+                                  tables=list(TABLES), order_col="seq")
+        rows = {row["rid"]: row.asDict() for row in out.collect()}
+        nonnull = 0
+        for source in spine:
+            for plan in plans.values():
+                for feature in plan.features:
+                    mine = rows[source["rid"]][feature.name]
+                    assert same(feature.kind, mine, got[source["rid"]].get(feature.name)), (
+                        source, feature.name)
+                    nonnull += mine is not None
+        assert nonnull > 100
+        server.terminate()
+        server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+        with bv.App(f"tcp://{server.addrs['tcp']}") as app:
+            assert replay_on_server(app, {}, spine, keys) == expected
+    finally:
+        server.terminate()
+
+
+def test_history_in_the_past_leaves_the_windows_empty(spark: Any, durable: BeavaProcess
+                                                      ) -> None:
+    """The user trial: 30 days of transactions loaded by pushing count as arriving now;
+    backfilled, they sit at their own times and the short windows read 0."""
+    start = int(datetime.datetime(2025, 10, 27, tzinfo=datetime.UTC).timestamp() * 1000)
+    day = 24 * HOUR
+    rows = [(start + i * 27 * day // 20, "u1", 50.0 + i) for i in range(21)]
+    txns = spark.createDataFrame(
+        [(ts, ts, user, "c1", "d1", "10.0.0.1", "b1", "m1", amount, "USD", "5411", "US",
+          "US", "US", 40.0, -70.0, 0, 1, "credit", "s1") for ts, user, amount in rows],
+        "ts long, event_time long, user_id string, card_fp string, device_id string, "
+        "ip_address string, ip_block string, merchant_id string, amount double, "
+        "currency string, mcc string, card_country string, ip_country string, "
+        "billing_country string, lat double, lon double, declined long, is_3ds long, "
+        "card_funding string, ssn_hash string")
+    url = f"tcp://{durable.addrs['tcp']}"
+    with bv.App(url) as app:
+        app.register(*fraud_nodes())
+        totals = backfill({"Txn": txns}, {"nodes": fraud_nodes()}, url, tables=["TxnByUser"])
+        assert totals.until_ms == rows[-1][0] and totals.tables["TxnByUser"].events == 21
+        row = app.get("TxnByUser", "u1")  # the wall clock: years after the history
+    assert row["txn_count_lifetime"] == 21
+    assert row["sum_amount_lifetime"] == sum(amount for _, _, amount in rows)
+    assert row["txn_count_1h"] == 0 and row["txn_count_24h"] == 0
+
+
+def test_refusals_are_errors(spark: Any, durable: BeavaProcess) -> None:
+    url = f"tcp://{durable.addrs['tcp']}"
+    txns = spark.createDataFrame([(T0, "u1", 1.0)], "ts long, user_id string, ms double")
+    with bv.App(url) as app:
+        app.register(Visit, Visits)
+        with pytest.raises(ValueError, match="unknown table"):
+            backfill({"Visit": txns}, [Visit, Visits], url, tables=["Nope"])
+        other = json.loads(json.dumps(compile_register_payload(Visit, Visits))
+                           .replace('"1h"', '"2h"'))
+        with pytest.raises(BackfillError) as info:  # the server defines Visits otherwise
+            backfill({"Visit": txns}, other, url)
+        assert (info.value.code, info.value.table) == ("backfill_registry_mismatch", "Visits")
+        assert app.get("Visits", "u1") == {}
+        totals = backfill({"Visit": txns}, [Visit, Visits], durable.http_url)  # over HTTP
+        assert totals.tables["Visits"].entities == 1
+        assert app.get("Visits", "u1")["visits"] == 1
+
+
+@bv.event
+class Visit:
+    user_id: str
+    ms: float
+
+
+@bv.table(key="user_id")
+def Visits(v: Visit) -> bv.Table:
+    return v.group_by("user_id").agg(visits=bv.count(), visits_1h=bv.count(window="1h"))
+
+
+def test_each_table_replays_in_its_own_partition(spark: Any) -> None:
+    from beava_spark.backfill import _partition_tags
+
+    tags = _partition_tags(9)
+    df = spark.createDataFrame([(t,) for t in tags], "t long").repartition(9, "t")
+    placed = df.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r[0]) for r in rows])
+    assert sorted(placed.collect()) == list(enumerate(tags))
