@@ -76,7 +76,7 @@ def test_access_scope_of_every_command() -> None:
         "ping": "read", "get": "read", "mget": "read", "get_multi": "read",
         "batch_get": "read", "scan": "read", "legacy_get": "read",
         "push": "write", "push_event": "write", "push_sync": "write", "push_many": "write",
-        "register": "admin", "reset": "admin", "test_clock": "admin",
+        "register": "admin", "reset": "admin", "test_clock": "admin", "backfill": "admin",
     }
     assert SCOPE_GRANTS["admin"] == {"admin", "write", "read"}
     assert SCOPE_GRANTS["write"] == {"write", "read"}
