@@ -18,7 +18,7 @@ from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.state import reads, scan
-from beava.engine.state.push_validation import has_control_character
+from beava.engine.state.push_validation import event_not_found_error, has_control_character
 from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
@@ -265,7 +265,9 @@ class Service:
         if has_control_character(event):
             raise BeavaError("control_character_in_string", top=top)
         if event not in store.registry.events:
-            raise BeavaError("event_not_found", top=top)
+            err = event_not_found_error(event, store.registry.events)
+            err.top.update(top or {})
+            raise err
         version = store.registry_version
         errors: list[dict[str, Any]] = []
         by_store = [0, 0]  # acks and newest LSN of the bodies the push pass left to the store
@@ -331,7 +333,7 @@ class Service:
         store = self.store
         # A MessagePack body cannot carry the legacy shapes: it fails on `table` instead.
         value = reads.get(store.table, _decode_read(ct, payload), store.query_time(),
-                          legacy_shape_check=ct == CT_JSON)
+                          legacy_shape_check=ct == CT_JSON, registry=store.registry)
         return _read_frame("get", ct, value)
 
     def _tcp_mget(self, ct: int, payload: bytes) -> bytes:
@@ -347,7 +349,8 @@ class Service:
     def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes:
         store = self.store
         body = _decode_read(ct, payload)
-        results, aliases = reads.batch_get(store.table, body, store.query_time())
+        results, aliases = reads.batch_get(store.table, body, store.query_time(),
+                                           store.registry)
         self._log_aliases(aliases)
         return encode_frame(_REPLY_OP["batch_get"], CT_JSON,  # always JSON
                             _encode({"results": results}))
@@ -410,13 +413,15 @@ class Service:
 
     def _http_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
-        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time())
+        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time(),
+                        registry=store.registry)
         return json_response(200, row, request.keep_alive)
 
     def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
         body = _decode_read(CT_JSON, request.body)
-        results, aliases = reads.batch_get(store.table, body, store.query_time())
+        results, aliases = reads.batch_get(store.table, body, store.query_time(),
+                                           store.registry)
         self._log_aliases(aliases)
         return json_response(200, {"results": results}, request.keep_alive)
 

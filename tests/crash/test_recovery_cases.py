@@ -425,7 +425,8 @@ def test_reset_then_restart_is_empty(servers: Servers, data_dir: Path, stop: str
             client.push("E2", {"user": "u", "v": 1, "pad": ""})
         assert info.value.code == "event_not_found"
     status, _, body = http_request(proc.admin, "GET", "/registry")
-    assert status == 200 and msgspec.json.decode(body) == {"node_count": 0, "version": 3}
+    assert status == 200 and msgspec.json.decode(body) == {"node_count": 0, "nodes": [],
+                                                                  "version": 3}
 
 
 # -- periodic mode and graceful shutdown ------------------------------------------------------
