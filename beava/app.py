@@ -425,6 +425,8 @@ class _AppBase:
 class _Backend(Protocol):
     def ping(self) -> dict[str, Any]: ...
 
+    def describe(self) -> dict[str, Any]: ...
+
     def register(
         self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
         dry_run: bool = ...,
@@ -608,6 +610,15 @@ class App(_AppBase):
         except ServerError as err:
             _raise_server_error(err)
 
+    def describe(self) -> dict[str, Any]:
+        """What the server's registry holds, as its admin ``/registry`` lists it:
+        ``{"version", "node_count", "nodes"}``; events with their fields, tables with
+        their keys and features (op, params, window)."""
+        try:
+            return self._client().describe()
+        except ServerError as err:
+            _raise_server_error(err)
+
     def reset(self) -> None:
         """Drop every registered descriptor and all state (servers in test mode only).
         The test clock returns to the wall clock too."""
@@ -641,6 +652,8 @@ class App(_AppBase):
 
 class _AsyncBackend(Protocol):
     async def ping(self) -> dict[str, Any]: ...
+
+    async def describe(self) -> dict[str, Any]: ...
 
     async def register(
         self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
@@ -813,6 +826,13 @@ class AsyncApp(_AppBase):
         """Liveness and ``registry_version``."""
         try:
             return await self._client().ping()
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def describe(self) -> dict[str, Any]:
+        """What the server's registry holds (see ``App.describe``)."""
+        try:
+            return await self._client().describe()
         except ServerError as err:
             _raise_server_error(err)
 

@@ -17,6 +17,7 @@ from beava._fast.frame_splitter import encode_frame
 from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
+from beava.engine.registry.describe import describe_registry
 from beava.engine.state import reads, scan
 from beava.engine.state.push_validation import event_not_found_error, has_control_character
 from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
@@ -146,6 +147,7 @@ class Service:
             "reset": self._tcp_reset,
             "test_clock": self._tcp_test_clock,
             "scan": self._tcp_scan,
+            "describe": self._tcp_describe,
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -162,6 +164,7 @@ class Service:
             "reset": self._http_reset,
             "test_clock": self._http_test_clock,
             "scan": self._http_scan,
+            "describe": self._http_describe,
             "health": self._http_health,
             "ready": self._http_ready,
         }
@@ -203,6 +206,10 @@ class Service:
                              message="now_ms must be an integer of epoch milliseconds "
                                      "(0 to 2^63-1) or null")
         return {"now_ms": now}
+
+    def describe(self) -> dict[str, Any]:
+        """What the registry holds, as the admin sidecar's ``/registry`` lists it."""
+        return describe_registry(self.store.registry)
 
     def scan(self, body: Any, msgpack: bool) -> bytes:
         """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
@@ -360,6 +367,9 @@ class Service:
                          ct == CT_MSGPACK)
         return encode_frame(_REPLY_OP["scan"], ct, body)
 
+    def _tcp_describe(self, ct: int, payload: bytes) -> bytes:
+        return encode_frame(_REPLY_OP["describe"], CT_JSON, _encode(self.describe()))
+
     def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
 
@@ -435,6 +445,9 @@ class Service:
         body = self.scan(_decode_scan(CT_JSON, request.body, self.store.registry_version),
                          False)
         return json_response(200, body, request.keep_alive)
+
+    def _http_describe(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, self.describe(), request.keep_alive)
 
     def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.reset(), request.keep_alive)

@@ -43,7 +43,7 @@ def test_ping_reports_version_and_ignores_ct_and_payload(conn):
         assert isinstance(doc["registry_version"], int)
 
 
-@pytest.mark.parametrize("op", [0x0003, 0x000F, 0x0013, 0x0023, 0x0026, 0x0030, 0x0031,
+@pytest.mark.parametrize("op", [0x0003, 0x000F, 0x0013, 0x0023, 0x0027, 0x0030, 0x0031,
                                 0x0042, 0x1234, 0xFFFE, 0xFFFF])
 def test_unknown_and_reserved_ops_keep_connection_open(conn, op):
     reply_op, ct, payload = conn.request(op, 1, b'{"x":1}')
