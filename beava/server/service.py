@@ -270,8 +270,10 @@ class Service:
                              message=f"{count} bodies exceed the limit of {PUSH_MANY_LIMIT}")
         event = request.event
         if has_control_character(event):
+            store.count_rejection(event, "control_character_in_string")
             raise BeavaError("control_character_in_string", top=top)
         if event not in store.registry.events:
+            store.count_rejection(event, "event_not_found")
             err = event_not_found_error(event, store.registry.events)
             err.top.update(top or {})
             raise err
