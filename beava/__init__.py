@@ -66,6 +66,9 @@ _MODULES: dict[str, str] = {
     "BinaryNotFoundError": "beava.errors",
     "TransportError": "beava.errors",
     "DescriptorError": "beava.errors",
+    "PushError": "beava.errors",  # module attributes, not in __all__ (docs/sdk.md)
+    "ReadError": "beava.errors",
+    "FeatureNotFoundError": "beava.errors",
     "VALIDATION_ERROR_KINDS": "beava.errors",  # module attribute, not in __all__
     "WindowIgnoredWarning": "beava.dsl.operators",  # module attribute, not in __all__
     "demo": "beava.demo",
@@ -150,6 +153,9 @@ if TYPE_CHECKING:
         TransportError,
         ValidationError,
     )
+    from beava.errors import FeatureNotFoundError as FeatureNotFoundError
+    from beava.errors import PushError as PushError
+    from beava.errors import ReadError as ReadError
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol
 
 from beava.dsl.compiler import compile_register_payload
-from beava.errors import BinaryNotFoundError, RegistrationError
+from beava.errors import (
+    BinaryNotFoundError,
+    FeatureNotFoundError,
+    PushError,
+    ReadError,
+    RegistrationError,
+)
 from beava.launcher import (
     BINARY_ENV,
     ServerProcess,
@@ -176,13 +182,37 @@ def _batch_entries(requests: Iterable[Any]) -> list[tuple[Any, ...]]:
     return entries
 
 
+# Codes of a push refused for its data, and of a read naming what is not registered.
+_PUSH_CODES = frozenset({
+    "invalid_event", "unknown_field_v0", "unknown_field_event_time_v0", "event_not_found",
+    "control_character_in_string", "invalid_push_many", "batch_too_large",
+})
+_READ_CODES = frozenset({"unknown_table", "key_parse_failure", "feature_not_found",
+                         "key_not_found"})
+
+
+def _error_class(err: ServerError) -> type[RegistrationError]:
+    if err.code in _PUSH_CODES:
+        return PushError
+    if err.error.get("detail") == "feature_not_found":
+        return FeatureNotFoundError
+    if err.code in _READ_CODES:
+        return ReadError
+    return RegistrationError
+
+
 def _raise_server_error(err: ServerError) -> NoReturn:
-    """Re-raise a server-reported error as ``RegistrationError`` (sdk.md §8.6)."""
+    """Re-raise a server-reported error as ``RegistrationError`` (sdk.md §8.6), or as the
+    subclass saying what kind of mistake it is (``PushError``, ``ReadError``)."""
     details = dict(err.body)
     if err.acked_before is not None:
         details["acked_before"] = err.acked_before
-    raise RegistrationError(
-        code=err.code, path=err.path, message=err.reason or err.message, details=details
+    message = err.reason or err.message
+    hint = err.error.get("hint")
+    if isinstance(hint, str) and hint and hint not in message:
+        message = f"{message} ({hint})" if message else hint
+    raise _error_class(err)(
+        code=err.code, path=err.path, message=message, details=details
     ) from err
 
 
@@ -395,6 +425,8 @@ class _AppBase:
 class _Backend(Protocol):
     def ping(self) -> dict[str, Any]: ...
 
+    def describe(self) -> dict[str, Any]: ...
+
     def register(
         self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
         dry_run: bool = ...,
@@ -578,6 +610,15 @@ class App(_AppBase):
         except ServerError as err:
             _raise_server_error(err)
 
+    def describe(self) -> dict[str, Any]:
+        """What the server's registry holds, as its admin ``/registry`` lists it:
+        ``{"version", "node_count", "nodes"}``; events with their fields, tables with
+        their keys and features (op, params, window)."""
+        try:
+            return self._client().describe()
+        except ServerError as err:
+            _raise_server_error(err)
+
     def reset(self) -> None:
         """Drop every registered descriptor and all state (servers in test mode only).
         The test clock returns to the wall clock too."""
@@ -611,6 +652,8 @@ class App(_AppBase):
 
 class _AsyncBackend(Protocol):
     async def ping(self) -> dict[str, Any]: ...
+
+    async def describe(self) -> dict[str, Any]: ...
 
     async def register(
         self, payload: Mapping[str, Any] | Sequence[Any], *, force: bool = ...,
@@ -783,6 +826,13 @@ class AsyncApp(_AppBase):
         """Liveness and ``registry_version``."""
         try:
             return await self._client().ping()
+        except ServerError as err:
+            _raise_server_error(err)
+
+    async def describe(self) -> dict[str, Any]:
+        """What the server's registry holds (see ``App.describe``)."""
+        try:
+            return await self._client().describe()
         except ServerError as err:
             _raise_server_error(err)
 

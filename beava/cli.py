@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="beava", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="beava: real-time feature server (framed TCP + HTTP).",
-        epilog="commands:\n  quickstart   run the in-process demo\n  help         print help\n\n"
+        epilog="commands:\n  quickstart   run the in-process demo\n  help         print help\n"
+        "  registry     print what a running server's registry holds (beava registry -h)\n"
+        "  get          print one entity's features: beava get TABLE [KEY]\n"
+        "  stats        live rates from a running server's metrics (beava stats -h)\n\n"
         + ENV_HELP, add_help=False)
     parser.add_argument("command", nargs="?", choices=("serve", "quickstart", "help"),
                         default="serve", help=argparse.SUPPRESS)
@@ -76,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in ("registry", "get", "stats"):  # a client of a running server
+        from beava.cli_inspect import main as inspect_main
+
+        return inspect_main(words)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.help or args.command == "help":

@@ -19,6 +19,9 @@ __all__ = [
     "VALIDATION_ERROR_KINDS",
     "BinaryNotFoundError",
     "DescriptorError",
+    "FeatureNotFoundError",
+    "PushError",
+    "ReadError",
     "RegistrationError",
     "TransportError",
     "ValidationError",
@@ -100,6 +103,56 @@ def _rebuild(
 class DescriptorError(RegistrationError, TypeError):
     """A structural error found while decorating (seed codes such as ``bad_return_type``);
     also a ``TypeError``, as beava 0.0.6 raised for these cases."""
+
+
+class _ServerErrorKeys(RegistrationError):
+    """The informative keys a server may add to an error object (wire.md §5.1), read from
+    ``details["error"]``: ``field``, ``expected``, ``got``, ``hint`` (None when absent)."""
+
+    def _key(self, name: str) -> Any:
+        error = self.details.get("error")
+        return error.get(name) if isinstance(error, dict) else None
+
+    @property
+    def field(self) -> Any:
+        return self._key("field")
+
+    @property
+    def expected(self) -> Any:
+        return self._key("expected")
+
+    @property
+    def got(self) -> Any:
+        return self._key("got")
+
+    @property
+    def hint(self) -> str | None:
+        hint = self._key("hint")
+        return hint if isinstance(hint, str) else None
+
+
+class PushError(_ServerErrorKeys):
+    """A push the server refused for its data (``invalid_event``, ``unknown_field_v0``,
+    ``event_not_found``, ...): ``field``, ``expected`` and ``got`` say what to fix. A
+    ``RegistrationError``, as beava 0.0.6 raised, so existing ``except`` clauses still
+    catch it."""
+
+
+class ReadError(_ServerErrorKeys, LookupError):
+    """A read naming something the registry does not hold (``unknown_table``,
+    ``key_parse_failure``, an unknown feature); ``expected`` lists the nearest registered
+    names. Also a ``RegistrationError`` (beava 0.0.6) and a ``LookupError``."""
+
+
+class FeatureNotFoundError(ReadError):
+    """``get``/``batch_get`` named a feature the table does not have. ``code`` stays the wire
+    code (``internal_error``, kept for beava 0.0.6 clients); ``missing`` holds the unknown
+    names and ``hint`` the nearest known ones."""
+
+    @property
+    def missing(self) -> list[str]:
+        got = self._key("got")
+        return list(got) if isinstance(got, list) else []
 
 
 class BinaryNotFoundError(Exception):

@@ -155,3 +155,22 @@ def http_request(addr: tuple[str, int], method: str, path: str, body: bytes = b"
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
         conn.close()
+
+
+# Keys an error object may carry beside its code to say what to fix (docs/wire.md).
+INFORMATIVE_KEYS = frozenset({"message", "field", "expected", "got", "hint", "detail"})
+
+
+def codes_only(value: Any) -> Any:
+    """``value`` with the informative keys dropped from every ``error`` object in it, for
+    tests that pin the normative part of an error body."""
+    if isinstance(value, list):
+        return [codes_only(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if key == "error" and isinstance(item, dict):
+            item = {k: v for k, v in item.items() if k not in INFORMATIVE_KEYS}
+        out[key] = codes_only(item)
+    return out

@@ -6,6 +6,8 @@ carries; on framed TCP every error travels as an ERROR_RESPONSE frame.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 HTTP_STATUS: dict[str, int] = {
@@ -65,6 +67,7 @@ HTTP_STATUS: dict[str, int] = {
     "backfill_wal_reclaimed": 409,
     "backfill_tail_unapplicable": 409,
     "backfill_too_large": 413,
+    "aggregation_field_not_numeric": 400,  # extension: a numeric operator over a str field
 }
 
 
@@ -89,3 +92,31 @@ class BeavaError(Exception):
     def body(self) -> dict[str, Any]:
         """The error envelope ``{"error": {...}, **top}``."""
         return {"error": {"code": self.code, **self.fields}, **self.top}
+
+
+def nearest_names(name: object, names: Iterable[str], limit: int = 3) -> list[str]:
+    """The registered ``names`` closest in spelling to ``name`` (at most ``limit``, best
+    first); for error hints, computed only when a request has already failed."""
+    text = name if isinstance(name, str) else str(name)
+    pool = list(names)
+    close = difflib.get_close_matches(text, pool, n=limit, cutoff=0.6)
+    if not close:  # a case slip ("user" for "User") is closer than difflib thinks
+        folded = text.casefold()
+        close = [n for n in pool if n.casefold() == folded][:limit]
+    return close
+
+
+def quoted_list(names: Iterable[str], limit: int = 12) -> str:
+    """``'a', 'b', 'c'`` (the first ``limit``, then "and N more") for error texts."""
+    items = list(names)
+    text = ", ".join(repr(n) for n in items[:limit])
+    if len(items) > limit:
+        text += f" and {len(items) - limit} more"
+    return text or "none"
+
+
+def did_you_mean(close: list[str]) -> str | None:
+    """``did you mean 'a' or 'b'?`` for a non-empty list of close names, else None."""
+    if not close:
+        return None
+    return "did you mean " + " or ".join(repr(n) for n in close) + "?"

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_CATEGORIES",
     "MAX_DURATION_MS",
     "MAX_SIGMA",
+    "NUMERIC_FIELD_OPS",
     "OPERATOR_NAMES",
     "RECOGNISED_PARAMS",
     "Bounds",
@@ -524,3 +525,13 @@ def optional_param_problem(spec: OperatorSpec, params: Mapping[str, Any]) -> Par
             0.01 if target_fpr is None else target_fpr,
         )
     return None
+
+
+# Operators whose `field` is read as a number: over a `str` field every value would be
+# skipped and the feature would read its empty value forever, so register refuses it
+# (`aggregation_field_not_numeric`, docs/wire.md).
+NUMERIC_FIELD_OPS: frozenset[str] = frozenset({
+    "sum", "mean", "var", "std", "quantile", "ewma", "ewvar", "ew_zscore", "decayed_sum",
+    "twa", "rate_of_change", "delta_from_prev", "trend", "trend_residual", "outlier_count",
+    "z_score", "seasonal_deviation",
+})

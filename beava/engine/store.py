@@ -48,6 +48,8 @@ _MAX_REASON = 300
 
 
 DurabilityLog = MemoryLog | GroupCommit | PeriodicLog
+# The event label of pushes refused for an event that is not registered.
+UNREGISTERED = "<unregistered>"
 
 
 def wall_clock_ms() -> int:
@@ -85,6 +87,8 @@ class FeatureStore:
         self.watermark_ms = 0
         self.pushes_total = 0
         self.replays_total = 0
+        # (event, error code) -> refused pushes; counted on the failure path only
+        self.rejections: dict[tuple[str, str], int] = {}
         # (event, dedupe key text) -> (lsn, now_ms, registry_version at the original push)
         self._dedupe: dict[tuple[str, str], tuple[int, int, int]] = {}
 
@@ -145,7 +149,11 @@ class FeatureStore:
     def push(self, event: str, fields: Any,
              on_durable: Callable[[], None] | None = None) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
-        spec, row = validate_push(event, fields, self.checkers)
+        try:
+            spec, row = validate_push(event, fields, self.checkers)
+        except BeavaError as err:
+            self.count_rejection(event, err.code)
+            raise
         now = self.clock()
         version = self.registry.version
         dedupe_field = spec.dedupe_key
@@ -175,6 +183,13 @@ class FeatureStore:
             return lsn, version, False, False
         self.hold_lsn = lsn
         return lsn, version, False, True
+
+    def count_rejection(self, event: str, code: str) -> None:
+        """Count a refused push (metrics). An unregistered name is counted under
+        ``UNREGISTERED``: labels must not grow with whatever names clients send."""
+        name = event if event in self.checkers else UNREGISTERED
+        key = (name, code)
+        self.rejections[key] = self.rejections.get(key, 0) + 1
 
     def apply_batch(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
                     nows: list[int], waiters: list[Waiter]) -> None:

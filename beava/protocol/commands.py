@@ -20,6 +20,7 @@ from beava_client.opcodes import (
     OP_AUTH,
     OP_BACKFILL,
     OP_BATCH_GET,
+    OP_DESCRIBE,
     OP_GET,
     OP_GET_MULTI,
     OP_GET_RESPONSE,
@@ -95,6 +96,8 @@ COMMANDS: tuple[Command, ...] = (
             http_method="POST", http_paths=("/batch_get",)),
     Command("scan", op=OP_SCAN, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/scan",)),  # extension (docs/wire.md)
+    Command("describe", op=OP_DESCRIBE, reply_op=OP_GET_RESPONSE,  # extension (docs/wire.md)
+            http_method="GET", http_paths=("/describe",)),
     Command("legacy_get", reads_state=True,  # GET /get/<feature>/<key>
             http_method="GET", http_prefixes=("/get/",), http_params=2),
     Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE, scope=ADMIN,

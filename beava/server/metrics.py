@@ -32,6 +32,17 @@ class ServerMetrics:
                 for name, doc in COUNTERS:
                     yield CounterMetricFamily(name.removesuffix("_total"), doc,
                                               value=v.get(name, 0))
+                for name, doc, labels in LABELLED_COUNTERS:
+                    counter = CounterMetricFamily(name.removesuffix("_total"), doc,
+                                                  labels=labels)
+                    for values, count in sorted(v.get(name, {}).items()):
+                        counter.add_metric(list(values), count)
+                    yield counter
+                for name, doc, labels in LABELLED_GAUGES:
+                    gauge = GaugeMetricFamily(name, doc, labels=labels)
+                    for values, value in sorted(v.get(name, {}).items()):
+                        gauge.add_metric(list(values), value)
+                    yield gauge
                 runtime = GaugeMetricFamily("beava_runtime_kind", "event loop runtime",
                                             labels=["runtime"])
                 runtime.add_metric(["uvloop"], 1)
@@ -73,4 +84,13 @@ COUNTERS = (
     ("beava_wal_quarantined_records_total", "records quarantined by the last recovery"),
     ("beava_pushes_total", "accepted pushes, excluding replays"),
     ("beava_push_replays_total", "dedupe replays"),
+)
+# Families with labels: the sample holds ``{label values: value}`` for each.
+LABELLED_COUNTERS = (
+    ("beava_push_rejections_total",
+     "refused pushes by event and error code (unregistered names: <unregistered>)",
+     ["event", "code"]),
+)
+LABELLED_GAUGES = (
+    ("beava_table_entities", "resident entity rows per table", ["table"]),
 )

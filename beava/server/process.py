@@ -305,6 +305,9 @@ class BeavaServer:
             "beava_bucket_reclaim_total": store.engine.bucket_reclaims,
             "beava_pushes_total": store.pushes_total,
             "beava_push_replays_total": store.replays_total,
+            "beava_push_rejections_total": dict(store.rejections),
+            "beava_table_entities": {(name,): count for name, count
+                                     in store.engine.table_entity_counts().items()},
         }
 
 

@@ -17,8 +17,9 @@ from beava._fast.frame_splitter import encode_frame
 from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
+from beava.engine.registry.describe import describe_registry
 from beava.engine.state import reads, scan
-from beava.engine.state.push_validation import has_control_character
+from beava.engine.state.push_validation import event_not_found_error, has_control_character
 from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
@@ -149,6 +150,7 @@ class Service:
             "test_clock": self._tcp_test_clock,
             "scan": self._tcp_scan,
             "backfill": self._tcp_backfill,
+            "describe": self._tcp_describe,
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -166,6 +168,7 @@ class Service:
             "test_clock": self._http_test_clock,
             "scan": self._http_scan,
             "backfill": self._http_backfill,
+            "describe": self._http_describe,
             "health": self._http_health,
             "ready": self._http_ready,
         }
@@ -217,6 +220,10 @@ class Service:
             raise BeavaError("invalid_backfill", path="", message=f"undecodable body: {exc}",
                              top={"registry_version": self.store.registry_version}) from None
         return self.backfills.handle(body)
+
+    def describe(self) -> dict[str, Any]:
+        """What the registry holds, as the admin sidecar's ``/registry`` lists it."""
+        return describe_registry(self.store.registry)
 
     def scan(self, body: Any, msgpack: bool) -> bytes:
         """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
@@ -277,9 +284,13 @@ class Service:
                              message=f"{count} bodies exceed the limit of {PUSH_MANY_LIMIT}")
         event = request.event
         if has_control_character(event):
+            store.count_rejection(event, "control_character_in_string")
             raise BeavaError("control_character_in_string", top=top)
         if event not in store.registry.events:
-            raise BeavaError("event_not_found", top=top)
+            store.count_rejection(event, "event_not_found")
+            err = event_not_found_error(event, store.registry.events)
+            err.top.update(top or {})
+            raise err
         version = store.registry_version
         errors: list[dict[str, Any]] = []
         by_store = [0, 0]  # acks and newest LSN of the bodies the push pass left to the store
@@ -345,7 +356,7 @@ class Service:
         store = self.store
         # A MessagePack body cannot carry the legacy shapes: it fails on `table` instead.
         value = reads.get(store.table, _decode_read(ct, payload), store.query_time(),
-                          legacy_shape_check=ct == CT_JSON)
+                          legacy_shape_check=ct == CT_JSON, registry=store.registry)
         return _read_frame("get", ct, value)
 
     def _tcp_mget(self, ct: int, payload: bytes) -> bytes:
@@ -361,7 +372,8 @@ class Service:
     def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes:
         store = self.store
         body = _decode_read(ct, payload)
-        results, aliases = reads.batch_get(store.table, body, store.query_time())
+        results, aliases = reads.batch_get(store.table, body, store.query_time(),
+                                           store.registry)
         self._log_aliases(aliases)
         return encode_frame(_REPLY_OP["batch_get"], CT_JSON,  # always JSON
                             _encode({"results": results}))
@@ -370,6 +382,9 @@ class Service:
         body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
                          ct == CT_MSGPACK)
         return encode_frame(_REPLY_OP["scan"], ct, body)
+
+    def _tcp_describe(self, ct: int, payload: bytes) -> bytes:
+        return encode_frame(_REPLY_OP["describe"], CT_JSON, _encode(self.describe()))
 
     def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
@@ -427,13 +442,15 @@ class Service:
 
     def _http_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
-        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time())
+        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time(),
+                        registry=store.registry)
         return json_response(200, row, request.keep_alive)
 
     def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
         body = _decode_read(CT_JSON, request.body)
-        results, aliases = reads.batch_get(store.table, body, store.query_time())
+        results, aliases = reads.batch_get(store.table, body, store.query_time(),
+                                           store.registry)
         self._log_aliases(aliases)
         return json_response(200, {"results": results}, request.keep_alive)
 
@@ -447,6 +464,9 @@ class Service:
         body = self.scan(_decode_scan(CT_JSON, request.body, self.store.registry_version),
                          False)
         return json_response(200, body, request.keep_alive)
+
+    def _http_describe(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        return json_response(200, self.describe(), request.keep_alive)
 
     def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.reset(), request.keep_alive)

@@ -36,6 +36,7 @@ from .opcodes import (
     CT_JSON,
     DEFAULT_REPLY_OP,
     OP_BATCH_GET,
+    OP_DESCRIBE,
     OP_GET,
     OP_PING,
     OP_PUSH,
@@ -504,6 +505,11 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
             OP_SCAN, scan_body(table, cursor, limit, until, splits))
         return reply
 
+    async def describe(self) -> dict[str, Any]:
+        """What the registry holds, opcode 0x0026 (see TcpClient.describe)."""
+        reply: dict[str, Any] = await self.request(OP_DESCRIBE)
+        return reply
+
     async def scan_rows(self, table: str, *, limit: int | None = None,
                         cursor: str | None = None, until: str | None = None
                         ) -> AsyncIterator[dict[str, Any]]:
@@ -719,6 +725,9 @@ class AsyncTcpPool:
                    until: str | None = None, splits: int | None = None) -> dict[str, Any]:
         return await self.client().scan(table, cursor, limit=limit, until=until,
                                         splits=splits)
+
+    async def describe(self) -> dict[str, Any]:
+        return await self.client().describe()
 
     def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
                   until: str | None = None) -> AsyncIterator[dict[str, Any]]:

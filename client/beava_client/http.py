@@ -325,6 +325,11 @@ class HttpClient(SyncClient, _HttpCommon):
             "POST", "/scan", scan_body(table, cursor, limit, until, splits))
         return reply
 
+    def describe(self) -> dict[str, Any]:
+        """``GET /describe``: what the registry holds (see TcpClient.describe)."""
+        reply: dict[str, Any] = self.request("GET", "/describe")
+        return reply
+
     def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
                   until: str | None = None) -> Iterator[dict[str, Any]]:
         """Every row of ``table``, page by page (see TcpClient.scan_rows)."""
@@ -585,6 +590,11 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
         reply: dict[str, Any] = await self.request(
             "POST", "/scan", scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    async def describe(self) -> dict[str, Any]:
+        """``GET /describe``: what the registry holds (see TcpClient.describe)."""
+        reply: dict[str, Any] = await self.request("GET", "/describe")
         return reply
 
     async def scan_rows(self, table: str, *, limit: int | None = None,

@@ -19,6 +19,7 @@ OP_GET_MULTI = 0x0022
 OP_GET_RESPONSE = 0x0023
 OP_BATCH_GET = 0x0024
 OP_SCAN = 0x0025  # extension: one page of a table scan
+OP_DESCRIBE = 0x0026  # extension: what the registry holds (every node)
 OP_RESET = 0x0040
 OP_TEST_CLOCK = 0x0041  # extension: pin the clock of a test-mode server
 OP_BACKFILL = 0x0042  # extension: admin, stage and install a table's backfilled state
@@ -40,6 +41,7 @@ REPLY_OP: dict[int, int] = {
     OP_GET_MULTI: OP_GET_RESPONSE,
     OP_BATCH_GET: OP_GET_RESPONSE,
     OP_SCAN: OP_GET_RESPONSE,
+    OP_DESCRIBE: OP_GET_RESPONSE,
     OP_RESET: OP_GET_RESPONSE,
     OP_TEST_CLOCK: OP_TEST_CLOCK,
     OP_BACKFILL: OP_BACKFILL,
@@ -68,6 +70,7 @@ OP_NAMES: dict[int, str] = {
     OP_GET_RESPONSE: "get_response",
     OP_BATCH_GET: "batch_get",
     OP_SCAN: "scan",
+    OP_DESCRIBE: "describe",
     OP_RESET: "reset",
     OP_TEST_CLOCK: "test_clock",
     OP_BACKFILL: "backfill",

@@ -93,6 +93,10 @@ class ClientPool(Generic[C]):
         with self.client() as c:
             return c.batch_get(requests)
 
+    def describe(self) -> dict[str, Any]:
+        with self.client() as c:
+            return c.describe()
+
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
              until: str | None = None, splits: int | None = None) -> dict[str, Any]:
         with self.client() as c:

@@ -38,6 +38,7 @@ from .opcodes import (
     CT_JSON,
     DEFAULT_REPLY_OP,
     OP_BATCH_GET,
+    OP_DESCRIBE,
     OP_GET,
     OP_PING,
     OP_PUSH,
@@ -386,6 +387,13 @@ class TcpClient(SyncClient, TcpClientBase):
         the rest of the table (for parallel readers)."""
         reply: dict[str, Any] = self.request(
             OP_SCAN, scan_body(table, cursor, limit, until, splits))
+        return reply
+
+    def describe(self) -> dict[str, Any]:
+        """What the registry holds (an extension of this server, opcode 0x0026):
+        ``{"version", "node_count", "nodes"}``, every node in registration order; events
+        with their fields, tables with their keys and features (op, params, window)."""
+        reply: dict[str, Any] = self.request(OP_DESCRIBE)
         return reply
 
     def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,

@@ -10,7 +10,7 @@ import pytest
 from beava_client import AsyncHttpClient, HttpClient, ServerError, TransportError
 from beava_client.http import decode_response
 from tests.integration.test_client_tcp import REGISTRY
-from tests.support import BeavaProcess
+from tests.support import BeavaProcess, codes_only
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_push_errors(client: HttpClient) -> None:
     with pytest.raises(ServerError) as info:
         client.push("Nope", {"a": 1})
     assert (info.value.code, info.value.status) == ("event_not_found", 404)
-    assert info.value.body == {"error": {"code": "event_not_found"}}
+    assert codes_only(info.value.body) == {"error": {"code": "event_not_found"}}
     with pytest.raises(ServerError) as info:
         client.request("POST", "/push", b"nope", safe=False)
     assert (info.value.code, info.value.status) == ("invalid_json_body", 400)
@@ -89,7 +89,7 @@ def test_push_many_probe_and_push_each(client: HttpClient) -> None:
     assert client.push_many_supported is True
     result = client.push_each("Nope", [{"a": 1}, {"a": 2}])
     assert result["acks"] == 0
-    assert result["errors"] == [
+    assert codes_only(result["errors"]) == [
         {"index": 0, "error": {"code": "event_not_found"}},
         {"index": 1, "error": {"code": "event_not_found"}},
     ]
@@ -129,7 +129,7 @@ def test_register_push_get_over_http(client: HttpClient) -> None:
     assert ack["idempotent_replay"] is False and isinstance(ack["ack_lsn"], int)
     result = client.push_many("Txn", [{"user": "h", "amount": 1.0}, {"user": 5}], chunk_size=1)
     assert result["acks"] == 1
-    assert result["errors"] == [{"error": {"code": "invalid_event"}, "index": 1}]
+    assert codes_only(result["errors"]) == [{"error": {"code": "invalid_event"}, "index": 1}]
     assert client.get("UserAgg", "h") == {"amt": 4.0, "n": 2}
     assert client.batch_get([("UserAgg", "h", ["n"]), ("UserAgg", "x")]) == [{"n": 2}, {}]
     with pytest.raises(ServerError) as info:

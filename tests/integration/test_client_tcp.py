@@ -24,7 +24,7 @@ from beava_client import (
 )
 from beava_client.frames import encode_frame
 from beava_client.opcodes import OP_GET, OP_PING, OP_PUSH, OP_PUSH_SYNC, OP_RESET
-from tests.support import BeavaProcess
+from tests.support import BeavaProcess, codes_only
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+")
 
@@ -102,7 +102,8 @@ def test_push_to_unknown_event_carries_registry_version(client: TcpClient) -> No
     with pytest.raises(ServerError) as info:
         client.push("Nope", {"a": 1})
     assert info.value.code == "event_not_found"
-    assert info.value.body == {"error": {"code": "event_not_found"}, "registry_version": rv}
+    assert codes_only(info.value.body) == {"error": {"code": "event_not_found"},
+                                          "registry_version": rv}
 
 
 def test_pipelining_a_thousand_pings(client: TcpClient) -> None:
@@ -316,8 +317,9 @@ def test_register_push_get_roundtrip(client: TcpClient) -> None:
     assert client.batch_get([("UserAgg", "u1"), ("UserAgg", "cold", ["n"]), ("Nope", "u1")]) == [
         {"amt": 1.5, "n": 1},
         {},
-        {"error": {"code": "unknown_table",
-                   "message": "table 'Nope' is not a registered aggregation"}},
+        {"error": {"code": "unknown_table", "expected": ["UserAgg"], "got": "Nope",
+                   "message": "table 'Nope' is not a registered aggregation; tables: "
+                              "'UserAgg'"}},
     ]
     with pytest.raises(ServerError) as info:
         client.get("Nope", "u1")
@@ -345,7 +347,7 @@ def test_push_many_merges_chunks_and_rebases_indexes(client: TcpClient) -> None:
     result = client.push_many("Txn", rows, chunk_size=2)
     assert client.push_many_supported is True
     assert result["acks"] == 6
-    assert result["errors"] == [{"error": {"code": "invalid_event"}, "index": 5}]
+    assert codes_only(result["errors"]) == [{"error": {"code": "invalid_event"}, "index": 5}]
     assert isinstance(result["ack_lsn"], int)
     assert result["registry_version"] == client.ping()["registry_version"]
     assert client.get("UserAgg", "a") == {"amt": 5.0, "n": 5}

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from tests.support import http_request
+from tests.support import codes_only, http_request
 
 
 def raw_exchange(addr, data: bytes, timeout: float = 5.0) -> bytes:
@@ -106,9 +106,9 @@ def test_push_envelope_errors(clean_server):
         status, _, reply = http_request(clean_server.http, "POST", "/push", payload)
         assert (status, json.loads(reply)) == (400, {"error": {"code": code}}), payload
     status, _, reply = http_request(clean_server.http, "POST", "/push/E", b"[1]")
-    assert (status, json.loads(reply)) == (400, {"error": {"code": "invalid_event"}})
+    assert (status, codes_only(json.loads(reply))) == (400, {"error": {"code": "invalid_event"}})
     status, _, reply = http_request(clean_server.http, "POST", "/push/Unknown", b"{}")
-    assert (status, json.loads(reply)) == (404, {"error": {"code": "event_not_found"}})
+    assert (status, codes_only(json.loads(reply))) == (404, {"error": {"code": "event_not_found"}})
 
 
 def test_keep_alive_and_pipelining_answer_in_order(clean_server):

@@ -59,6 +59,7 @@ def test_spec_opcode_table() -> None:
         0x0022: ("get_multi", 0x0023, True),
         0x0024: ("batch_get", 0x0023, True),
         0x0025: ("scan", 0x0023, True),  # extension (docs/wire.md)
+        0x0026: ("describe", 0x0023, True),  # extension (docs/wire.md)
         0x0040: ("reset", 0x0023, True),
         0x0041: ("test_clock", 0x0041, True),  # extension (docs/wire.md)
         0x0042: ("backfill", 0x0042, True),  # extension (docs/wire.md)
@@ -74,7 +75,7 @@ def test_access_scope_of_every_command() -> None:
     assert {c.name: c.scope for c in COMMANDS} == {
         "auth": None, "health": None, "ready": None,
         "ping": "read", "get": "read", "mget": "read", "get_multi": "read",
-        "batch_get": "read", "scan": "read", "legacy_get": "read",
+        "batch_get": "read", "scan": "read", "legacy_get": "read", "describe": "read",
         "push": "write", "push_event": "write", "push_sync": "write", "push_many": "write",
         "register": "admin", "reset": "admin", "test_clock": "admin", "backfill": "admin",
     }
@@ -149,6 +150,7 @@ def test_every_exact_path_routes_to_its_command() -> None:
     ("GET", "/get/amount_sum/u1", "legacy_get", ("amount_sum", "u1")),
     ("GET", "/get/f/k/with/slash", "legacy_get", ("f", "k/with/slash")),
     ("GET", "/health", "health", ()),
+    ("GET", "/describe", "describe", ()),
     ("GET", "/ready/", "ready", ()),
 ])
 def test_routes(method: str, target: str, name: str, params: tuple[str, ...]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from beava.catalogue.errors import HTTP_STATUS
 from beava.engine.registry import RegisterOutcome
 from tests.register_payloads import event_derivation, register_json, table_node
 
@@ -478,12 +479,27 @@ def test_unchecked_fields_and_types_register() -> None:
         "r": {"op": "reservoir_sample", "params": {"field": "nope", "samples": 2}},
         "s": {"op": "seasonal_deviation", "params": {"field": "nope"}},
         "g": {"op": "geo_spread", "params": {"lat": "nope", "lon": "nope2"}},
-        "w": {"op": "sum", "params": {"field": "user"}},  # a str field: accepted
+        "w": {"op": "min", "params": {"field": "user"}},  # a str field: ordered as text
         "x": {"op": "count", "params": {"field": "nope"}},
         "o": {"op": "outlier_count", "params": {"field": "amount", "sigma": -1}},
         "f": {"op": "first_seen_in_window", "params": {"window": "forever"}},
     }
     ok({"nodes": [txn(), table_node(agg)]})
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "std", "quantile", "ewma", "z_score"])
+def test_numeric_op_over_str_field_is_refused(op: str) -> None:
+    params: dict[str, Any] = {"field": "user"}
+    if op == "ewma":
+        params["half_life"] = "1h"
+    out = register_json({"nodes": [txn(), table_node(feature(op, **params))]})
+    assert out.status == 400 and out.registry is None
+    err = out.body["error"]
+    assert (err["code"], err["path"]) == ("aggregation_field_not_numeric", f"{F}.params.field")
+    assert "'user' is str" in err["reason"] and "f64 or i64" in err["reason"]
+    assert HTTP_STATUS["aggregation_field_not_numeric"] == 400
+    params["field"] = "amount"  # the same op over a number registers
+    ok({"nodes": [txn(), table_node(feature(op, **params))]})
 
 
 @pytest.mark.parametrize("op", ["first_n", "last_n", "lag"])

@@ -221,8 +221,10 @@ def test_409_body(base: Registry) -> None:
                   "diff": {"additive": [], "already_present": ["Txn"],
                            "destructive": [{"agg": "UserTxn.txn_count", "from": "",
                                             "kind": "window_change", "to": "5m"}]},
-                  "reason": "Destructive registry change requires force=true. See diff for "
-                            "details."},
+                  "reason": "Destructive registry change requires force=true: changes the "
+                            "window of UserTxn.txn_count from lifetime to 5m. Pass force=True "
+                            "to apply it (the affected state restarts empty). The full diff "
+                            "is in error.diff."},
         "registry_version": 1, "removed": [], "status": "conflict",
     }
 

@@ -147,3 +147,21 @@ def test_fixture_is_a_generator_function() -> None:
     params = inspect.signature(fixture).parameters
     assert list(params) == ["reset_each", "test_mode", "url", "timeout"]
     assert all(p.kind is p.KEYWORD_ONLY for p in params.values())
+
+
+def test_mock_app_describe_lists_the_last_registration() -> None:
+    @bv.table(key="user_id")
+    def Clicks(c: Click) -> bv.Table:
+        return c.group_by("user_id").agg(n=bv.count(window="1h"))
+
+    app = MockApp()
+    assert app.describe() == {"version": 0, "node_count": 0, "nodes": []}
+    app.register(Clicks)
+    doc = app.describe()
+    assert doc["version"] == 1 and doc["node_count"] == 2
+    event, table = doc["nodes"]
+    assert event == {"kind": "event", "name": "Click", "fields": {"user_id": "str"},
+                     "optional_fields": []}
+    assert table["kind"] == "table" and table["keys"] == ["user_id"]
+    assert table["features"] == {"n": {"op": "count", "params": {}, "window": "1h"}}
+    assert app._calls[-1] == ("describe",)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beava.catalogue.operators import (
+    NUMERIC_FIELD_OPS,
     OPERATOR_NAMES,
     FieldUse,
     OperatorSpec,
@@ -26,6 +27,7 @@ from beava.engine.expressions import ExpressionError, check_where
 from beava.engine.expressions.parser import MAX_EXPRESSION_LENGTH
 from beava.engine.registry.errors import (
     AGGREGATION_FEATURE_NAME_COLLISION,
+    AGGREGATION_FIELD_NOT_NUMERIC,
     AGGREGATION_GROUP_KEY_COLLIDES_WITH_FEATURE,
     AGGREGATION_INVALID_WHERE,
     AGGREGATION_INVALID_WINDOW,
@@ -505,6 +507,12 @@ def _check_feature(
                 AGGREGATION_INVALID_WHERE, f"{f}.params.where", exc.reason, exc.detail
             ) from None
         checked_wheres.add(where)
+    if spec.name in NUMERIC_FIELD_OPS and field is not None and schema.get(field) == "str":
+        raise RegisterError(  # extension (docs/wire.md): would read its empty value forever
+            AGGREGATION_FIELD_NOT_NUMERIC, f"{f}.params.field",
+            f"op {spec.name!r} needs a numeric field, but {field!r} is str; declare it "
+            f"f64 or i64 (or cast it in a chain step) to aggregate it as a number",
+        )
 
 
 def _check_aggregations(

@@ -503,6 +503,45 @@ def dry_run_body(diff: Diff | None, version: int) -> dict[str, Any]:
     })
 
 
+_DESCRIBED = 6  # destructive entries spelled out in the force_required reason
+
+
+def _destructive_text(e: dict[str, Any]) -> str:
+    """One destructive diff entry in words."""
+    kind = e["kind"]
+    if kind == "rename":
+        return f"renames {e['from']!r} to {e['to']!r} (its state is dropped)"
+    if kind == "agg_removal" and not e.get("agg"):
+        return f"removes {e['table']!r}"
+    if kind == "agg_removal":
+        return f"removes feature {e['table']}.{e['agg']}"
+    if kind == "type_change":
+        return f"changes the type of {e['field']} from {e['from']} to {e['to']}"
+    if kind == "window_change":
+        old = e["from"] or "lifetime"
+        new = e["to"] or "lifetime"
+        return f"changes the window of {e['agg']} from {old} to {new}"
+    if kind == "key_cols_change":
+        return f"changes the keys of {e['table']!r} from {e['from']} to {e['to']}"
+    subject = e.get("table") or e.get("event") or e.get("field") or ""
+    return f"{kind.replace('_', ' ')} of {subject!r}" if subject else kind.replace("_", " ")
+
+
+def force_required_reason(diff: Diff) -> str:
+    """The force_required reason: what would be lost, and the two ways on."""
+    items = [_destructive_text(e) for e in diff.destructive[:_DESCRIBED]]
+    more = len(diff.destructive) - _DESCRIBED
+    if more > 0:
+        items.append(f"and {more} more")
+    text = "Destructive registry change requires force=true: " + "; ".join(items) + "."
+    if diff.removed:
+        text += (" register replaces the whole registry: include every descriptor still in "
+                 "use, or pass force=True to drop the others and their state.")
+    else:
+        text += " Pass force=True to apply it (the affected state restarts empty)."
+    return text + " The full diff is in error.diff."
+
+
 def force_required_body(diff: Diff, version: int) -> dict[str, Any]:
     """§12.4."""
     return _sorted_object({
@@ -511,7 +550,7 @@ def force_required_body(diff: Diff, version: int) -> dict[str, Any]:
         "error": {
             "code": FORCE_REQUIRED,
             "diff": diff.body(),
-            "reason": "Destructive registry change requires force=true. See diff for details.",
+            "reason": force_required_reason(diff),
         },
         "registry_version": version,
         "removed": diff.removed,

@@ -24,6 +24,7 @@ AGGREGATION_GROUP_KEY_COLLIDES_WITH_FEATURE = "aggregation_group_key_collides_wi
 AGGREGATION_INVALID_WINDOW = "aggregation_invalid_window"
 AGGREGATION_INVALID_WHERE = "aggregation_invalid_where"
 AGGREGATION_FEATURE_NAME_COLLISION = "aggregation_feature_name_collision_across_aggregations"
+AGGREGATION_FIELD_NOT_NUMERIC = "aggregation_field_not_numeric"  # extension (docs/wire.md)
 WINDOW_NOT_SUPPORTED = "window_not_supported"
 INVALID_BLOOM_FPR = "invalid_bloom_fpr"
 INVALID_PERCENTILE_Q = "invalid_percentile_q"

@@ -101,6 +101,10 @@ class EngineState:
         """Resident (table, entity) rows."""
         return sum(t.entity_count for t in self._tables.values())
 
+    def table_entity_counts(self) -> dict[str, int]:
+        """Resident entity rows per table."""
+        return {name: t.entity_count for name, t in self._tables.items()}
+
     @property
     def cold_evictions(self) -> int:
         """Entity rows reset by the cold TTL (monotonic over this object's life)."""

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from beava.catalogue.errors import BeavaError
+from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
 from beava.engine.state.keys import keystr
 
 if TYPE_CHECKING:
@@ -32,6 +32,23 @@ def _missing_features(names: Sequence[str]) -> str:
     return "[" + ", ".join(f'"{name}"' for name in names) + "]"
 
 
+def _feature_hints(missing: Sequence[str], known: Sequence[str], table: str | None
+                   ) -> dict[str, Any]:
+    """Informative keys of a read naming unknown features (spec/wire.md §5.1): the missing
+    names, the nearest known ones, and the features there are."""
+    close = [c for name in missing for c in nearest_names(name, known, 2) if c not in missing]
+    where = f"table {table!r}" if table is not None else "any table"
+    verb = "is not a feature" if len(missing) == 1 else "are not features"
+    text = f"{quoted_list(missing)} {verb} of {where}"
+    hint = did_you_mean(list(dict.fromkeys(close)))
+    text += f"; {hint}" if hint else f"; features: {quoted_list(sorted(known))}"
+    out: dict[str, Any] = {"detail": "feature_not_found", "got": list(missing),
+                           "expected": sorted(known)[:50], "message": text}
+    if hint:
+        out["hint"] = hint
+    return out
+
+
 def check_features(features: Any, table_name: str, known: Mapping[str, Any]
                    ) -> list[str] | None:
     """Validate a ``features`` projection; None means the full row."""
@@ -41,9 +58,36 @@ def check_features(features: Any, table_name: str, known: Mapping[str, Any]
         raise _internal("invalid type: features must be an array of strings")
     missing = [name for name in features if name not in known]
     if missing:
-        raise _internal(f"feature_not_found: missing={_missing_features(missing)} "
-                        f"table={table_name}")
+        # The code and reason stay as beava 0.0.6 words them (conformance pins them); the
+        # informative keys beside them say what to fix.
+        raise BeavaError("internal_error",
+                         reason=f"feature_not_found: missing={_missing_features(missing)} "
+                                f"table={table_name}",
+                         **_feature_hints(missing, list(known), table_name))
     return features
+
+
+def unknown_table_fields(name: str, registry: Registry | None) -> dict[str, Any]:
+    """Informative keys of ``unknown_table`` for ``name``: the nearest table names, and what
+    the name is when it is an event rather than a table."""
+    if registry is None:
+        return {"message": f"table {name!r} is not a registered aggregation"}
+    tables = sorted(registry.tables)
+    close = nearest_names(name, tables)
+    text = f"table {name!r} is not a registered aggregation"
+    if name in registry.events:
+        fed = sorted(t for t, spec in registry.tables.items() if spec.source == name)
+        text = (f"{name!r} is an event, not a table: read a table aggregated from it "
+                f"({quoted_list(fed)})")
+    hint = did_you_mean(close)
+    if hint:
+        text += f"; {hint}"
+    elif name not in registry.events:
+        text += f"; tables: {quoted_list(tables)}"
+    out: dict[str, Any] = {"got": name, "expected": close or tables[:12], "message": text}
+    if hint:
+        out["hint"] = hint
+    return out
 
 
 def _escaped(text: str) -> str:
@@ -97,13 +141,14 @@ def _request_fields(body: Any, *, legacy_shape_check: bool) -> tuple[str, Any, A
     return table, body["key"], body.get("features")
 
 
-def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = True
-        ) -> dict[str, Any]:
-    """POST /get, OP_GET: body -> flat feature row (``{}`` for a cold entity)."""
+def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = True,
+        registry: Registry | None = None) -> dict[str, Any]:
+    """POST /get, OP_GET: body -> flat feature row (``{}`` for a cold entity). ``registry``
+    only words errors (the nearest names of an unknown one)."""
     name, key, features = _request_fields(body, legacy_shape_check=legacy_shape_check)
     table = tables(name)
     if table is None:
-        raise BeavaError("unknown_table")
+        raise BeavaError("unknown_table", **unknown_table_fields(name, registry))
     projection = check_features(features, name, table.spec.features)
     if projection is not None and not projection:
         stored_key(key, len(table.spec.keys))
@@ -112,7 +157,8 @@ def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = 
     return {} if row is None else row
 
 
-def batch_get(tables: TableLookup, body: Any, now: int) -> tuple[list[Any], list[str]]:
+def batch_get(tables: TableLookup, body: Any, now: int, registry: Registry | None = None
+              ) -> tuple[list[Any], list[str]]:
     """POST /batch_get, OP_BATCH_GET: ``(results, tables of entries that used entity_id)``."""
     if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
         raise _internal("missing field `requests` (expected an array)")
@@ -138,8 +184,7 @@ def batch_get(tables: TableLookup, body: Any, now: int) -> tuple[list[Any], list
     for name, key, table, projection in resolved:
         if table is None:
             results.append({"error": {"code": "unknown_table",
-                                      "message": f"table '{name}' is not a registered "
-                                                 f"aggregation"}})
+                                      **unknown_table_fields(name, registry)}})
             continue
         nkeys = len(table.spec.keys)
         try:
@@ -198,9 +243,12 @@ def mget(tables: TableLookup, registry: Registry, body: Any, now: int) -> Legacy
         raise _internal("missing field `feature`")
     feature = body["feature"]
     keys = _legacy_keys(body)
-    owner = _feature_tables(registry).get(feature)
+    owners = _feature_tables(registry)
+    owner = owners.get(feature)
     if owner is None:
-        raise _internal(f"feature_not_found: missing={_missing_features([feature])}")
+        raise BeavaError("internal_error",
+                         reason=f"feature_not_found: missing={_missing_features([feature])}",
+                         **_feature_hints([feature], list(owners), None))
     _legacy_cells(keys, 1)
     table = tables(owner)
     assert table is not None  # the registry and the engine's tables are installed together
@@ -223,7 +271,9 @@ def get_multi(tables: TableLookup, registry: Registry, body: Any, now: int) -> L
     owners = _feature_tables(registry)
     missing = [f for f in features if f not in owners]
     if missing:
-        raise _internal(f"feature_not_found: missing={_missing_features(missing)}")
+        raise BeavaError("internal_error",
+                         reason=f"feature_not_found: missing={_missing_features(missing)}",
+                         **_feature_hints(missing, list(owners), None))
     _legacy_cells(keys, len(features))
     by_table: dict[str, list[str]] = {}
     for feature in features:
@@ -254,7 +304,14 @@ def legacy_get(tables: TableLookup, registry: Registry, feature: str, key: str, 
     else:
         table, projection = tables(feature), None
         if table is None:
-            raise BeavaError("feature_not_found")
+            names = sorted([*registry.tables, *_feature_tables(registry)])
+            hint = did_you_mean(nearest_names(feature, names))
+            text = f"{feature!r} is neither a feature nor a table"
+            extra: dict[str, Any] = {"got": feature,
+                                     "message": f"{text}; {hint}" if hint else text}
+            if hint:
+                extra["hint"] = hint
+            raise BeavaError("feature_not_found", **extra)
     row = table.row(stored_key(key, len(table.spec.keys)), now, projection)
     if row is None:
         raise BeavaError("key_not_found")

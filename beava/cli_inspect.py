@@ -1,0 +1,251 @@
+"""``beava registry``, ``beava get`` and ``beava stats``: look inside a running server.
+
+``registry`` and ``get`` talk to the data plane (``--url``, framed TCP or HTTP, as
+``bv.App`` does); ``stats`` samples the admin sidecar's ``/metrics`` and prints live rates,
+one line per interval, like ``redis-cli --stat``. Every command takes ``--token`` (default
+``$BEAVA_TOKEN``). Errors go to stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TextIO
+
+COMMANDS = ("registry", "get", "stats")
+DEFAULT_URL = "tcp://127.0.0.1:8081"
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
+_TIMEOUT_S = 10.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # usage errors: stderr, exit 2
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+class CommandFailed(Exception):
+    """A request failed; the message is printed as ``error: ...``."""
+
+
+def _common(parser: argparse.ArgumentParser, url_default: str, url_help: str) -> None:
+    parser.add_argument("--url", default=None, metavar="URL",
+                        help=f"{url_help} (default $BEAVA_URL or {url_default})"
+                        if url_default == DEFAULT_URL else f"{url_help} (default {url_default})")
+    parser.add_argument("--token", default=None, metavar="TOKEN",
+                        help="access token (default $BEAVA_TOKEN)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="beava", description="Look inside a running beava server.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    reg = sub.add_parser("registry", help="what the registry holds: events, tables, features")
+    _common(reg, DEFAULT_URL, "data-plane URL: tcp://, tcps://, http:// or https://")
+    reg.add_argument("--json", action="store_true", help="print the JSON document")
+    get = sub.add_parser("get", help="one entity's feature row")
+    _common(get, DEFAULT_URL, "data-plane URL: tcp://, tcps://, http:// or https://")
+    get.add_argument("table", help="table name")
+    get.add_argument("key", nargs="?", default=None,
+                     help="entity key; KEY1|KEY2 for several key columns; none: global row")
+    get.add_argument("--features", default=None, metavar="A,B",
+                     help="only these features (comma-separated)")
+    stats = sub.add_parser("stats", help="live rates from the admin sidecar's /metrics")
+    _common(stats, DEFAULT_ADMIN_URL, "admin sidecar URL")
+    stats.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                       help="seconds between samples (default 1)")
+    stats.add_argument("--count", type=int, default=0, metavar="N",
+                       help="stop after N lines (default: run until interrupted)")
+    return parser
+
+
+def main(argv: Sequence[str], out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(list(argv))
+    stream = sys.stdout if out is None else out
+    token = args.token if args.token is not None else os.environ.get("BEAVA_TOKEN") or None
+    try:
+        if args.command == "stats":
+            if args.interval <= 0:
+                raise CommandFailed("--interval must be positive")
+            url = args.url or DEFAULT_ADMIN_URL
+            return run_stats(lambda: scrape(url, token), args.interval, args.count, stream)
+        url = args.url or os.environ.get("BEAVA_URL") or DEFAULT_URL
+        if args.command == "registry":
+            doc = _with_app(url, token, lambda app: app.describe())
+            stream.write(json.dumps(doc, indent=2) + "\n" if args.json
+                         else format_registry(doc))
+            return 0
+        features = None if args.features is None else [
+            name.strip() for name in args.features.split(",") if name.strip()]
+        row = _with_app(url, token, lambda app: app.get(args.table, args.key, features))
+        stream.write(json.dumps(row, indent=2, sort_keys=True) + "\n")
+        return 0
+    except CommandFailed as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _with_app(url: str, token: str | None, call: Callable[[Any], Any]) -> Any:
+    import beava as bv
+
+    try:
+        with bv.App(url, token=token, timeout=_TIMEOUT_S) as app:
+            return call(app)
+    except ValueError as exc:  # a malformed URL
+        raise CommandFailed(str(exc)) from None
+    except bv.RegistrationError as exc:
+        raise CommandFailed(str(exc)) from None
+    except OSError as exc:  # TransportError is a ConnectionError
+        raise CommandFailed(f"cannot reach {url}: {exc}") from None
+
+
+# -- registry ------------------------------------------------------------------------------
+
+
+def _fields(node: dict[str, Any]) -> str:
+    optional = set(node.get("optional_fields", []))
+    parts = [f"{name} {kind}{'?' if name in optional else ''}"
+             for name, kind in node.get("fields", {}).items()]
+    parts += [f"{name} ?" for name in optional if name not in node.get("fields", {})]
+    return ", ".join(parts)
+
+
+def format_registry(doc: dict[str, Any]) -> str:
+    """The describe document as text: one line per event, one block per table."""
+    nodes = doc.get("nodes", [])
+    lines = [f"registry version {doc.get('version')}, {doc.get('node_count')} nodes"]
+    if not nodes:
+        lines.append("(empty: nothing registered)")
+    for node in nodes:
+        kind, name = node.get("kind"), node.get("name")
+        if kind == "event":
+            lines.append(f"event {name}: {_fields(node)}")
+            continue
+        upstreams = ", ".join(node.get("upstreams", []))
+        steps = " -> ".join(node.get("steps", []))
+        via = f" via {steps}" if steps else ""
+        if kind != "table":
+            lines.append(f"event {name} <- {upstreams}{via}")
+            continue
+        keys = ", ".join(node.get("keys", [])) or "global"
+        lines.append(f"table {name} [key: {keys}] <- {upstreams}{via}")
+        features = node.get("features", {})
+        width = max((len(f) for f in features), default=0)
+        for feature, spec in features.items():
+            params = ", ".join(f"{k}={json.dumps(v)}" for k, v in spec.get("params", {}).items())
+            window = spec.get("window") or "lifetime"
+            lines.append(f"  {feature:<{width}}  {spec.get('op')}({params})  {window}")
+    return "\n".join(lines) + "\n"
+
+
+# -- stats ---------------------------------------------------------------------------------
+
+
+def scrape(url: str, token: str | None) -> dict[str, float]:
+    """The admin ``/metrics`` as ``{series: value}`` (a series keeps its labels)."""
+    request = urllib.request.Request(url.rstrip("/") + "/metrics")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = None
+    if url.startswith("https://"):
+        ca = os.environ.get("BEAVA_CA")
+        context = ssl.create_default_context(cafile=ca or None)
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S, context=context) as reply:
+            text = reply.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        hint = " (the admin sidecar needs a token with the admin scope)" \
+            if exc.code in (401, 403) else ""
+        raise CommandFailed(f"{url}/metrics answered HTTP {exc.code}{hint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CommandFailed(f"cannot reach {url}: {reason}") from None
+    return parse_metrics(text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text exposition -> ``{"name{labels}": value}`` (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        try:
+            out[series] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def total(sample: dict[str, float], name: str) -> float:
+    """The sum of every series of metric ``name`` (all label sets)."""
+    return sum(v for k, v in sample.items() if k == name or k.startswith(name + "{"))
+
+
+# (column title, metric, rate?) of each column of `beava stats`
+COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("pushes", "beava_pushes_total", False),
+    ("push/s", "beava_pushes_total", True),
+    ("rejected", "beava_push_rejections_total", False),
+    ("rej/s", "beava_push_rejections_total", True),
+    ("replays", "beava_push_replays_total", False),
+    ("entities", "beava_entity_count_resident", False),
+    ("fsync/s", "beava_wal_fsyncs_total", True),
+    ("registry", "beava_registry_version", False),
+)
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 10_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 100_000:
+        return f"{value / 1000:.1f}K"
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def stat_lines(samples: Iterator[tuple[float, dict[str, float]]]) -> Iterator[str]:
+    """The header, then one line per ``(monotonic time, sample)``; a rate is the change
+    since the previous sample per second ("-" on the first line)."""
+    yield "  ".join(f"{title:>9}" for title, _, _ in COLUMNS)
+    previous: tuple[float, dict[str, float]] | None = None
+    for at, sample in samples:
+        cells = []
+        for _title, metric, rate in COLUMNS:
+            now = total(sample, metric)
+            if not rate:
+                cells.append(_cell(now))
+            elif previous is None or at <= previous[0]:
+                cells.append("-")
+            else:
+                per_second = (now - total(previous[1], metric)) / (at - previous[0])
+                cells.append(_cell(max(per_second, 0.0)))
+        yield "  ".join(f"{cell:>9}" for cell in cells)
+        previous = (at, sample)
+
+
+def run_stats(sample: Callable[[], dict[str, float]], interval: float, count: int,
+              out: TextIO) -> int:
+    def samples() -> Iterator[tuple[float, dict[str, float]]]:
+        taken = 0
+        while True:
+            yield time.monotonic(), sample()
+            taken += 1
+            if count and taken >= count:
+                return
+            time.sleep(interval)
+
+    for line in stat_lines(samples()):
+        out.write(line + "\n")
+        out.flush()
+    return 0

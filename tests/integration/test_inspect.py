@@ -1,0 +1,169 @@
+"""Looking inside a running server: `beava registry`, `beava get`, `beava stats`, and the
+metrics they read (rejections per event and code, entities per table)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import beava as bv
+from beava.cli import main
+from beava.cli_inspect import parse_metrics, stat_lines
+from tests.support import BeavaProcess, http_request
+
+
+@bv.event
+class Card:
+    user_id: str
+    merchant: str
+    amount: float
+
+
+@bv.table(key="user_id")
+def CardSpend(c: Card) -> bv.Table:
+    return c.group_by("user_id").agg(spend=bv.sum("amount"), n=bv.count(window="1h"))
+
+
+@bv.table(key=["user_id", "merchant"])
+def CardMerchant(c: Card) -> bv.Table:
+    return c.group_by("user_id", "merchant").agg(visits=bv.count())
+
+
+@pytest.fixture
+def loaded(clean_server: BeavaProcess) -> Iterator[BeavaProcess]:
+    with bv.App(f"tcp://{clean_server.addrs['tcp']}") as app:
+        app.register(Card, CardSpend, CardMerchant)
+        app.push("Card", {"user_id": "u1", "merchant": "cafe", "amount": 4.5})
+        app.push("Card", {"user_id": "u1", "merchant": "shop", "amount": 10.0})
+        app.push("Card", {"user_id": "u2", "merchant": "cafe", "amount": 1.0})
+    yield clean_server
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    from beava.cli_inspect import main as inspect_main
+
+    code = inspect_main(argv, out)
+    return code, out.getvalue()
+
+
+def metrics(server: BeavaProcess) -> dict[str, float]:
+    return parse_metrics(http_request(server.admin, "GET", "/metrics")[2].decode())
+
+
+def test_registry_command(loaded: BeavaProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["registry", "--url", loaded.http_url]) == 0
+    text = capsys.readouterr().out
+    assert "event Card: amount f64, merchant str, user_id str" in text
+    assert "table CardSpend [key: user_id] <- Card" in text
+    assert "table CardMerchant [key: user_id, merchant] <- Card" in text
+    assert "spend  sum(field=\"amount\")  lifetime" in text
+    assert "n      count()  1h" in text
+    code, out = run(["registry", "--json", "--url", f"tcp://{loaded.addrs['tcp']}"])
+    assert code == 0
+    doc = json.loads(out)
+    assert doc == json.loads(http_request(loaded.admin, "GET", "/registry")[2])
+
+
+def test_get_command(loaded: BeavaProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    tcp = f"tcp://{loaded.addrs['tcp']}"
+    assert run(["get", "CardSpend", "u1", "--url", tcp]) == (
+        0, json.dumps({"n": 2, "spend": 14.5}, indent=2) + "\n")
+    code, out = run(["get", "CardSpend", "u1", "--features", "spend", "--url", loaded.http_url])
+    assert (code, json.loads(out)) == (0, {"spend": 14.5})
+    assert json.loads(run(["get", "CardMerchant", "u1|cafe", "--url", tcp])[1]) == {"visits": 1}
+    assert json.loads(run(["get", "CardSpend", "nobody", "--url", tcp])[1]) == {}
+    capsys.readouterr()
+    assert run(["get", "CardSpnd", "u1", "--url", tcp])[0] == 1
+    err = capsys.readouterr().err
+    assert "error: [unknown_table]" in err and "did you mean 'CardSpend'?" in err
+
+
+def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["registry", "--url", "tcp://127.0.0.1:1"])[0] == 1
+    assert "error: cannot reach tcp://127.0.0.1:1" in capsys.readouterr().err
+    assert run(["stats", "--url", "http://127.0.0.1:1", "--count", "1"])[0] == 1
+    assert "error: cannot reach http://127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_tokens(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    reader, admin = "read-token-0000000001", "admin-token-000000003"
+    server = BeavaProcess(env={"BEAVA_AUTH_TOKENS": f"{reader}:read;{admin}:admin"})
+    try:
+        tcp, admin_url = f"tcp://{server.addrs['tcp']}", f"http://{server.addrs['admin']}"
+        monkeypatch.delenv("BEAVA_TOKEN", raising=False)
+        assert run(["registry", "--url", tcp])[0] == 1
+        assert "unauthenticated" in capsys.readouterr().err
+        assert run(["registry", "--url", tcp, "--token", reader])[0] == 0
+        assert run(["stats", "--url", admin_url, "--count", "1", "--token", reader])[0] == 1
+        assert "needs a token with the admin scope" in capsys.readouterr().err
+        monkeypatch.setenv("BEAVA_TOKEN", admin)  # the default token
+        code, out = run(["stats", "--url", admin_url, "--count", "1"])
+        assert code == 0 and len(out.splitlines()) == 2
+        assert run(["get", "Nothing", "--url", server.http_url])[0] == 1
+        assert "[unknown_table]" in capsys.readouterr().err
+    finally:
+        server.terminate()
+
+
+def test_stats_command_prints_live_rates(loaded: BeavaProcess) -> None:
+    admin = f"http://{loaded.addrs['admin']}"
+    code, out = run(["stats", "--url", admin, "--interval", "0.05", "--count", "3"])
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["pushes", "push/s", "rejected", "rej/s", "replays", "entities",
+                              "fsync/s", "registry"]
+    assert len(rows) == 3
+    first = rows[0].split()
+    assert first[1] == "-" and first[3] == "-"  # no rate before a second sample
+    assert first[5] == "5"  # 2 CardSpend + 3 CardMerchant rows
+    assert rows[2].split()[1] == "0"  # nothing pushed meanwhile
+
+
+def test_stat_lines_compute_rates() -> None:
+    samples = iter([(10.0, {"beava_pushes_total": 100.0}),
+                    (12.0, {"beava_pushes_total": 300.0,
+                            'beava_push_rejections_total{code="invalid_event",event="E"}': 4.0,
+                            'beava_push_rejections_total{code="x",event="F"}': 2.0})])
+    _, first, second = list(stat_lines(samples))
+    assert first.split()[:4] == ["100", "-", "0", "-"]
+    assert second.split()[:4] == ["300", "100", "6", "3"]
+
+
+def test_cli_subcommand_runs_as_a_program(loaded: BeavaProcess) -> None:
+    proc = subprocess.run([sys.executable, "-m", "beava", "get", "CardSpend", "u2", "--url",
+                           f"tcp://{loaded.addrs['tcp']}"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"n": 1, "spend": 1.0}
+
+
+def test_metrics_count_rejections_by_event_and_code(loaded: BeavaProcess) -> None:
+    before = metrics(loaded)
+    with bv.App(f"tcp://{loaded.addrs['tcp']}") as app:
+        for bad in ({"user_id": "u1", "merchant": "m", "amount": "1"},
+                    {"user_id": "u1", "merchant": "m"},
+                    {"user_id": "u1", "merchant": "m", "amount": 1.0, "extra": 1}):
+            with pytest.raises(bv.PushError):
+                app.push("Card", bad)
+        with pytest.raises(bv.PushError):
+            app.push("Nope-" + "x" * 20, {"a": 1})
+        out = app.push_many("Card", [{"user_id": "u3", "merchant": "m", "amount": 2.0},
+                                     {"user_id": 3}])
+        assert out["acks"] == 1
+    after = metrics(loaded)
+
+    def delta(event: str, code: str) -> float:
+        series = f'beava_push_rejections_total{{code="{code}",event="{event}"}}'
+        return after.get(series, 0.0) - before.get(series, 0.0)
+
+    assert delta("Card", "invalid_event") == 3.0
+    assert delta("Card", "unknown_field_v0") == 1.0
+    assert delta("<unregistered>", "event_not_found") == 1.0
+    assert after['beava_table_entities{table="CardSpend"}'] == 3.0
+    assert after['beava_table_entities{table="CardMerchant"}'] == 4.0
