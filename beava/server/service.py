@@ -293,21 +293,25 @@ class Service:
             raise err
         version = store.registry_version
         errors: list[dict[str, Any]] = []
-        by_store = [0, 0]  # acks and newest LSN of the bodies the push pass left to the store
+        # acks, newest LSN and dedupe replays of the bodies the push pass left to the store
+        by_store = [0, 0, 0]
 
         def fallback(index: int, fields: Any) -> None:
             try:
-                lsn = store.push(event, fields)[0]
+                lsn, _version, replay, _pending = store.push(event, fields)
             except BeavaError as err:
                 errors.append({"error": {"code": err.code, **err.fields}, "index": index})
                 return
             by_store[0] += 1
             by_store[1] = max(by_store[1], lsn)
+            by_store[2] += replay
 
         acks, newest = self.push_pass.push_bodies(event, request.bodies, fallback)
         acks += by_store[0]
         ack_lsn = max(newest, by_store[1]) if acks else None
-        return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors, "registry_version": version}
+        # "replays" (those of the acks that were dedupe replays) is an extension (docs/wire.md)
+        return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors,
+                "registry_version": version, "replays": by_store[2]}
 
     def _after_durable(self, reply: bytes) -> bytes | PendingReply:
         """``reply`` now if every accepted record is applied, else once it is."""

@@ -156,7 +156,7 @@ def test_push_many_bodies_mixed_with_errors_and_replays(server: BeavaProcess) ->
                                 {"user": "m", "amount": 4.0}]))
     (op, many), = replies(conn, 1)
     assert op == 0x0012
-    assert (many["acks"], many["ack_lsn"]) == (2, base + 2)
+    assert (many["acks"], many["ack_lsn"], many["replays"]) == (2, base + 2, 0)
     assert [(e["index"], e["error"]["code"]) for e in many["errors"]] == [
         (1, "invalid_event"), (2, "invalid_event"), (3, "unknown_field_v0")]
     conn.send(push_many("Pay", [{"id": "a", "user": "m", "amount": 1.0},
@@ -164,6 +164,7 @@ def test_push_many_bodies_mixed_with_errors_and_replays(server: BeavaProcess) ->
                                 {"id": "a", "user": "m", "amount": 1.0}]))
     (_, paid), = replies(conn, 1)
     assert (paid["acks"], paid["ack_lsn"], paid["errors"]) == (3, base + 4, [])
+    assert paid["replays"] == 1  # the third body repeats the first's dedupe key
     conn.send(get("Spend", "m") + get("Paid", "m"))
     (_, spend), (_, pay) = replies(conn, 2)
     assert (spend["n"], spend["total"]) == (3, 7.0)
