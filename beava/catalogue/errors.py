@@ -56,6 +56,9 @@ HTTP_STATUS: dict[str, int] = {
     "batch_too_large": 400,
     "invalid_scan": 400,  # extension: table scan (docs/wire.md)
     "scan_cursor_expired": 409,
+    # extensions: connection limits (docs/limits.md)
+    "too_many_connections": 503,
+    "request_timeout": 408,
 }
 
 

@@ -15,7 +15,9 @@ from types import MappingProxyType
 
 import httptools
 
+from beava.catalogue.errors import BeavaError
 from beava.protocol.connection import ServerConnection
+from beava.protocol.messages import encode_json
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
 
@@ -29,10 +31,14 @@ LOW_WATER = 1024 * 1024
 
 _REASONS = MappingProxyType({
     100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-    405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+    415: "Unsupported Media Type",
     500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"})
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+ERROR_HEADERS = (("Content-Type", "application/json"),)
+# After refusing a connection: how long its input is still read (and dropped) before close.
+REFUSE_LINGER_SECONDS = 1.0
 
 
 class HttpRequest:
@@ -75,14 +81,16 @@ class HttpProtocol(ServerConnection):
     """httptools callbacks assemble requests; each complete one is answered in order."""
 
     def __init__(self, respond: Responder, protocol_error: ProtocolErrorResponder,
-                 state: ServerState) -> None:
-        super().__init__(state)
+                 state: ServerState, *, limited: bool = True) -> None:
+        super().__init__(state, limited=limited)
         self._respond = respond
         self._protocol_error = protocol_error
         self._parser = httptools.HttpRequestParser(self)
         self._parked: deque[HttpRequest] = deque()  # parsed, answered once writes drain
         self._paused_by_writes = False
         self._unflushed = 0  # response bytes queued since the last write
+        self._began = False  # a request began in the bytes being parsed
+        self._in_message = False  # a request has begun and is not complete yet
         self._reset_message()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -138,13 +146,34 @@ class HttpProtocol(ServerConnection):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._began = False
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             if not self._closing:
                 self._out.append(self._protocol_error())
                 self._closing = True
+        self.received(self._began, self._in_message)
         self.flush_ready()
+
+    def refuse(self, err: BeavaError) -> None:
+        """Answer ``err`` (``Connection: close``), send FIN, then close after a moment in
+        which further input is read and dropped (closing with unread input would reset the
+        connection and could destroy the answer)."""
+        self._closing = True
+        self._parked.clear()
+        self._out.append(render_response(err.status, encode_json(err.body()),
+                                          ERROR_HEADERS, keep_alive=False))
+        transport = self._write_ready()
+        if transport is None:
+            return
+        transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSE_LINGER_SECONDS, transport.close)
+
+    def busy(self) -> bool:
+        return bool(self._parked) or self._paused_by_writes or super().busy()
 
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
@@ -169,6 +198,7 @@ class HttpProtocol(ServerConnection):
     # httptools callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._began = self._in_message = True
         self._reset_message()
 
     def on_url(self, url: bytes) -> None:
@@ -198,6 +228,7 @@ class HttpProtocol(ServerConnection):
             raise HttpLimitError("body too large")
 
     def on_message_complete(self) -> None:
+        self._in_message = False
         if self._closing:
             return
         keep_alive = self._parser.should_keep_alive()

@@ -84,7 +84,9 @@ class FramedTcpProtocol(ServerConnection):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        frames = self._splitter.feed(data)
+        splitter = self._splitter
+        frames = splitter.feed(data)
+        self.received(bool(frames), splitter.buffered > 0)
         if frames:
             if self._parked:  # never overtake frames that are still waiting
                 self._parked.extend(frames)
@@ -178,6 +180,15 @@ class FramedTcpProtocol(ServerConnection):
         self._parked.extend(frames)
         if self._transport is not None:
             self._transport.pause_reading()
+
+    def refuse(self, err: BeavaError) -> None:
+        """Answer ``err`` in an error frame, then close as after a framing error."""
+        self._out.append(error_frame(err))
+        self._fatal()
+        self.flush_ready()
+
+    def busy(self) -> bool:
+        return bool(self._parked) or self._paused_by_writes or super().busy()
 
     def _fatal(self) -> None:
         self._closing = True

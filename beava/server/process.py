@@ -21,7 +21,7 @@ from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpProtocol
-from beava.protocol.server_state import ServerState
+from beava.protocol.server_state import ConnectionLimits, ServerState
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server.config import Config, format_addr
 from beava.server.log_lines import LogLines
@@ -107,7 +107,8 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.state = ServerState(self.store)
+        self.state = ServerState(self.store, ConnectionLimits(
+            cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000))
         self.persistence = Persistence(cfg, self.store, log, self.crash,
                                        flush_replies=self.state.flush_dirty,
                                        on_pressure=self.state.intake.set)
@@ -188,7 +189,8 @@ class BeavaServer:
         factories = {
             "http": lambda: HttpProtocol(http.respond, http.protocol_error, state),
             "tcp": lambda: FramedTcpProtocol(frames, max_payload, state),
-            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, state),
+            "admin": lambda: HttpProtocol(self.admin, self.admin.protocol_error, state,
+                                          limited=False),
         }
         for name, sock in self.sockets.items():
             server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG)
