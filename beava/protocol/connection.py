@@ -63,6 +63,11 @@ class ServerConnection(asyncio.Protocol, ABC):
         return ((last is not None and last.data is None)
                 or (tag is not None and tag[0] > self.state.acks.applied_lsn))
 
+    def held_back(self) -> bool:
+        """True while a request still being evaluated holds back every later one."""
+        last = self._last_pending
+        return last is not None and last.holds_all and last.data is None
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         state = self.state

@@ -91,6 +91,7 @@ class HttpProtocol(ServerConnection):
         self._unflushed = 0  # response bytes queued since the last write
         self._began = False  # a request began in the bytes being parsed
         self._in_message = False  # a request has begun and is not complete yet
+        self._held_reading = False  # not read while a request is served in slices
         self._reset_message()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,7 +112,7 @@ class HttpProtocol(ServerConnection):
             self.flush_ready()
 
     def _resume_if_idle(self) -> None:
-        if not self._paused_by_writes and not self._parked:
+        if not self._paused_by_writes and not self._parked and not self.held_back():
             super()._resume_if_idle()
 
     def _answer(self, request: HttpRequest) -> None:
@@ -121,6 +122,9 @@ class HttpProtocol(ServerConnection):
         if type(response) is PendingReply and response.data is None:
             response.conn = self
             self._last_pending = response
+            if response.holds_all and self._transport is not None:
+                self._held_reading = True  # later requests wait for it (parked)
+                self._transport.pause_reading()
         elif type(response) is bytes:
             self._unflushed += len(response)
         self._out.append(response)
@@ -131,7 +135,7 @@ class HttpProtocol(ServerConnection):
     def _answer_parked(self, *, limited: bool) -> None:
         """Answer parked requests in order (``limited``: until writes pause again)."""
         parked = self._parked
-        while parked and not (limited and self._paused_by_writes):
+        while parked and not (limited and (self._paused_by_writes or self.held_back())):
             self._answer(parked.popleft())
 
     def _reset_message(self) -> None:
@@ -179,6 +183,13 @@ class HttpProtocol(ServerConnection):
         """Write the responses that are ready, in request order."""
         self._unflushed = 0
         transport = self._write_ready()
+        if self._held_reading and not self.held_back():
+            # the request served in slices is answered: the ones parked behind it now
+            self._held_reading = False
+            if not self._paused_by_writes:
+                self._answer_parked(limited=True)
+                transport = self._write_ready()
+            self._resume_if_idle()
         if transport is not None and self._closing and not self._out and not self._parked:
             transport.close()
 
@@ -235,7 +246,7 @@ class HttpProtocol(ServerConnection):
         request = HttpRequest(self._parser.get_method().decode("latin-1"),
                               self._url.decode("latin-1"), self._headers, bytes(self._body),
                               keep_alive)
-        if self._paused_by_writes or self._parked:
+        if self._paused_by_writes or self._parked or self.held_back():
             self._parked.append(request)
         else:
             self._answer(request)

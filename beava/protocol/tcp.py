@@ -157,6 +157,11 @@ class FramedTcpProtocol(ServerConnection):
                 reply.conn = self
                 self._last_pending = reply
                 pending = True
+                if reply.holds_all:  # evaluated in slices: what follows waits for it
+                    out.append(reply)
+                    if index < count:
+                        self._park(frames[index:])
+                    break
             out.append(reply)
         self.flush_ready()
 
@@ -170,7 +175,7 @@ class FramedTcpProtocol(ServerConnection):
             self._process(frames, deadline)
 
     def _waiting_for_pending(self) -> bool:
-        return self._parked[0][0] in STATE_READ_OPS and self.waiting()
+        return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
 
     def _resume_if_idle(self) -> None:
         if not self._paused_by_writes and not self._parked:

@@ -228,7 +228,9 @@ class BeavaServer:
             conn.stop_reading()
         # Answer every request already received: frames left for a later turn run now, and
         # a barrier applies the pushes that reads are waiting behind, until none is left.
+        self.service.finish_slices()
         while any([conn.drain() for conn in list(connections)]):
+            self.service.finish_slices()
             self.store.log.barrier()
             self.state.flush_dirty()
         self.persistence.shutdown()
