@@ -46,6 +46,7 @@ PUSH_MANY_LIMIT = 10_000
 BATCH_SLICE_SECONDS = 0.002
 # A body nested deeper than the decoder's recursion allows: far past MAX_VALUE_DEPTH.
 TOO_DEEP = "value nested too deep (at most 64 containers, docs/limits.md)"
+_TOO_DEEP_TO_DECODE = "body nested too deep to decode"
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
@@ -62,6 +63,8 @@ def _decode_read(ct: int, payload: bytes) -> Any:
         return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
     except messages.DECODE_ERRORS as exc:
         raise BeavaError("internal_error", reason=str(exc)) from None
+    except RecursionError:  # nested past what the decoder follows: undecodable too
+        raise BeavaError("internal_error", reason=_TOO_DEEP_TO_DECODE) from None
 
 
 def _read_frame(command: str, ct: int, value: Any) -> bytes:
@@ -243,7 +246,7 @@ class Service:
             raise BeavaError("test_mode_required", reason=TEST_CLOCK_FORBIDDEN_REASON)
         try:
             body = messages.json_any(payload)
-        except messages.DECODE_ERRORS:
+        except (*messages.DECODE_ERRORS, RecursionError):
             body = None
         if not isinstance(body, dict) or "now_ms" not in body:
             raise BeavaError("invalid_test_clock",
@@ -312,6 +315,8 @@ class Service:
                        else messages.push_many_msgpack(payload))
         except messages.DECODE_ERRORS as exc:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
+        except RecursionError:
+            raise BeavaError("invalid_push_many", top=top, message=_TOO_DEEP_TO_DECODE) from None
         count = len(request.bodies)
         if count > PUSH_MANY_LIMIT:
             raise BeavaError("batch_too_large", top=top, count=count, limit=PUSH_MANY_LIMIT,

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from beava._fast.frame_splitter import encode_frame
+from beava.catalogue.errors import BeavaError
 from beava.durability.group_commit import Batch, Callback
 from beava.engine.store import FeatureStore
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
@@ -27,6 +28,7 @@ from beava_client.opcodes import (
     OP_GET,
     OP_GET_RESPONSE,
     OP_PUSH,
+    OP_PUSH_MANY,
 )
 
 REGISTER = json.dumps({"nodes": [
@@ -252,3 +254,24 @@ async def test_a_sliced_batch_starts_over_after_a_registry_change_and_finishes_o
     wire.service.finish_slices()
     assert reply.data is not None and wire.service.sliced == set()
     assert json.loads(reply.data[7:])["results"][0] == {}
+
+
+def test_bodies_nested_past_the_decoder_answer_their_own_errors() -> None:
+    # the decoder's RecursionError escaped as 500 "RecursionError: maximum recursion depth"
+    wire = Wire()
+    deep = {CT_JSON: b'{"k":' * 5000 + b"null" + b"}" * 5000,
+            CT_MSGPACK: b"\x81\xa1k" * 5000 + b"\xc0"}
+    for op in (OP_GET, OP_BATCH_GET):
+        for ct, payload in deep.items():
+            with pytest.raises(BeavaError) as info:
+                wire.frames.routes[op][1](ct, payload)
+            assert info.value.code == "internal_error"
+            assert info.value.fields["reason"] == "body nested too deep to decode"
+    bodies = b'{"event": "E", "bodies": [' + deep[CT_JSON] + b"]}"
+    with pytest.raises(BeavaError) as info:
+        wire.frames.routes[OP_PUSH_MANY][1](CT_JSON, bodies)
+    assert info.value.code == "invalid_push_many"
+    reply = wire.http.respond(HttpRequest("POST", "/test/clock", {}, deep[CT_JSON], True))
+    head, body = _http_body(reply)
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["error"]["code"] == "invalid_test_clock"

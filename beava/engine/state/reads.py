@@ -150,12 +150,14 @@ class BatchGet:
 
     def run(self, deadline: float | None) -> bool:
         steps = (self._shape, self._resolve, self._row)
+        done = 0  # entries done in this call: a batch of a few never waits for a next one
         while self._pass < 3:
             items = (self._requests, self._entries, self._resolved)[self._pass]
             step = steps[self._pass]
             index, count = self._index, len(items)
             while index < count:
                 stop = count if deadline is None else min(count, index + _CHECK_EVERY)
+                done += stop - index
                 while index < stop:
                     step(items[index])
                     index += 1
@@ -164,7 +166,7 @@ class BatchGet:
                     return False
             self._pass += 1
             self._index = 0
-            if deadline is not None and perf_counter() > deadline:
+            if deadline is not None and done >= _CHECK_EVERY and perf_counter() > deadline:
                 return self._pass == 3
         return True
 
