@@ -28,6 +28,7 @@ class ServerConnection(asyncio.Protocol, ABC):
         self._counted = False
         self._last_read = 0.0  # loop time of the last bytes received (or of the connect)
         self._request_since: float | None = None  # first byte of an incomplete request
+        self._stalled_since: float | None = None  # replies not taken by the peer since
         self._transport: asyncio.Transport | None = None
         self._out: deque[Queued] = deque()
         self._last_pending: PendingReply | None = None
@@ -100,13 +101,22 @@ class ServerConnection(asyncio.Protocol, ABC):
         """The request and idle timeouts (``ServerState`` sweeps call this)."""
         if not self._limited or self._closing or self._transport is None:
             return
+        limits = self.state.limits
+        if self.writes_paused():  # the peer takes none of its replies
+            if self._stalled_since is None:
+                self._stalled_since = now
+            elif 0 < limits.idle_timeout_s <= now - self._stalled_since:
+                self._closing = True
+                self._transport.abort()  # its unsent replies go: it was not reading them
+                return
+        else:
+            self._stalled_since = None
         if self.state.intake.shut or self.busy():
             # the server, not the client, holds things up: both clocks start again
             self._last_read = now
             if self._request_since is not None:
                 self._request_since = now
             return
-        limits = self.state.limits
         since = self._request_since
         if since is not None:
             if 0 < limits.request_timeout_s <= now - since:
@@ -120,6 +130,10 @@ class ServerConnection(asyncio.Protocol, ABC):
     def busy(self) -> bool:
         """True while replies are queued or requests wait to be answered."""
         return bool(self._out) or self.waiting()
+
+    def writes_paused(self) -> bool:
+        """True while the transport holds more unsent replies than its high-water mark."""
+        return False
 
     @abstractmethod
     def refuse(self, err: BeavaError) -> None:

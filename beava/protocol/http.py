@@ -179,6 +179,9 @@ class HttpProtocol(ServerConnection):
     def busy(self) -> bool:
         return bool(self._parked) or self._paused_by_writes or super().busy()
 
+    def writes_paused(self) -> bool:
+        return self._paused_by_writes
+
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
         self._unflushed = 0

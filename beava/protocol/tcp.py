@@ -195,6 +195,9 @@ class FramedTcpProtocol(ServerConnection):
     def busy(self) -> bool:
         return bool(self._parked) or self._paused_by_writes or super().busy()
 
+    def writes_paused(self) -> bool:
+        return self._paused_by_writes
+
     def _fatal(self) -> None:
         self._closing = True
         self._close_after = True

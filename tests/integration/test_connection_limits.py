@@ -11,7 +11,8 @@ import socket
 import struct
 import time
 
-from beava_client.opcodes import OP_ERROR, OP_PING
+from beava_client.opcodes import OP_ERROR, OP_GET, OP_PING
+from tests.register_payloads import table_node
 from tests.support import BeavaProcess, FrameConn, frame, http_request
 
 
@@ -121,5 +122,44 @@ def test_connections_over_the_cap_are_refused_cleanly() -> None:
         for conn in held:
             assert conn.request(OP_PING)[0] == OP_PING
             conn.close()
+    finally:
+        assert server.terminate() == 0
+
+
+def test_a_client_that_never_reads_its_replies_is_dropped_after_the_idle_timeout() -> None:
+    server = BeavaProcess(env={"BEAVA_IDLE_TIMEOUT_MS": "1000"})
+    try:
+        register = {"nodes": [
+            {"kind": "event", "name": "E",
+             "schema": {"fields": {"user": "str"}, "optional_fields": ["j"]}},
+            table_node({"last_j": {"op": "last", "params": {"field": "j"}}}, name="T",
+                       up="E")]}
+        status, _, raw = http_request(server.http, "POST", "/register",
+                                      json.dumps(register).encode(),
+                                      {"Content-Type": "application/json"})
+        assert status == 200, raw
+        status, _, raw = http_request(server.http, "POST", "/push/E", json.dumps(
+            {"user": "u1", "j": "x" * 1_000_000}).encode(),
+                                      {"Content-Type": "application/json"})
+        assert status == 200, raw
+        greedy = socket.socket()
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        greedy.connect(server.tcp)
+        replies = 200  # about 200 MB of replies, of which it reads none for a while
+        greedy.sendall(frame(OP_GET, 1, b'{"table": "T", "key": "u1"}') * replies)
+        time.sleep(3)
+        # the server dropped it with its unsent replies: far fewer bytes arrive, then the end
+        greedy.settimeout(10)
+        received = 0
+        try:
+            while chunk := greedy.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        greedy.close()
+        assert received < replies * 1_000_000 // 2, received
+        other = FrameConn(server.tcp)
+        assert other.request(OP_PING)[0] == OP_PING
+        other.close()
     finally:
         assert server.terminate() == 0
