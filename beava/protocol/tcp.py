@@ -91,6 +91,9 @@ class FramedTcpProtocol(ServerConnection):
             if self._parked:  # never overtake frames that are still waiting
                 self._parked.extend(frames)
                 return
+            if self.held_back():  # nor a request still evaluated in slices
+                self._park(frames)
+                return
             self._process(frames, time.perf_counter() + TURN_SECONDS)
 
     def _process(self, frames: list[Frame], deadline: float | None = None) -> None:

@@ -63,8 +63,9 @@ def test_other_clients_are_answered_while_a_huge_batch_get_is_served() -> None:
                 time.sleep(0.01)
             # behind the batch on the same connection: a push, then a read of it
             sent = time.monotonic()
-            conn.send(frame(OP_BATCH_GET, 1, batch)
-                      + frame(OP_PUSH, 1, b'{"event": "E", "body": {"user": "u3", "x": 1}}')
+            conn.send(frame(OP_BATCH_GET, 1, batch))
+            time.sleep(0.05)  # arriving in a later read, while the batch is in its slices
+            conn.send(frame(OP_PUSH, 1, b'{"event": "E", "body": {"user": "u3", "x": 1}}')
                       + frame(OP_GET, 1, b'{"table": "T", "key": "u3"}'))
             reply = conn.recv_frame()
             done = time.monotonic()
@@ -125,8 +126,9 @@ def test_http_requests_behind_a_sliced_batch_wait_for_it() -> None:
         assert status == 200, raw
         batch = json.dumps({"requests": [{"table": "T", "key": "u3"}] * KEYS}).encode()
         sock = socket.create_connection(server.http, timeout=60)
-        sock.sendall(_post("/batch_get", batch) + _post("/push/E", b'{"user": "u3", "x": 1}')
-                     + _post("/get", b'{"table": "T", "key": "u3"}'))
+        sock.sendall(_post("/batch_get", batch) + _post("/push/E", b'{"user": "u3", "x": 1}'))
+        time.sleep(0.05)  # in a later read, while the batch is in its slices
+        sock.sendall(_post("/get", b'{"table": "T", "key": "u3"}'))
         (s1, batch_reply), (s2, _), (s3, get_reply) = _read_responses(sock, 3)
         sock.close()
         assert (s1, s2, s3) == (200, 200, 200)
