@@ -15,6 +15,10 @@ environment variables (command line > environment > YAML > defaults):
   BEAVA_TCP_HOST, BEAVA_TCP_PORT   framed-TCP host and port
   BEAVA_ADMIN_ADDR             admin sidecar address (IP:PORT)
   BEAVA_TCP_MAX_FRAME_BYTES    TCP payload limit (default 4194304)
+  BEAVA_MAX_CONNECTIONS        data-plane connections open at once (default 4096, 0 = no cap)
+  BEAVA_REQUEST_TIMEOUT_MS     time to send one whole request (default 30000, 0 = none)
+  BEAVA_IDLE_TIMEOUT_MS        close connections idle, or not reading their replies, this
+                               long (default 300000, 0 = never)
   BEAVA_LOG_LEVEL              trace, debug, info, warn, error
   BEAVA_TEST_MODE=1            enable reset
   BEAVA_MEMORY_GOV_ENFORCE=0   allow unbounded lifetime operators

@@ -4,8 +4,11 @@
 ``EventChecker`` is compiled once per event schema at register time. ``check(fields)``
 walks the pushed map once: control characters in keys and strings at any depth, undeclared
 fields, defaults, required fields and their types, and integers beyond 64 bits (widened to
-float). It returns None when the body is accepted, else the error code.
+float; one beyond the range of a double is not storable). It returns None when the body is
+accepted, else the error code.
 """
+
+from datetime import datetime
 
 from msgspec.msgpack import Ext
 
@@ -54,7 +57,9 @@ cdef bint str_has_control(str s):
 
 # What a scan of a value found: nothing, a value that cannot be stored (invalid_event), or
 # a control character (which wins: it is checked first). Not storable: a MessagePack
-# extension (spec/wire.md §2.3); a map key that is not a string (MessagePack allows any:
+# extension (spec/wire.md §2.3), the timestamp extension (-1) included, which msgspec
+# decodes to a datetime; an integer beyond 64 bits that no double can hold (the spec widens
+# such integers to float; 10**400 has no float); a map key that is not a string (MessagePack allows any:
 # JSON replies and dedupe keys could not render it); containers nested deeper than
 # MAX_VALUE_DEPTH (replay, snapshots and reads walk values recursively).
 cdef enum:
@@ -65,6 +70,19 @@ cdef enum:
 # Containers inside one field value: {"a": [1]} is depth 2 (docs/limits.md).
 cdef enum:
     MAX_VALUE_DEPTH = 64
+
+
+cdef bint int_unstorable(object value) except -1:
+    """An int outside signed 64-bit that no finite double holds (its widening would fail)."""
+    cdef int overflow = 0
+    PyLong_AsLongLongAndOverflow(value, &overflow)
+    if not overflow:
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 cdef int scan_value(object value, int depth) except -1:
@@ -82,7 +100,9 @@ cdef int scan_value(object value, int depth) except -1:
             if found == SCAN_CONTROL:
                 break
         return found
-    if t is Ext:
+    if t is int:
+        return SCAN_INVALID if int_unstorable(value) else SCAN_CLEAN
+    if t is Ext or t is datetime:
         return SCAN_INVALID
     return SCAN_CLEAN
 
@@ -170,7 +190,7 @@ cdef class EventChecker:
         cdef bint undeclared = False
         cdef bint event_time = False
         cdef bint widen = False
-        cdef bint unstorable = False  # an extension, a non-string key, too deep
+        cdef bint unstorable = False  # an extension, a non-string key, too deep, 1e400
         cdef int overflow = 0
         cdef int scanned
         cdef int code
@@ -186,12 +206,13 @@ cdef class EventChecker:
                     return "control_character_in_string"
                 unstorable = unstorable or scanned == SCAN_INVALID
                 widen = True
-            elif t is Ext:
+            elif t is Ext or t is datetime:
                 unstorable = True
             elif t is int:
                 PyLong_AsLongLongAndOverflow(<object>val, &overflow)
                 if overflow:
                     widen = True
+                    unstorable = unstorable or int_unstorable(<object>val)
             if type(<object>key) is str:
                 if str_has_control(<str><object>key):
                     return "control_character_in_string"

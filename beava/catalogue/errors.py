@@ -68,6 +68,9 @@ HTTP_STATUS: dict[str, int] = {
     "backfill_tail_unapplicable": 409,
     "backfill_too_large": 413,
     "aggregation_field_not_numeric": 400,  # extension: a numeric operator over a str field
+    # extensions: connection limits (docs/limits.md)
+    "too_many_connections": 503,
+    "request_timeout": 408,
 }
 
 

@@ -10,9 +10,11 @@ replies behind it (``beava.protocol.reply_slots``).
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 
+from beava.catalogue.errors import BeavaError
 from beava.protocol.reply_slots import PendingReply, Queued, take_ready
 from beava.protocol.server_state import ServerState
 
@@ -20,8 +22,13 @@ from beava.protocol.server_state import ServerState
 class ServerConnection(asyncio.Protocol, ABC):
     """Base of the connection protocols: connection-set membership, reply queue, stop."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, *, limited: bool = True) -> None:
         self.state = state
+        self._limited = limited  # counts against state.limits.max_connections
+        self._counted = False
+        self._last_read = 0.0  # loop time of the last bytes received (or of the connect)
+        self._request_since: float | None = None  # first byte of an incomplete request
+        self._stalled_since: float | None = None  # replies not taken by the peer since
         self._transport: asyncio.Transport | None = None
         self._out: deque[Queued] = deque()
         self._last_pending: PendingReply | None = None
@@ -57,11 +64,80 @@ class ServerConnection(asyncio.Protocol, ABC):
         return ((last is not None and last.data is None)
                 or (tag is not None and tag[0] > self.state.acks.applied_lsn))
 
+    def held_back(self) -> bool:
+        """True while a request still being evaluated holds back every later one."""
+        last = self._last_pending
+        return last is not None and last.holds_all and last.data is None
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self.state.connections.add(self)
-        if self.state.intake.shut:
+        state = self.state
+        state.connections.add(self)
+        limits = state.limits
+        if self._limited:
+            self._last_read = time.monotonic()
+            state.start_sweeps()
+            if 0 < limits.max_connections <= state.counted:
+                self._closing = True
+                transport.pause_reading()  # type: ignore[attr-defined]
+                self.refuse(BeavaError("too_many_connections", limit=limits.max_connections))
+                return
+            state.counted += 1
+            self._counted = True
+        if state.intake.shut:
             transport.pause_reading()  # type: ignore[attr-defined]
+
+    def received(self, request_started: bool, request_open: bool) -> None:
+        """After bytes arrived: ``request_started`` when a request began in them,
+        ``request_open`` while one is still incomplete (the request timeout runs from its
+        first byte)."""
+        now = self._last_read = time.monotonic()
+        if not request_open:
+            self._request_since = None
+        elif request_started or self._request_since is None:
+            self._request_since = now
+
+    def check_timeouts(self, now: float) -> None:
+        """The request and idle timeouts (``ServerState`` sweeps call this)."""
+        if not self._limited or self._closing or self._transport is None:
+            return
+        limits = self.state.limits
+        if self.writes_paused():  # the peer takes none of its replies
+            if self._stalled_since is None:
+                self._stalled_since = now
+            elif 0 < limits.idle_timeout_s <= now - self._stalled_since:
+                self._closing = True
+                self._transport.abort()  # its unsent replies go: it was not reading them
+                return
+        else:
+            self._stalled_since = None
+        if self.state.intake.shut or self.busy():
+            # the server, not the client, holds things up: both clocks start again
+            self._last_read = now
+            if self._request_since is not None:
+                self._request_since = now
+            return
+        since = self._request_since
+        if since is not None:
+            if 0 < limits.request_timeout_s <= now - since:
+                self._closing = True
+                self.refuse(BeavaError(
+                    "request_timeout", limit_ms=int(limits.request_timeout_s * 1000),
+                    message="request not complete within the request timeout"))
+        elif 0 < limits.idle_timeout_s <= now - self._last_read:
+            self.close()
+
+    def busy(self) -> bool:
+        """True while replies are queued or requests wait to be answered."""
+        return bool(self._out) or self.waiting()
+
+    def writes_paused(self) -> bool:
+        """True while the transport holds more unsent replies than its high-water mark."""
+        return False
+
+    @abstractmethod
+    def refuse(self, err: BeavaError) -> None:
+        """Answer ``err`` and close (a connection over the cap, a request too slow)."""
 
     def pause_intake(self) -> None:
         if self._transport is not None and not self._closing:
@@ -77,6 +153,9 @@ class ServerConnection(asyncio.Protocol, ABC):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)
+        if self._counted:
+            self._counted = False
+            self.state.counted -= 1
         self._transport = None
 
     def stop_reading(self) -> None:

@@ -15,7 +15,9 @@ from types import MappingProxyType
 
 import httptools
 
+from beava.catalogue.errors import BeavaError
 from beava.protocol.connection import ServerConnection
+from beava.protocol.messages import encode_json
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
 
@@ -30,10 +32,14 @@ LOW_WATER = 1024 * 1024
 _REASONS = MappingProxyType({
     401: "Unauthorized",
     100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-    405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+    415: "Unsupported Media Type",
     500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"})
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+ERROR_HEADERS = (("Content-Type", "application/json"),)
+# After refusing a connection: how long its input is still read (and dropped) before close.
+REFUSE_LINGER_SECONDS = 1.0
 
 
 class HttpRequest:
@@ -76,14 +82,17 @@ class HttpProtocol(ServerConnection):
     """httptools callbacks assemble requests; each complete one is answered in order."""
 
     def __init__(self, respond: Responder, protocol_error: ProtocolErrorResponder,
-                 state: ServerState) -> None:
-        super().__init__(state)
+                 state: ServerState, *, limited: bool = True) -> None:
+        super().__init__(state, limited=limited)
         self._respond = respond
         self._protocol_error = protocol_error
         self._parser = httptools.HttpRequestParser(self)
         self._parked: deque[HttpRequest] = deque()  # parsed, answered once writes drain
         self._paused_by_writes = False
         self._unflushed = 0  # response bytes queued since the last write
+        self._began = False  # a request began in the bytes being parsed
+        self._in_message = False  # a request has begun and is not complete yet
+        self._held_reading = False  # not read while a request is served in slices
         self._reset_message()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -104,7 +113,7 @@ class HttpProtocol(ServerConnection):
             self.flush_ready()
 
     def _resume_if_idle(self) -> None:
-        if not self._paused_by_writes and not self._parked:
+        if not self._paused_by_writes and not self._parked and not self.held_back():
             super()._resume_if_idle()
 
     def _answer(self, request: HttpRequest) -> None:
@@ -114,6 +123,9 @@ class HttpProtocol(ServerConnection):
         if type(response) is PendingReply and response.data is None:
             response.conn = self
             self._last_pending = response
+            if response.holds_all and self._transport is not None:
+                self._held_reading = True  # later requests wait for it (parked)
+                self._transport.pause_reading()
         elif type(response) is bytes:
             self._unflushed += len(response)
         self._out.append(response)
@@ -124,7 +136,7 @@ class HttpProtocol(ServerConnection):
     def _answer_parked(self, *, limited: bool) -> None:
         """Answer parked requests in order (``limited``: until writes pause again)."""
         parked = self._parked
-        while parked and not (limited and self._paused_by_writes):
+        while parked and not (limited and (self._paused_by_writes or self.held_back())):
             self._answer(parked.popleft())
 
     def _reset_message(self) -> None:
@@ -139,18 +151,49 @@ class HttpProtocol(ServerConnection):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._began = False
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             if not self._closing:
                 self._out.append(self._protocol_error())
                 self._closing = True
+        self.received(self._began, self._in_message)
         self.flush_ready()
+
+    def refuse(self, err: BeavaError) -> None:
+        """Answer ``err`` (``Connection: close``), send FIN, then close after a moment in
+        which further input is read and dropped (closing with unread input would reset the
+        connection and could destroy the answer)."""
+        self._closing = True
+        self._parked.clear()
+        self._out.append(render_response(err.status, encode_json(err.body()),
+                                          ERROR_HEADERS, keep_alive=False))
+        transport = self._write_ready()
+        if transport is None:
+            return
+        transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSE_LINGER_SECONDS, transport.close)
+
+    def busy(self) -> bool:
+        return bool(self._parked) or self._paused_by_writes or super().busy()
+
+    def writes_paused(self) -> bool:
+        return self._paused_by_writes
 
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
         self._unflushed = 0
         transport = self._write_ready()
+        if self._held_reading and not self.held_back():
+            # the request served in slices is answered: the ones parked behind it now
+            self._held_reading = False
+            if not self._paused_by_writes:
+                self._answer_parked(limited=True)
+                transport = self._write_ready()
+            self._resume_if_idle()
         if transport is not None and self._closing and not self._out and not self._parked:
             transport.close()
 
@@ -170,6 +213,7 @@ class HttpProtocol(ServerConnection):
     # httptools callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._began = self._in_message = True
         self._reset_message()
 
     def on_url(self, url: bytes) -> None:
@@ -199,13 +243,14 @@ class HttpProtocol(ServerConnection):
             raise HttpLimitError("body too large")
 
     def on_message_complete(self) -> None:
+        self._in_message = False
         if self._closing:
             return
         keep_alive = self._parser.should_keep_alive()
         request = HttpRequest(self._parser.get_method().decode("latin-1"),
                               self._url.decode("latin-1"), self._headers, bytes(self._body),
                               keep_alive)
-        if self._paused_by_writes or self._parked:
+        if self._paused_by_writes or self._parked or self.held_back():
             self._parked.append(request)
         else:
             self._answer(request)

@@ -27,12 +27,15 @@ class PendingReply:
     """A reply slot. ``payload`` is what ``fire()`` resolves it with (set before the
     callback can run: durable batches complete on a later loop turn)."""
 
-    __slots__ = ("data", "conn", "payload")
+    __slots__ = ("data", "conn", "payload", "holds_all")
 
-    def __init__(self) -> None:
+    def __init__(self, holds_all: bool = False) -> None:
         self.data: bytes | None = None
         self.conn: ServerConnection | None = None  # set when the connection queues it
         self.payload = b""
+        # A request still being evaluated (a BATCH_GET served in slices): no later request
+        # of its connection is evaluated before it is resolved (spec/wire.md §2.6).
+        self.holds_all = holds_all
 
     def fire(self) -> None:
         self.resolve(self.payload)

@@ -90,21 +90,64 @@ class TurnScheduler:
             asyncio.get_running_loop().call_soon(self._round)
 
 
+class ConnectionLimits:
+    """Limits on client connections (docs/limits.md); 0 switches one off.
+
+    ``max_connections``: data-plane connections (HTTP and framed TCP together; the admin
+    sidecar is not counted) open at once; one more is answered ``too_many_connections``
+    and closed. ``request_timeout_s``: time from the first byte of a request (an HTTP
+    request line, a frame's header) to its last; a request still incomplete then is
+    answered ``request_timeout`` and the connection closed (a slowloris client). The clock
+    stops while the server itself does not read the connection. ``idle_timeout_s``: a
+    connection with nothing received, buffered or owed for that long is closed."""
+
+    __slots__ = ("max_connections", "request_timeout_s", "idle_timeout_s")
+
+    def __init__(self, max_connections: int = 0, request_timeout_s: float = 0.0,
+                 idle_timeout_s: float = 0.0) -> None:
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+
+    def sweep_interval(self) -> float:
+        """How often the timeouts are checked: a quarter of the shorter one, 1 s at most."""
+        timeouts = [t for t in (self.request_timeout_s, self.idle_timeout_s) if t > 0]
+        return min(1.0, min(timeouts) / 4) if timeouts else 0.0
+
+
 class ServerState:
     """The open connections (shutdown walks them), the connections whose deferred replies
     were resolved since the last flush, the connections with replies held by an LSN tag,
-    where acknowledgements are released from (``acks``), the intake gate and the turn
-    scheduler."""
+    where acknowledgements are released from (``acks``), the intake gate, the turn
+    scheduler, and the connection limits with the count of connections they cap."""
 
-    __slots__ = ("connections", "dirty", "held", "acks", "intake", "turns")
+    __slots__ = ("connections", "dirty", "held", "acks", "intake", "turns", "limits",
+                 "counted", "_sweeping")
 
-    def __init__(self, acks: AckSource | None = None) -> None:
+    def __init__(self, acks: AckSource | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.connections: set[ServerConnection] = set()
         self.dirty: list[ServerConnection] = []  # appended by PendingReply.resolve
         self.held: list[ServerConnection] = []  # appended by ServerConnection.hold
         self.acks: AckSource = acks if acks is not None else NoAcks()
         self.intake = IntakeGate(self.connections)
         self.turns = TurnScheduler()
+        self.limits = limits if limits is not None else ConnectionLimits()
+        self.counted = 0  # connections that count against limits.max_connections
+        self._sweeping = False
+
+    def start_sweeps(self) -> None:
+        """Check the connection timeouts periodically from now on (once per server)."""
+        interval = self.limits.sweep_interval()
+        if interval > 0 and not self._sweeping:
+            self._sweeping = True
+            asyncio.get_running_loop().call_later(interval, self._sweep, interval)
+
+    def _sweep(self, interval: float) -> None:
+        now = time.monotonic()
+        for conn in list(self.connections):
+            conn.check_timeouts(now)
+        asyncio.get_running_loop().call_later(interval, self._sweep, interval)
 
     def flush_dirty(self) -> None:
         """Write every connection's replies that became ready (after a durable batch):

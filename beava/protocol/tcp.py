@@ -84,10 +84,15 @@ class FramedTcpProtocol(ServerConnection):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        frames = self._splitter.feed(data)
+        splitter = self._splitter
+        frames = splitter.feed(data)
+        self.received(bool(frames), splitter.buffered > 0)
         if frames:
             if self._parked:  # never overtake frames that are still waiting
                 self._parked.extend(frames)
+                return
+            if self.held_back():  # nor a request still evaluated in slices
+                self._park(frames)
                 return
             self._process(frames, time.perf_counter() + TURN_SECONDS)
 
@@ -161,6 +166,11 @@ class FramedTcpProtocol(ServerConnection):
                 reply.conn = self
                 self._last_pending = reply
                 pending = True
+                if reply.holds_all:  # evaluated in slices: what follows waits for it
+                    out.append(reply)
+                    if index < count:
+                        self._park(frames[index:])
+                    break
             out.append(reply)
         self.flush_ready()
 
@@ -174,7 +184,7 @@ class FramedTcpProtocol(ServerConnection):
             self._process(frames, deadline)
 
     def _waiting_for_pending(self) -> bool:
-        return self._parked[0][0] in STATE_READ_OPS and self.waiting()
+        return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
 
     def _resume_if_idle(self) -> None:
         if not self._paused_by_writes and not self._parked:
@@ -189,6 +199,18 @@ class FramedTcpProtocol(ServerConnection):
         """Read nothing more; close once the replies queued so far are written (a
         connection refused for good, e.g. by access control)."""
         self._fatal()
+
+    def refuse(self, err: BeavaError) -> None:
+        """Answer ``err`` in an error frame, then close as after a framing error."""
+        self._out.append(error_frame(err))
+        self._fatal()
+        self.flush_ready()
+
+    def busy(self) -> bool:
+        return bool(self._parked) or self._paused_by_writes or super().busy()
+
+    def writes_paused(self) -> bool:
+        return self._paused_by_writes
 
     def _fatal(self) -> None:
         self._closing = True

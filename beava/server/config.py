@@ -34,6 +34,9 @@ class Config:
     memory_only: bool = False
     memory_governance_enforce: bool = True
     max_frame_bytes: int = 4_194_304
+    max_connections: int = 4096
+    request_timeout_ms: int = 30_000
+    idle_timeout_ms: int = 300_000
     wal_dir: str = "./beava-wal"
     snapshot_dir: str = "./beava-snapshots"
     wal_sync_mode: str = "strict"
@@ -112,6 +115,7 @@ _YAML_SCHEMA: dict[str, Any] = {
     "listen_addr": str, "admin_addr": str, "log_level": str, "test_mode": bool,
     "memory_only": bool, "memory_governance_enforce": bool,
     "tcp": {"enabled": bool, "host": str, "port": int, "max_frame_bytes": int},
+    "connections": {"max": int, "request_timeout_ms": int, "idle_timeout_ms": int},
     "durability": {
         "wal_dir": str, "snapshot_dir": str, "wal_sync_mode": str, "wal_tick_ms": int,
         "wal_fsync_bytes": int, "wal_segment_bytes": int, "wal_fsync_interval_ms": int,
@@ -233,6 +237,11 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
     if "max_frame_bytes" in tcp:
         cfg.max_frame_bytes = r.clamp("tcp.max_frame_bytes", tcp["max_frame_bytes"], 1,
                                       2**32 - 4)
+    conns = doc.get("connections") or {}
+    for key, attr in (("max", "max_connections"), ("request_timeout_ms", "request_timeout_ms"),
+                      ("idle_timeout_ms", "idle_timeout_ms")):
+        if key in conns:
+            setattr(cfg, attr, r.clamp(f"connections.{key}", conns[key], 0, None))
     dur = doc.get("durability") or {}
     cfg.wal_dir = dur.get("wal_dir", cfg.wal_dir)
     cfg.snapshot_dir = dur.get("snapshot_dir", cfg.snapshot_dir)
@@ -321,6 +330,14 @@ def _apply_env(cfg: Config, r: _Resolver, env: Mapping[str, str]) -> None:
         if frame < 1:
             raise ConfigError("invalid BEAVA_TCP_MAX_FRAME_BYTES: must be >= 1")
         cfg.max_frame_bytes = frame
+    for var, attr in (("BEAVA_MAX_CONNECTIONS", "max_connections"),
+                      ("BEAVA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+                      ("BEAVA_IDLE_TIMEOUT_MS", "idle_timeout_ms")):
+        value = r.env_int_strict(env, var)
+        if value is not None:
+            if value < 0:
+                raise ConfigError(f"invalid {var}: must be >= 0 (0 = no limit)")
+            setattr(cfg, attr, value)
     if "BEAVA_LOG_LEVEL" in env:
         cfg.log_level = _level(env["BEAVA_LOG_LEVEL"], "BEAVA_LOG_LEVEL")
     if "BEAVA_TEST_MODE" in env:

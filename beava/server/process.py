@@ -23,7 +23,7 @@ from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpProtocol
-from beava.protocol.server_state import ServerState
+from beava.protocol.server_state import ConnectionLimits, ServerState
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server.config import Config, format_addr
 from beava.server.log_lines import LogLines
@@ -110,7 +110,8 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.state = ServerState(self.store)
+        self.state = ServerState(self.store, ConnectionLimits(
+            cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000))
         self.persistence = Persistence(cfg, self.store, log, self.crash,
                                        flush_replies=self.state.flush_dirty,
                                        on_pressure=self.state.intake.set)
@@ -224,7 +225,8 @@ class BeavaServer:
         factories = {
             "http": lambda: HttpProtocol(http.respond, http.protocol_error, state),
             "tcp": tcp_connection,
-            "admin": lambda: HttpProtocol(admin, self.admin.protocol_error, state),
+            "admin": lambda: HttpProtocol(admin, self.admin.protocol_error, state,
+                                          limited=False),
         }
         tls = self.cfg.security.ssl_context
         for name, sock in self.sockets.items():
@@ -264,7 +266,9 @@ class BeavaServer:
             conn.stop_reading()
         # Answer every request already received: frames left for a later turn run now, and
         # a barrier applies the pushes that reads are waiting behind, until none is left.
+        self.service.finish_slices()
         while any([conn.drain() for conn in list(connections)]):
+            self.service.finish_slices()
             self.store.log.barrier()
             self.state.flush_dirty()
         self.persistence.shutdown()

@@ -9,7 +9,9 @@ their handlers, one per command name and transport (:meth:`Service.frame_handler
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from beava import __version__
@@ -24,7 +26,13 @@ from beava.engine.store import FeatureStore, encode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
 from beava.protocol.commands import FRAMED
-from beava.protocol.dispatch import FrameDispatch, FrameHandler, HttpHandler, json_response
+from beava.protocol.dispatch import (
+    FrameDispatch,
+    FrameHandler,
+    HttpHandler,
+    as_error,
+    json_response,
+)
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
 from beava.server.backfill_uploads import BackfillUploads
@@ -37,8 +45,11 @@ RESET_FORBIDDEN_REASON = ("OP_RESET requires server test_mode (set BEAVA_TEST_MO
 TEST_CLOCK_FORBIDDEN_REASON = ("the test clock requires server test_mode (set BEAVA_TEST_MODE=1 "
                                "or pass --test-mode).")
 PUSH_MANY_LIMIT = 10_000
+# A BATCH_GET works at most this long per loop iteration (docs/limits.md).
+BATCH_SLICE_SECONDS = 0.002
 # A body nested deeper than the decoder's recursion allows: far past MAX_VALUE_DEPTH.
 TOO_DEEP = "value nested too deep (at most 64 containers, docs/limits.md)"
+_TOO_DEEP_TO_DECODE = "body nested too deep to decode"
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
@@ -55,6 +66,8 @@ def _decode_read(ct: int, payload: bytes) -> Any:
         return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
     except messages.DECODE_ERRORS as exc:
         raise BeavaError("internal_error", reason=str(exc)) from None
+    except RecursionError:  # nested past what the decoder follows: undecodable too
+        raise BeavaError("internal_error", reason=_TOO_DEEP_TO_DECODE) from None
 
 
 def _read_frame(command: str, ct: int, value: Any) -> bytes:
@@ -117,6 +130,53 @@ class _PinnedClock:
     def __call__(self) -> int:
         return self.now_ms
 
+def _batch_frame(value: dict[str, Any]) -> bytes:
+    return encode_frame(_REPLY_OP["batch_get"], CT_JSON, _encode(value))  # always JSON
+
+
+class _SlicedBatch:
+    """A BATCH_GET that did not finish in its first slice: one slice per loop iteration
+    until its reply slot is filled. A registry change between slices starts it over (the
+    answer reflects one registry version; pushes applied between slices may show)."""
+
+    __slots__ = ("service", "body", "job", "version", "slot", "answer", "failed", "done")
+
+    def __init__(self, service: Service, body: Any, job: reads.BatchGet, slot: PendingReply,
+                 answer: Callable[[dict[str, Any]], bytes],
+                 failed: Callable[[Exception], bytes]) -> None:
+        self.service = service
+        self.body = body
+        self.job = job
+        self.version = service.store.registry_version
+        self.slot = slot
+        self.answer = answer
+        self.failed = failed
+        self.done = False
+
+    def step(self, finish: bool = False) -> None:
+        if self.done:
+            return
+        store = self.service.store
+        try:
+            if store.registry_version != self.version:
+                self.version = store.registry_version
+                self.job = reads.BatchGet(store.table, self.body, store.query_time(),
+                                          store.registry)
+            if not self.job.run(None if finish else perf_counter() + BATCH_SLICE_SECONDS):
+                asyncio.get_running_loop().call_soon(self.step)
+                return
+            self.service._log_aliases(self.job.aliases)
+            reply = self.answer({"results": self.job.results})
+        except Exception as exc:  # answered like an unsliced failure
+            reply = self.failed(exc)
+        self.done = True
+        self.service.sliced.discard(self)
+        slot = self.slot
+        slot.resolve(reply)
+        if slot.conn is not None:
+            slot.conn.state.flush_dirty()
+
+
 class Service:
     """Handles one request at a time on behalf of any transport."""
 
@@ -125,6 +185,7 @@ class Service:
                  on_alias: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.test_mode = test_mode
+        self.sliced: set[_SlicedBatch] = set()  # BATCH_GETs being served in slices
         self.on_reset = on_reset
         self.on_alias = on_alias
         # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
@@ -195,7 +256,7 @@ class Service:
             raise BeavaError("test_mode_required", reason=TEST_CLOCK_FORBIDDEN_REASON)
         try:
             body = messages.json_any(payload)
-        except messages.DECODE_ERRORS:
+        except (*messages.DECODE_ERRORS, RecursionError):
             body = None
         if not isinstance(body, dict) or "now_ms" not in body:
             raise BeavaError("invalid_test_clock",
@@ -278,6 +339,8 @@ class Service:
                        else messages.push_many_msgpack(payload))
         except messages.DECODE_ERRORS as exc:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
+        except RecursionError:
+            raise BeavaError("invalid_push_many", top=top, message=_TOO_DEEP_TO_DECODE) from None
         count = len(request.bodies)
         if count > PUSH_MANY_LIMIT:
             raise BeavaError("batch_too_large", top=top, count=count, limit=PUSH_MANY_LIMIT,
@@ -318,6 +381,27 @@ class Service:
         slot = PendingReply()
         slot.payload = reply
         return reply if self.store.log.after_pending(slot.fire) else slot
+
+    def _batch_get(self, body: Any, answer: Callable[[dict[str, Any]], bytes],
+                   failed: Callable[[Exception], bytes]) -> bytes | PendingReply:
+        """A BATCH_GET answered now when its first slice finishes it, else a reply slot
+        that later slices, one per loop iteration, fill (other connections are read and
+        answered in between; docs/limits.md)."""
+        store = self.store
+        job = reads.BatchGet(store.table, body, store.query_time(), store.registry)
+        if job.run(perf_counter() + BATCH_SLICE_SECONDS):
+            self._log_aliases(job.aliases)
+            return answer({"results": job.results})
+        slot = PendingReply(holds_all=True)
+        sliced = _SlicedBatch(self, body, job, slot, answer, failed)
+        self.sliced.add(sliced)
+        asyncio.get_running_loop().call_soon(sliced.step)
+        return slot
+
+    def finish_slices(self) -> None:
+        """Shutdown: finish every BATCH_GET still being served in slices now."""
+        for sliced in list(self.sliced):
+            sliced.step(finish=True)
 
     def _log_aliases(self, tables: list[str]) -> None:
         if self.on_alias is not None:
@@ -373,14 +457,8 @@ class Service:
         return _read_frame("get_multi", ct, reads.get_multi(store.table, store.registry,
                                                _decode_read(ct, payload), store.query_time()))
 
-    def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes:
-        store = self.store
-        body = _decode_read(ct, payload)
-        results, aliases = reads.batch_get(store.table, body, store.query_time(),
-                                           store.registry)
-        self._log_aliases(aliases)
-        return encode_frame(_REPLY_OP["batch_get"], CT_JSON,  # always JSON
-                            _encode({"results": results}))
+    def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes | PendingReply:
+        return self._batch_get(_decode_read(ct, payload), _batch_frame, FrameDispatch.failed)
 
     def _tcp_scan(self, ct: int, payload: bytes) -> bytes:
         body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
@@ -450,13 +528,16 @@ class Service:
                         registry=store.registry)
         return json_response(200, row, request.keep_alive)
 
-    def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        store = self.store
-        body = _decode_read(CT_JSON, request.body)
-        results, aliases = reads.batch_get(store.table, body, store.query_time(),
-                                           store.registry)
-        self._log_aliases(aliases)
-        return json_response(200, {"results": results}, request.keep_alive)
+    def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]
+                        ) -> bytes | PendingReply:
+        keep_alive = request.keep_alive
+
+        def failed(exc: Exception) -> bytes:
+            err = as_error(exc)
+            return json_response(err.status, err.body(), keep_alive)
+
+        return self._batch_get(_decode_read(CT_JSON, request.body),
+                               lambda value: json_response(200, value, keep_alive), failed)
 
     def _http_legacy_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         feature, key = params

@@ -85,3 +85,25 @@ def test_lenient_and_strict_integer_env():
 def test_memory_only_wins(tmp_path):
     cfg = resolve(CommandLine(memory_only=True, data_dir=str(tmp_path)), {})
     assert cfg.memory_only
+
+
+def test_connection_limits(tmp_path):
+    cfg = resolve(CommandLine(), {})
+    assert (cfg.max_connections, cfg.request_timeout_ms, cfg.idle_timeout_ms) == (
+        4096, 30_000, 300_000)
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("connections:\n  max: 10\n  request_timeout_ms: 500\n"
+                         "  idle_timeout_ms: -5\n")
+    cfg = resolve(CommandLine(config=str(yaml_file)), {"BEAVA_REQUEST_TIMEOUT_MS": "700"})
+    assert (cfg.max_connections, cfg.request_timeout_ms, cfg.idle_timeout_ms) == (10, 700, 0)
+    assert [w[0] for w in cfg.warnings] == ["wal.config.clamp"]
+    cfg = resolve(CommandLine(), {"BEAVA_MAX_CONNECTIONS": "0", "BEAVA_IDLE_TIMEOUT_MS": "1"})
+    assert (cfg.max_connections, cfg.idle_timeout_ms) == (0, 1)
+    for var in ("BEAVA_MAX_CONNECTIONS", "BEAVA_REQUEST_TIMEOUT_MS", "BEAVA_IDLE_TIMEOUT_MS"):
+        with pytest.raises(ConfigError, match=var):
+            resolve(CommandLine(), {var: "-1"})
+        with pytest.raises(ConfigError, match=var):
+            resolve(CommandLine(), {var: "many"})
+    yaml_file.write_text("connections:\n  max: lots\n")
+    with pytest.raises(ConfigError, match="connections.max"):
+        resolve(CommandLine(config=str(yaml_file)), {})

@@ -27,3 +27,33 @@ def test_dedupe_identity():
     assert dedupe_keystr("1") == dedupe_keystr(1)
     assert dedupe_keystr(1) != dedupe_keystr(1.0)
     assert dedupe_keystr({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
+
+
+def test_long_dedupe_identities_are_kept_as_digests():
+    # a 1 MiB dedupe key used to be kept whole in the dedupe cache for its whole window
+    long_text = "k" * (1 << 20)
+    kept = dedupe_keystr(long_text)
+    assert len(kept) < 100 and kept.startswith("\x00")
+    assert kept == dedupe_keystr("k" * (1 << 20))
+    assert kept != dedupe_keystr("k" * ((1 << 20) - 1) + "j")
+    assert dedupe_keystr(["k" * 200]) != dedupe_keystr("k" * 200)
+    assert dedupe_keystr("k" * 128) == "k" * 128
+
+
+def test_a_long_dedupe_key_still_deduplicates_and_is_cached_small():
+    import json
+
+    from beava.engine.store import FeatureStore
+
+    store = FeatureStore()
+    status, body = store.register(json.dumps({"nodes": [
+        {"kind": "event", "name": "E", "schema": {"fields": {"id": "str"}},
+         "dedupe_key": "id"}]}).encode())
+    assert status == 200, body
+    big = "i" * (1 << 20)
+    first = store.push("E", {"id": big})
+    again = store.push("E", {"id": big})
+    other = store.push("E", {"id": big[:-1] + "j"})
+    assert (first[2], again[2], other[2]) == (False, True, False)
+    assert again[0] == first[0]
+    assert max(len(key) for _, key in store._dedupe) < 100

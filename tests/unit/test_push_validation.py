@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
+import msgspec
 import pytest
 
 from beava.catalogue.errors import BeavaError
@@ -89,6 +91,30 @@ def test_big_integers_become_floats(events):
     _, row = validate_push("Txn", {**good(), "qty": 2**70, "blob": {"x": [2**64]}}, events)
     assert row["qty"] == float(2**70) and isinstance(row["qty"], float)
     assert isinstance(row["blob"]["x"][0], float)
+
+
+def test_integers_beyond_any_double_are_refused(events):
+    # the spec widens integers beyond 64 bits to float; 10**400 has no float, and widening
+    # it raised OverflowError (500 internal_error) after the checks had passed
+    assert code_of(events, "Txn", {**good(), "qty": 10**400}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "amount": -(10**400)}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "blob": {"x": [1, 10**400]}}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "extra": 10**309}) == "invalid_event"
+    # the largest integers that still round to a finite double are widened
+    _, row = validate_push("Txn", {**good(), "qty": 2**1023, "blob": [-(2**1023)]}, events)
+    assert row["qty"] == 2.0**1023 and row["blob"] == [-(2.0**1023)]
+
+
+def test_timestamp_extension_is_refused_like_any_extension(events):
+    # msgspec decodes MessagePack's timestamp extension (-1) to a datetime, not an Ext
+    stamp = msgspec.msgpack.decode(msgspec.msgpack.encode(
+        datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)))
+    assert isinstance(stamp, datetime.datetime)
+    assert code_of(events, "Txn", {**good(), "blob": stamp}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "note": [stamp]}) == "invalid_event"
+    assert code_of(events, "Txn", {**good(), "extra": {"at": stamp}}) == "invalid_event"
+    ext = msgspec.msgpack.Ext(1, b"x")
+    assert code_of(events, "Txn", {**good(), "blob": {"e": ext}}) == "invalid_event"
 
 
 def nested(depth: int, leaf: object = 1) -> object:

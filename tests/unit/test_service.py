@@ -4,6 +4,7 @@ One push handler serves both transports; what differs is what the wire spec make
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,13 +12,24 @@ import msgspec
 import pytest
 
 from beava._fast.frame_splitter import encode_frame
+from beava.catalogue.errors import BeavaError
 from beava.durability.group_commit import Batch, Callback
 from beava.engine.store import FeatureStore
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
+from beava.server import service as service_module
 from beava.server.service import Service
-from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR, OP_GET, OP_GET_RESPONSE, OP_PUSH
+from beava_client.opcodes import (
+    CT_JSON,
+    CT_MSGPACK,
+    OP_BATCH_GET,
+    OP_ERROR,
+    OP_GET,
+    OP_GET_RESPONSE,
+    OP_PUSH,
+    OP_PUSH_MANY,
+)
 
 REGISTER = json.dumps({"nodes": [
     {"kind": "event", "name": "E", "schema": {"fields": {"k": "str", "id": "str"}},
@@ -178,3 +190,88 @@ def test_an_http_read_behind_a_pending_push_sees_it() -> None:
     assert isinstance(wire.post("/push/E", {"k": "a", "id": "1"}), PendingReply)
     request = HttpRequest("POST", "/get", {}, b'{"table":"T","key":"a"}', True, True)
     assert _http_body(wire.http.respond(request))[1] == b'{"n":1}'
+
+
+def _batch(n: int, tail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = [{"table": "T", "key": f"k{i % 7}"} for i in range(n)]
+    entries[1] = {"table": "Nope", "key": "a"}
+    entries[2] = {"table": "T", "key": ["a", "b"]}
+    entries[3] = {"table": "T", "entity_id": "k1", "features": ["n"]}
+    return {"requests": entries + (tail or [])}
+
+
+async def _sliced(wire: Wire, reply: bytes | PendingReply) -> bytes:
+    """Let the loop run the slices of ``reply``; its bytes."""
+    assert isinstance(reply, PendingReply), "expected a batch served in slices"
+    turns = 0
+    while reply.data is None:
+        turns += 1
+        assert turns < 10_000
+        await asyncio.sleep(0)
+    assert wire.service.sliced == set()
+    return reply.data
+
+
+async def test_a_big_batch_get_is_served_in_slices_with_the_same_answer(monkeypatch) -> None:
+    wire = Wire()
+    for i in range(7):
+        wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": f"k{i}", "id": str(i)}})
+    monkeypatch.setattr(service_module, "BATCH_SLICE_SECONDS", 60.0)  # one slice
+    whole_tcp = wire.frame(OP_BATCH_GET, CT_JSON, _batch(1000))
+    whole_http = wire.post("/batch_get", _batch(1000))
+    assert isinstance(whole_tcp, bytes) and isinstance(whole_http, bytes)
+    results = json.loads(whole_tcp[7:])["results"]
+    assert len(results) == 1000 and results[0] == {"n": 1} and results[3] == {"n": 1}
+    assert results[1]["error"]["code"] == "unknown_table"
+    assert results[2]["error"]["code"] == "key_parse_failure"
+    # every slice ends after one clock check (64 entries): the batch takes many loop turns
+    monkeypatch.setattr(service_module, "BATCH_SLICE_SECONDS", 0.0)
+    assert await _sliced(wire, wire.frame(OP_BATCH_GET, CT_JSON, _batch(1000))) == whole_tcp
+    assert await _sliced(wire, wire.post("/batch_get", _batch(1000))) == whole_http
+    # a request-level failure found by a late slice answers the whole request
+    bad = await _sliced(wire, wire.frame(OP_BATCH_GET, CT_JSON, _batch(1000, [{"key": "a"}])))
+    assert bad[4:7] == bytes((0xFF, 0xFF, CT_JSON))
+    assert json.loads(bad[7:])["error"]["code"] == "internal_error"
+    head, _ = _http_body(await _sliced(wire, wire.post(
+        "/batch_get", _batch(1000, [{"table": "T", "key": "a", "features": ["zz"]}]))))
+    assert head.startswith(b"HTTP/1.1 500 ")
+
+
+async def test_a_sliced_batch_starts_over_after_a_registry_change_and_finishes_on_demand(
+        monkeypatch) -> None:
+    wire = Wire()
+    wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": "k0", "id": "0"}})
+    monkeypatch.setattr(service_module, "BATCH_SLICE_SECONDS", 0.0)
+    reply = wire.frame(OP_BATCH_GET, CT_JSON, _batch(1000))
+    assert isinstance(reply, PendingReply) and reply.data is None
+    wire.service.reset()  # T is gone: the answer reflects the new registry only
+    results = json.loads((await _sliced(wire, reply))[7:])["results"]
+    assert {r["error"]["code"] for r in results} == {"unknown_table"}
+    # shutdown finishes the batches still in slices at once
+    assert wire.store.register(REGISTER)[0] == 200
+    reply = wire.frame(OP_BATCH_GET, CT_JSON, _batch(1000))
+    assert isinstance(reply, PendingReply) and reply.data is None
+    wire.service.finish_slices()
+    assert reply.data is not None and wire.service.sliced == set()
+    assert json.loads(reply.data[7:])["results"][0] == {}
+
+
+def test_bodies_nested_past_the_decoder_answer_their_own_errors() -> None:
+    # the decoder's RecursionError escaped as 500 "RecursionError: maximum recursion depth"
+    wire = Wire()
+    deep = {CT_JSON: b'{"k":' * 5000 + b"null" + b"}" * 5000,
+            CT_MSGPACK: b"\x81\xa1k" * 5000 + b"\xc0"}
+    for op in (OP_GET, OP_BATCH_GET):
+        for ct, payload in deep.items():
+            with pytest.raises(BeavaError) as info:
+                wire.frames.routes[op][1](ct, payload)
+            assert info.value.code == "internal_error"
+            assert info.value.fields["reason"] == "body nested too deep to decode"
+    bodies = b'{"event": "E", "bodies": [' + deep[CT_JSON] + b"]}"
+    with pytest.raises(BeavaError) as info:
+        wire.frames.routes[OP_PUSH_MANY][1](CT_JSON, bodies)
+    assert info.value.code == "invalid_push_many"
+    reply = wire.http.respond(HttpRequest("POST", "/test/clock", {}, deep[CT_JSON], True))
+    head, body = _http_body(reply)
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["error"]["code"] == "invalid_test_clock"

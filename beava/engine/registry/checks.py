@@ -269,6 +269,9 @@ def _fail(path: str, reason: str) -> RegisterError:
     return RegisterError(INVALID_REGISTRATION, path, reason)
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
 def _default_fits(field_type: str, value: Any) -> bool:
     """Whether a `schema.defaults` value matches its field's type (registry.md §3.1)."""
     if field_type == "str":
@@ -307,6 +310,10 @@ def _check_event(i: int, node: dict[str, Any]) -> None:
             raise _fail(path, f"default for {name!r}, which is not a field of schema.fields")
         if not _default_fits(fields[name], value):
             raise _fail(path, f"default {value!r} does not match the type {fields[name]!r}")
+        if type(value) is int and not _I64_MIN <= value <= _I64_MAX:
+            # a push would carry it widened to float, or not at all (10**400); a default is
+            # put into rows as is, so its WAL record and replies could not encode it
+            raise _fail(path, "an integer default must be within the signed 64-bit range")
     dedupe_key = node["dedupe_key"]
     if dedupe_key is not None and dedupe_key not in fields:
         raise _fail(f"nodes[{i}].dedupe_key", f"dedupe_key {dedupe_key!r} is not a field in schema")

@@ -6,6 +6,7 @@ pushed event; reads and dedupe use it from there.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -34,9 +35,18 @@ def keystr(value: Any) -> str | None:
     return None
 
 
+# Dedupe identities longer than this are kept as a digest (docs/limits.md): a client could
+# otherwise make the dedupe cache keep megabytes per entry for the whole dedupe window.
+DEDUPE_KEY_KEPT_CHARS = 128
+
+
 def dedupe_keystr(value: Any) -> str:
-    """Dedupe identity of a pushed value: keystr, or compact sorted JSON for lists/objects."""
+    """Dedupe identity of a pushed value: keystr, or compact sorted JSON for lists/objects;
+    one longer than DEDUPE_KEY_KEPT_CHARS as its SHA-256, marked with a control character
+    that no accepted value holds (so no short identity can equal a digest)."""
     text = keystr(value)
-    if text is not None:
+    if text is None:
+        text = _encode_sorted(value).decode()
+    if len(text) <= DEDUPE_KEY_KEPT_CHARS:
         return text
-    return _encode_sorted(value).decode()
+    return "\x00sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
@@ -160,32 +161,88 @@ def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = 
 def batch_get(tables: TableLookup, body: Any, now: int, registry: Registry | None = None
               ) -> tuple[list[Any], list[str]]:
     """POST /batch_get, OP_BATCH_GET: ``(results, tables of entries that used entity_id)``."""
-    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-        raise _internal("missing field `requests` (expected an array)")
-    entries = []
-    aliases = []
-    for entry in body["requests"]:
+    job = BatchGet(tables, body, now, registry)
+    job.run(None)
+    return job.results, job.aliases
+
+
+# Entries between two clock reads of a sliced batch.
+_CHECK_EVERY = 64
+
+
+class BatchGet:
+    """One BATCH_GET served in slices: ``run(deadline)`` works until ``deadline``
+    (perf_counter; None = to the end) and returns True once ``results`` is complete. The
+    passes keep the order of checks of an unsliced batch: every entry's shape, then every
+    entry's table and features, then the rows (a request-level error raised by a later
+    slice still answers the whole request). The caller starts over if the registry
+    changes between slices."""
+
+    __slots__ = ("_tables", "_requests", "_now", "_registry", "_pass", "_index", "_entries",
+                 "_resolved", "results", "aliases")
+
+    def __init__(self, tables: TableLookup, body: Any, now: int,
+                 registry: Registry | None = None) -> None:
+        if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+            raise _internal("missing field `requests` (expected an array)")
+        self._tables = tables
+        self._registry = registry  # names the nearest tables of an unknown one
+        self._requests: list[Any] = body["requests"]
+        self._now = now
+        self._pass = 0
+        self._index = 0
+        self._entries: list[tuple[str, Any, Any]] = []
+        self._resolved: list[tuple[str, Any, TableState | None, list[str] | None]] = []
+        self.results: list[Any] = []
+        self.aliases: list[str] = []
+
+    def run(self, deadline: float | None) -> bool:
+        steps = (self._shape, self._resolve, self._row)
+        done = 0  # entries done in this call: a batch of a few never waits for a next one
+        while self._pass < 3:
+            items = (self._requests, self._entries, self._resolved)[self._pass]
+            step = steps[self._pass]
+            index, count = self._index, len(items)
+            while index < count:
+                stop = count if deadline is None else min(count, index + _CHECK_EVERY)
+                done += stop - index
+                while index < stop:
+                    step(items[index])
+                    index += 1
+                if deadline is not None and index < count and perf_counter() > deadline:
+                    self._index = index
+                    return False
+            self._pass += 1
+            self._index = 0
+            if deadline is not None and done >= _CHECK_EVERY and perf_counter() > deadline:
+                return self._pass == 3
+        return True
+
+    def _shape(self, entry: Any) -> None:
         if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
             raise _internal("invalid batch_get entry: expected {table, key, features?}")
         has_key, has_alias = "key" in entry, "entity_id" in entry
         if has_key == has_alias:
             raise _internal("batch_get entry needs exactly one of `key` and `entity_id`")
         if has_alias:
-            aliases.append(entry["table"])
-        entries.append((entry["table"], entry["key"] if has_key else entry["entity_id"],
-                        entry.get("features")))
-    resolved = []
-    for name, key, features in entries:
-        table = tables(name)
+            self.aliases.append(entry["table"])
+        self._entries.append((entry["table"], entry["key"] if has_key else entry["entity_id"],
+                              entry.get("features")))
+
+    def _resolve(self, entry: Any) -> None:  # (table, key, features)
+        name, key, features = entry
+        table = self._tables(name)
         projection = None if table is None else check_features(features, name,
                                                                table.spec.features)
-        resolved.append((name, key, table, projection))
-    results: list[Any] = []
-    for name, key, table, projection in resolved:
+        self._resolved.append((name, key, table, projection))
+
+    def _row(self, entry: Any) -> None:  # (table, key, TableState | None, projection)
+        name, key, table, projection = entry
+        results = self.results
         if table is None:
             results.append({"error": {"code": "unknown_table",
-                                      **unknown_table_fields(name, registry)}})
-            continue
+                                      **unknown_table_fields(name, self._registry)}})
+            return
         nkeys = len(table.spec.keys)
         try:
             skey = stored_key(key, nkeys)
@@ -195,13 +252,12 @@ def batch_get(tables: TableLookup, body: Any, now: int, registry: Registry | Non
             results.append({"error": {"code": "key_parse_failure",
                                       "message": f"key '{key}' does not match table '{name}' "
                                                  f"group_keys arity ({nkeys})"}})
-            continue
+            return
         if projection is not None and not projection:
             results.append({})
-            continue
-        row = table.row(skey, now, projection)
+            return
+        row = table.row(skey, self._now, projection)
         results.append({} if row is None else row)
-    return results, aliases
 
 
 def _feature_tables(registry: Registry) -> dict[str, str]:
