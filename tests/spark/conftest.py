@@ -115,15 +115,19 @@ class FaultProxy:
                     if self.hide_push_many and op == OP_PUSH_MANY:
                         op = UNKNOWN_OP
                     out += encode_frame(op, ct, bytes(payload))
-                if out:
-                    upstream.sendall(out)
-                    forwarded += len(out)
-                if self._may_drop(forwarded):
-                    # The client loses its connection at once; the server gets a FIN after
-                    # the forwarded requests. Closing the upstream socket outright could
-                    # reset it while those requests are still unread, and the server would
-                    # then apply none of them.
+                if not out:
+                    continue
+                drop = self._may_drop(forwarded + len(out))
+                if drop:
+                    # The client loses its connection before any reply to this chunk can
+                    # reach it (so it always has requests in flight when it sees the
+                    # drop); the server gets a FIN after the forwarded requests. Closing
+                    # the upstream socket outright could reset it while those requests
+                    # are still unread, and the server would then apply none of them.
                     _close(client)
+                upstream.sendall(out)
+                forwarded += len(out)
+                if drop:
                     with contextlib.suppress(OSError):
                         upstream.shutdown(socket.SHUT_WR)
                     return
