@@ -53,9 +53,11 @@ TXN_NODES = [
 
 
 def run_pushers(proc: BeavaProcess, keys_per_conn: int, *, kill_after: float | None = None,
-                prefix: str = "") -> list[Pusher]:
+                kill_when_acked: int | None = None, prefix: str = "") -> list[Pusher]:
     """Two pipelined connections (JSON, MessagePack) pushing Txn; with ``kill_after`` the
-    server is SIGKILLed that many seconds after they start, else they run to their limit."""
+    server is SIGKILLed that many seconds after they start (and, with ``kill_when_acked``,
+    not before each connection has that many pushes acknowledged), else they run to their
+    limit."""
     go = threading.Event()
     pushers = [Pusher(proc.tcp, "Txn", [f"{prefix}c{c}k{j}" for j in range(keys_per_conn)],
                       f"{prefix}c{c}", ct, OP_PUSH, go)
@@ -65,6 +67,9 @@ def run_pushers(proc: BeavaProcess, keys_per_conn: int, *, kill_after: float | N
     go.set()
     if kill_after is not None:
         time.sleep(kill_after)
+        if kill_when_acked is not None:
+            wait_for(lambda: all(p.acked >= kill_when_acked or p.errors for p in pushers), 30,
+                     f"{kill_when_acked} acknowledged pushes on each connection")
         sigkill(proc)
     for p in pushers:
         p.join(60)
@@ -437,7 +442,8 @@ def test_periodic_sigkill_mid_stream(servers: Servers) -> None:
     proc = servers.start(env)
     with TcpClient(*proc.tcp, timeout=10) as client:
         client.register({"nodes": TXN_NODES})
-    pushers = run_pushers(proc, 1024, kill_after=0.25)
+    # past a few WAL ticks and some acks, long before the 200k pushes of each connection
+    pushers = run_pushers(proc, 4096, kill_after=0.2, kill_when_acked=2000)
     assert all(0 < p.acked < p.limit for p in pushers)  # killed mid-stream
     proc = servers.start(env)
     assert_clean_recovery(proc, servers.data_dir)
