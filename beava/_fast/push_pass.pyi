@@ -11,7 +11,8 @@ class PushPass:
     def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],
                  failed: Callable[[Exception], bytes], decode_msgpack: Callable[[bytes], Any],
                  decode_json: Callable[[bytes], Any], decode_json_body: Callable[[Any], Any],
-                 encode_msgpack: Callable[[Any], bytes], wall_clock: Callable[[], int],
+                 encode_into: Callable[[Any, bytearray, int], None],
+                 wall_clock: Callable[[], int],
                  reply_op: int) -> None: ...
     def run(self, frames: list[tuple[int, int, bytes]], start: int, stop: int,
             out: bytearray, deadline: float = 0.0) -> int: ...

@@ -24,7 +24,7 @@ from libc.string cimport memcpy
 
 from beava._fast.push_check cimport EventChecker
 from beava._fast.table_kernel cimport TableKernel
-from beava._fast.wal_record cimport append_to
+from beava._fast.wal_record cimport append_to, seal_body
 
 
 cdef extern from "<time.h>" nogil:
@@ -151,7 +151,7 @@ cdef class PushPass:
     cdef object decode_msgpack  # payload -> envelope with .event and .body
     cdef object decode_json     # payload -> envelope with .event and a raw JSON .body
     cdef object decode_json_body
-    cdef object encode_msgpack  # row -> MessagePack bytes (the WAL record body)
+    cdef object encode_into     # (row, bytearray, -1): the row as MessagePack onto its end
     cdef object wall_clock      # the store's clock when it is the wall clock
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the cached event names belong to
@@ -171,14 +171,14 @@ cdef class PushPass:
     cdef list b_events, b_rows, b_nows
 
     def __init__(self, store, slow, failed, decode_msgpack, decode_json, decode_json_body,
-                 encode_msgpack, wall_clock, uint32_t reply_op):
+                 encode_into, wall_clock, uint32_t reply_op):
         self.store = store
         self.slow = slow
         self.failed = failed
         self.decode_msgpack = decode_msgpack
         self.decode_json = decode_json
         self.decode_json_body = decode_json_body
-        self.encode_msgpack = encode_msgpack
+        self.encode_into = encode_into
         self.wall_clock = wall_clock
         self.reply_op = reply_op
         self.names_for = None
@@ -239,7 +239,8 @@ cdef class PushPass:
         to the store's Python path instead (not a map, unknown event, a dedupe key, a check
         that fails): nothing has been touched then."""
         cdef PyObject* found
-        cdef bytes name, body
+        cdef bytes name
+        cdef Py_ssize_t start
         if type(fields) is not dict:
             return 0
         found = PyDict_GetItem(self.checkers, event)
@@ -258,11 +259,17 @@ cdef class PushPass:
                 self.names[event] = name
             else:
                 name = <bytes>found
-            body = self.encode_msgpack(fields)
+            # the record's body is the row encoded straight onto the pending batch
+            start = PyByteArray_GET_SIZE(self.buf)
             append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
                       <uint64_t>now, <uint32_t>self.version,
-                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
-                      PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL, 0)
+            try:
+                self.encode_into(fields, self.buf, -1)
+            except BaseException:
+                PyByteArray_Resize(self.buf, start)
+                raise
+            seal_body(self.buf, start, PyBytes_GET_SIZE(name))
             self.logged = True
         if self.mode == STRICT:  # applied once the fsync covering it is done
             if not self.b_events:

@@ -128,6 +128,24 @@ cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t bo
                   timestamp_ms, registry_version, name, name_len, body, body_len)
 
 
+cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1:
+    """The record at ``start`` was appended with an empty body and its body's bytes were
+    appended right after it (e.g. encoded in place): set its lengths and CRC. Returns its
+    size; ValueError (and ``buf`` cut back to ``start``) when it is over the limit."""
+    cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf) - start
+    cdef Py_ssize_t body_len = size - 4 - FIXED_LEN - name_len
+    try:
+        _check(name_len, body_len)
+    except ValueError:
+        PyByteArray_Resize(buf, start)
+        raise
+    cdef uint8_t* p = <uint8_t*>PyByteArray_AS_STRING(buf) + start
+    _put32(p, <uint32_t>(size - 4))
+    _put32(p + NAME_OFFSET + name_len, <uint32_t>body_len)
+    _put32(p + 4, _crc32(0, p + 8, size - 8))
+    return size
+
+
 def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
                   uint64_t timestamp_ms, uint32_t registry_version, bytes name, bytes body):
     """Append one record to ``buf``; returns its size on disk."""

@@ -38,8 +38,10 @@ from beava.engine.state.engine_state import EngineState
 from beava.engine.state.keys import dedupe_keystr
 from beava.engine.state.push_validation import build_checkers, validate_push
 
-# the body of an EVENT record: the accepted row as MessagePack (the push pass uses it too)
-encode_wal_body = msgspec.msgpack.Encoder().encode
+# the body of an EVENT record: the accepted row as MessagePack (the push pass encodes it
+# straight onto the pending batch with this encoder's encode_into)
+WAL_BODY_ENCODER = msgspec.msgpack.Encoder()
+encode_wal_body = WAL_BODY_ENCODER.encode
 _encode_json = msgspec.json.Encoder(order="sorted").encode
 _decode_json = msgspec.json.Decoder().decode
 _decode_msgpack = msgspec.msgpack.Decoder().decode
