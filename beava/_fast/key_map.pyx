@@ -122,9 +122,6 @@ cdef class KeyMap:
         cdef Py_ssize_t slot = self.lookup(key)
         return default if slot < 0 else slot
 
-    def __contains__(self, str key):
-        return self.lookup(key) >= 0
-
     def __len__(self):
         return len(self.names)
 
