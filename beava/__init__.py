@@ -35,7 +35,7 @@ __all__ = [
     # errors
     "RegistrationError", "ValidationError", "BinaryNotFoundError", "TransportError",
     "DescriptorError",
-    # annotation markers
+    # stream types
     "Event", "Table",
     # forbidden-feature stubs
     "session", "union",
@@ -51,9 +51,9 @@ _OPERATOR_NAMES = frozenset(__all__[__all__.index("count") : __all__.index("Regi
 _MODULES: dict[str, str] = {
     **dict.fromkeys(_OPERATOR_NAMES, "beava.dsl.operators"),
     "event": "beava.dsl.events",
-    "Event": "beava.dsl.events",
+    "Event": "beava.dsl.chain",
     "table": "beava.dsl.tables",
-    "Table": "beava.dsl.tables",
+    "Table": "beava.dsl.chain",
     "col": "beava.dsl.expressions",
     "lit": "beava.dsl.expressions",
     "compile_register_payload": "beava.dsl.compiler",
@@ -77,8 +77,9 @@ _MODULES: dict[str, str] = {
 if TYPE_CHECKING:
     from beava.app import App, AsyncApp
     from beava.demo import demo
+    from beava.dsl.chain import Event, Table
     from beava.dsl.compiler import compile_register_payload
-    from beava.dsl.events import Event, event
+    from beava.dsl.events import event
     from beava.dsl.expressions import col, lit
     from beava.dsl.forbidden import session, union
     from beava.dsl.operators import WindowIgnoredWarning as WindowIgnoredWarning
@@ -144,7 +145,7 @@ if TYPE_CHECKING:
         variance,
         z_score,
     )
-    from beava.dsl.tables import Table, table
+    from beava.dsl.tables import table
     from beava.errors import VALIDATION_ERROR_KINDS as VALIDATION_ERROR_KINDS
     from beava.errors import (
         BinaryNotFoundError,

@@ -37,7 +37,7 @@ ENGAGED_DWELL_MS = 2000.0
 # that --write-example writes.
 PIPELINE_SOURCE = """\
 @bv.event
-class PageView:
+class PageView(bv.Event):
     session_id: str
     path: str
     dwell_ms: int

@@ -18,7 +18,7 @@ import beava as bv
 
 
 @bv.event
-class ToolCall:
+class ToolCall(bv.Event):
     agent_id: str
     tool: str
     tokens: int

@@ -18,7 +18,7 @@ import beava as bv
 
 
 @bv.event
-class ListingView:
+class ListingView(bv.Event):
     listing_id: str
     shopper_id: str
     category: str
@@ -26,7 +26,7 @@ class ListingView:
 
 
 @bv.event
-class Purchase:
+class Purchase(bv.Event):
     listing_id: str
     shopper_id: str
     amount: float
@@ -93,7 +93,8 @@ def score(listing: str, demand: dict[str, Any], sales: dict[str, Any],
     category_match = 1.0 if favourite and favourite[0]["value"] == category else 0.0
     typical = taste.get("typical_price") or price
     price_fit = 1.0 / (1.0 + abs(price - typical) / typical)
-    return round(2.0 * conversion + 0.5 * category_match + price_fit + 0.01 * views, 4)
+    score: float = round(2.0 * conversion + 0.5 * category_match + price_fit + 0.01 * views, 4)
+    return score
 
 
 def main(url: str | None = None) -> int:

@@ -17,20 +17,20 @@ import beava as bv
 
 
 @bv.event
-class Login:
+class Login(bv.Event):
     account_id: str
     user_id: str
 
 
 @bv.event
-class FeatureUsed:
+class FeatureUsed(bv.Event):
     account_id: str
     user_id: str
     feature: str
 
 
 @bv.event
-class Ticket:
+class Ticket(bv.Event):
     account_id: str
     severity: str
     minutes_open: int
@@ -62,8 +62,8 @@ def UrgentTicket(tickets: Ticket) -> bv.Event:
 
 
 @bv.table(key="account_id")
-def AccountSupport(urgent: UrgentTicket) -> bv.Table:
-    return urgent.group_by("account_id").agg(
+def AccountSupport(urgent_ticket: bv.Event) -> bv.Table:
+    return urgent_ticket.group_by("account_id").agg(
         urgent_tickets_7d=bv.count(window="7d"),
         worst_hours_open=bv.max("hours_open", window="7d"),
     )

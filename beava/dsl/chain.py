@@ -4,6 +4,10 @@
 it, with the schema tracked through them (§7.4). Every method returns a new object (a
 receiver is never changed). ``group_by`` returns a ``GroupBy`` whose only method, ``agg``,
 returns the ``Aggregation`` a ``@bv.table`` function must return.
+
+``Event`` and ``Table`` are the types user code names (``bv.Event``, ``bv.Table``): an
+``EventDerivation`` is an ``Event``, an ``Aggregation`` a ``Table``, and an event class
+that derives from ``Event`` shows type checkers the chain methods ``@bv.event`` gives it.
 """
 
 from __future__ import annotations
@@ -20,13 +24,44 @@ if TYPE_CHECKING:
     from beava.dsl.upstreams import Deferred
 
 __all__ = [
-    "CHAIN_METHODS", "Aggregation", "EventDerivation", "GroupBy", "is_event_source", "stream_of",
+    "CHAIN_METHODS", "Aggregation", "Event", "EventDerivation", "GroupBy", "Table",
+    "is_event_source", "stream_of",
 ]
 
 Step = dict[str, Any]
 
 
-class EventDerivation:
+class Event:
+    """An event stream, as type checkers see it: what ``@bv.event`` functions return
+    (``-> bv.Event``), and the base an event class may derive from
+    (``@bv.event class Txn(bv.Event)``) so that ``txn.group_by(...)`` type-checks (the
+    decorator gives the class these methods). A parameter annotated ``bv.Event`` is bound
+    by its name when the pipeline is registered, like an unannotated one (sdk.md §2.3).
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # implemented by EventDerivation; set on event classes by @bv.event
+        def filter(self, expr: Expr) -> Event: ...
+        def select(self, *fields: str) -> Event: ...
+        def drop(self, *fields: str) -> Event: ...
+        def rename(self, mapping: Mapping[str, str] | None = None, /, **kw: str) -> Event: ...
+        def with_columns(self, **exprs: Any) -> Event: ...
+        def map(self, **exprs: Any) -> Event: ...
+        def cast(self, **type_map: str | type) -> Event: ...
+        def fillna(self, **defaults: str | int | float | bool) -> Event: ...
+        def group_by(self, *keys: str) -> GroupBy: ...
+        def agg(self, **features: Any) -> Aggregation: ...
+        def named(self, name: str) -> Event: ...
+
+
+class Table:
+    """What a ``@bv.table`` function returns (``-> bv.Table``): ``group_by(...).agg(...)``."""
+
+    __slots__ = ()
+
+
+class EventDerivation(Event):
     """An event stream derived from a root event source by chain methods.
 
     Made by ``@bv.event def`` (``_is_bv_event_function`` is then ``True`` and ``_name`` is
@@ -269,7 +304,7 @@ def _feature_type(op: Any, field: Any, columns: Mapping[str, str]) -> str:
     return columns.get(field, "str") if isinstance(field, str) else "str"
 
 
-class Aggregation:
+class Aggregation(Table):
     """``group_by(...).agg(...)``: what a ``@bv.table`` function returns."""
 
     _kind = "aggregation"

@@ -16,7 +16,7 @@ from beava.dsl.durations import option_ms
 from beava.dsl.upstreams import bind_upstream, event_parameter
 from beava.errors import DescriptorError
 
-__all__ = ["Event", "event", "event_source_node"]
+__all__ = ["event", "event_source_node"]
 
 T = TypeVar("T", bound=type)
 
@@ -24,10 +24,6 @@ T = TypeVar("T", bound=type)
 _WIRE_TYPES: dict[Any, str] = {str: "str", int: "i64", float: "f64", bool: "bool"}
 _OPTIONS = ("keep_events_for", "cold_after", "dedupe_key", "dedupe_window")
 _FORBIDDEN_OPTIONS = ("tolerate_delay", "event_time_field")
-
-
-class Event:
-    """Marker for return annotations (``def BigTxn(t: Txn) -> bv.Event``); never checked."""
 
 
 @overload

@@ -12,11 +12,7 @@ from beava.dsl.chain import Aggregation, stream_of
 from beava.dsl.upstreams import Deferred, bind_upstream, event_parameter
 from beava.errors import DescriptorError
 
-__all__ = ["Table", "TableDescriptor", "table"]
-
-
-class Table:
-    """Marker for return annotations (``def UserTxn(t: Txn) -> bv.Table``); never checked."""
+__all__ = ["TableDescriptor", "table"]
 
 
 class TableDescriptor:

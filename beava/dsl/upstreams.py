@@ -1,9 +1,10 @@
 """The one event parameter of ``@bv.event def`` / ``@bv.table`` functions (spec/sdk.md §2.3).
 
 An annotated parameter is resolved at decoration time (the function's globals, its closure
-cells, then the locals of up to 32 calling frames). An unannotated one is resolved when the
-descriptor is first registered, among the event sources and function-form events of that
-call; the descriptor stays *deferred* (``_deferred`` set) until then.
+cells, then the locals of up to 32 calling frames). An unannotated one, or one annotated
+``bv.Event`` (the stream type, bound by name only), is resolved when the descriptor is
+first registered, among the event sources and function-form events of that call; the
+descriptor stays *deferred* (``_deferred`` set) until then.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from beava.dsl.chain import EventDerivation, is_event_source, stream_of
+from beava.dsl.chain import Event, EventDerivation, is_event_source, stream_of
 from beava.errors import DescriptorError
 
 __all__ = [
@@ -37,27 +38,31 @@ _DSL_PACKAGE = "beava.dsl"
 @dataclass(slots=True)
 class Deferred:
     """A descriptor whose function has not run yet. ``hint`` is the upstream named by the
-    annotation when that upstream is itself deferred; ``None`` means "match by name"."""
+    annotation when that upstream is itself deferred; ``None`` means "match by name".
+    ``by_name`` (a parameter annotated ``bv.Event``): only an event of the parameter's name
+    matches, never the lone event source of the call."""
 
     param: str
     hint: Any
     complete: Callable[[Any], None]
+    by_name: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class EventParam:
     """The parameter of a decorated function: its name and the upstream it names (``None``
-    when unannotated)."""
+    when unannotated or annotated ``bv.Event``, which sets ``by_name``)."""
 
     name: str
     upstream: Any
+    by_name: bool = False
 
 
 def bind_upstream(descriptor: Any, param: EventParam, complete: Callable[[Any], None]) -> None:
     """Run ``complete(upstream)`` now when the parameter names a resolved upstream; otherwise
     leave ``descriptor`` deferred until it is registered."""
     if param.upstream is None or is_pending(param.upstream):
-        descriptor._deferred = Deferred(param.name, param.upstream, complete)
+        descriptor._deferred = Deferred(param.name, param.upstream, complete, param.by_name)
     else:
         complete(param.upstream)
 
@@ -99,11 +104,15 @@ def event_parameter(fn: Callable[..., Any], decorator: str) -> EventParam:
     tables: list[inspect.Parameter] = []
     others: list[inspect.Parameter] = []
     caller = _user_frame()
+    by_name = False
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             others.append(p)
         elif p.annotation is not p.empty:
             target = _annotation_target(fn, p.annotation, caller)
+            if target is Event:  # the stream type: bound by name at register
+                by_name = True
+                continue
             if is_event(target):
                 events.append((p, target))
             elif is_table(target):
@@ -133,7 +142,7 @@ def event_parameter(fn: Callable[..., Any], decorator: str) -> EventParam:
         )
     if len(params) != 1:
         raise TypeError(f"{label} must take exactly one event parameter, got {len(params)}")
-    return EventParam(params[0].name, events[0][1] if events else None)
+    return EventParam(params[0].name, events[0][1] if events else None, by_name)
 
 
 def _user_frame() -> FrameType | None:
@@ -236,9 +245,15 @@ def _match(obj: Any, deferred: Deferred, candidates: list[Any]) -> Any:
     if len(named) == 1:
         return named[0]
     sources = [c for c in others if is_event_source(c)]
-    if len(sources) == 1:
+    if len(sources) == 1 and not deferred.by_name:
         return sources[0]
     listed = ", ".join(str(c._name) for c in others) or "(none)"
+    if deferred.by_name:
+        raise TypeError(
+            f"cannot resolve the parameter {deferred.param!r} of {obj._name!r}: annotated "
+            f"bv.Event, it is bound to the event of its name, and no event in this register "
+            f"call is named so (candidates: {listed}); pass that event in the same call"
+        )
     raise TypeError(
         f"cannot resolve the unannotated parameter {deferred.param!r} of {obj._name!r}: "
         f"candidates in this register call: {listed}; annotate the parameter "

@@ -38,7 +38,7 @@ FAMILIES = {
 # The event every example aggregates (`Txn`, grouped by `user_id`).
 EXAMPLE_EVENT = '''\
 @bv.event
-class Txn:
+class Txn(bv.Event):
     user_id: str
     amount: float
     merchant: str
