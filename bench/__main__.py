@@ -53,6 +53,11 @@ def main() -> None:
     spark.add_argument("--repeat", type=int, default=3)
     spark.add_argument("--master", default="local[2]")
     spark.add_argument("--json", action="store_true")
+    greedy = sub.add_parser("greedy", help="a second client's GET latency while slow or "
+                                           "greedy clients hold the server")
+    greedy.add_argument("scenarios", nargs="*", default=["idle", "slowloris", "unread-pipeline",
+                                                         "batch-100k", "all"])
+    greedy.add_argument("--samples", type=int, default=2000)
     cmp = sub.add_parser("compare", help="this server against a reference beava binary, "
                                          "alternating: events/s, CPU per event, GET latency")
     cmp.add_argument("workloads", nargs="*",
@@ -119,6 +124,13 @@ def main() -> None:
 
         print(json.dumps(engine_bench.memory_per_keyset(args.workload, keysets=args.keysets),
                          indent=2))
+    elif args.what == "greedy":
+        from bench import greedy as greedy_bench
+
+        try:
+            greedy_bench.print_results(greedy_bench.run(args.scenarios, samples=args.samples))
+        except ValueError as exc:
+            parser.error(str(exc))
     elif args.what == "compare":
         from bench import compare
 

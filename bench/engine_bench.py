@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from bench import loadgen, workloads
+from bench.get_sampler import Sampler
 from bench.server_process import BenchServer
 
 
@@ -147,28 +148,17 @@ def sample_get_latencies(addr: tuple[str, int], table: str, key: str, frames: li
     """Sequential GETs of one key from a process of their own (``bench.get_sampler``),
     against a running server at ``addr``: first idle, then while ``frames`` are pushed on
     ``connections`` other connections. Latencies in seconds."""
-    host, port = addr
-    out = os.path.join(tempfile.mkdtemp(prefix="beava-bench-"), "latencies.json")
-    sampler = [sys.executable, "-m", "bench.get_sampler", host, str(port), table, key,
-               str(samples), out]
-    subprocess.run(sampler, check=True)
-    with open(out) as fh:
-        idle = json.load(fh)
-    proc = subprocess.Popen(sampler)
+    idle = Sampler(addr, table, key, samples).latencies()
+    sampler = Sampler(addr, table, key, samples)
     results: list[loadgen.BlastResult] = []
 
     async def load_while_reading() -> None:
-        while proc.poll() is None:
+        while sampler.running():
             results.append(await loadgen.blast(addr, frames, connections=connections,
                                                depth=depth, seconds=0.5))
 
     asyncio.run(load_while_reading())
-    if proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, sampler)
-    with open(out) as fh:
-        loaded = json.load(fh)
-    os.remove(out)
-    os.rmdir(os.path.dirname(out))
+    loaded = sampler.latencies()
     first_error = next((r.first_error for r in results if r.errors), b"")
     return GetLatencies(idle, loaded, sum(r.replies for r in results),
                         sum(r.errors for r in results), first_error)

@@ -26,6 +26,13 @@ class PushMany(msgspec.Struct):
     bodies: list[Any]
 
 
+class BatchGetBody(msgspec.Struct):
+    """A BATCH_GET body whose entries are checked but left encoded, to be decoded a few at
+    a time (one pass over the bytes; anything else is decoded whole)."""
+
+    requests: list[msgspec.Raw]
+
+
 # What the decoders raise on a body that is not valid: a string that is not UTF-8 raises
 # UnicodeDecodeError, not msgspec.DecodeError.
 DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
@@ -36,5 +43,7 @@ push_many_json = msgspec.json.Decoder(PushMany).decode
 push_many_msgpack = msgspec.msgpack.Decoder(PushMany).decode
 json_any = msgspec.json.Decoder().decode
 msgpack_any = msgspec.msgpack.Decoder().decode
+batch_get_json = msgspec.json.Decoder(BatchGetBody).decode
+batch_get_msgpack = msgspec.msgpack.Decoder(BatchGetBody).decode
 encode_json = msgspec.json.Encoder(order="sorted").encode
 encode_msgpack = msgspec.msgpack.Encoder(order="sorted").encode

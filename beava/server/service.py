@@ -10,6 +10,7 @@ their handlers, one per command name and transport (:meth:`Service.frame_handler
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -130,8 +131,30 @@ class _PinnedClock:
     def __call__(self) -> int:
         return self.now_ms
 
-def _batch_frame(value: dict[str, Any]) -> bytes:
-    return encode_frame(_REPLY_OP["batch_get"], CT_JSON, _encode(value))  # always JSON
+def _batch_frame(body: bytes) -> bytes:
+    return encode_frame(_REPLY_OP["batch_get"], CT_JSON, body)  # always JSON
+
+
+def _batch_requests(ct: int, payload: bytes) -> tuple[list[Any], Callable[[Any], Any] | None]:
+    """The entries of a BATCH_GET body, still encoded, and their decoder (so that a body
+    of 100,000 entries is decoded in slices too). A body that is not an object with a
+    `requests` array is decoded whole: its error, or BatchGet's, is the spec's."""
+    json = ct == CT_JSON
+    decode: Callable[[Any], Any] = messages.json_any if json else messages.msgpack_any
+    try:
+        body = (messages.batch_get_json if json else messages.batch_get_msgpack)(payload)
+        return body.requests, functools.partial(_batch_entry, decode, ct, payload)
+    except (*messages.DECODE_ERRORS, RecursionError):
+        pass
+    return reads.batch_requests(_decode_read(ct, payload)), None
+
+
+def _batch_entry(decode: Callable[[Any], Any], ct: int, payload: bytes, raw: Any) -> Any:
+    try:
+        return decode(raw)
+    except (*messages.DECODE_ERRORS, RecursionError) as exc:
+        _decode_read(ct, payload)  # raises the error decoding the whole body reports
+        raise BeavaError("internal_error", reason=str(exc)) from None
 
 
 class _SlicedBatch:
@@ -139,13 +162,12 @@ class _SlicedBatch:
     until its reply slot is filled. A registry change between slices starts it over (the
     answer reflects one registry version; pushes applied between slices may show)."""
 
-    __slots__ = ("service", "body", "job", "version", "slot", "answer", "failed", "done")
+    __slots__ = ("service", "job", "version", "slot", "answer", "failed", "done")
 
-    def __init__(self, service: Service, body: Any, job: reads.BatchGet, slot: PendingReply,
-                 answer: Callable[[dict[str, Any]], bytes],
+    def __init__(self, service: Service, job: reads.BatchGet, slot: PendingReply,
+                 answer: Callable[[bytes], bytes],
                  failed: Callable[[Exception], bytes]) -> None:
         self.service = service
-        self.body = body
         self.job = job
         self.version = service.store.registry_version
         self.slot = slot
@@ -160,13 +182,12 @@ class _SlicedBatch:
         try:
             if store.registry_version != self.version:
                 self.version = store.registry_version
-                self.job = reads.BatchGet(store.table, self.body, store.query_time(),
-                                          store.registry)
+                self.job = self.job.restarted(store.query_time(), store.registry)
             if not self.job.run(None if finish else perf_counter() + BATCH_SLICE_SECONDS):
                 asyncio.get_running_loop().call_soon(self.step)
                 return
             self.service._log_aliases(self.job.aliases)
-            reply = self.answer({"results": self.job.results})
+            reply = self.answer(self.job.reply)
         except Exception as exc:  # answered like an unsliced failure
             reply = self.failed(exc)
         self.done = True
@@ -383,18 +404,20 @@ class Service:
         slot.payload = reply
         return reply if self.store.log.after_pending(slot.fire) else slot
 
-    def _batch_get(self, body: Any, answer: Callable[[dict[str, Any]], bytes],
+    def _batch_get(self, ct: int, payload: bytes, answer: Callable[[bytes], bytes],
                    failed: Callable[[Exception], bytes]) -> bytes | PendingReply:
         """A BATCH_GET answered now when its first slice finishes it, else a reply slot
         that later slices, one per loop iteration, fill (other connections are read and
-        answered in between; docs/limits.md)."""
+        answered in between; docs/limits.md). ``answer`` frames the encoded answer."""
         store = self.store
-        job = reads.BatchGet(store.table, body, store.query_time(), store.registry)
+        requests, decode = _batch_requests(ct, payload)
+        job = reads.BatchGet(store.table, requests, store.query_time(), store.registry,
+                             _encode, decode)
         if job.run(perf_counter() + BATCH_SLICE_SECONDS):
             self._log_aliases(job.aliases)
-            return answer({"results": job.results})
+            return answer(job.reply)
         slot = PendingReply(holds_all=True)
-        sliced = _SlicedBatch(self, body, job, slot, answer, failed)
+        sliced = _SlicedBatch(self, job, slot, answer, failed)
         self.sliced.add(sliced)
         asyncio.get_running_loop().call_soon(sliced.step)
         return slot
@@ -459,7 +482,7 @@ class Service:
                                                _decode_read(ct, payload), store.query_time()))
 
     def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes | PendingReply:
-        return self._batch_get(_decode_read(ct, payload), _batch_frame, FrameDispatch.failed)
+        return self._batch_get(ct, payload, _batch_frame, FrameDispatch.failed)
 
     def _tcp_scan(self, ct: int, payload: bytes) -> bytes:
         body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
@@ -537,8 +560,8 @@ class Service:
             err = as_error(exc)
             return json_response(err.status, err.body(), keep_alive)
 
-        return self._batch_get(_decode_read(CT_JSON, request.body),
-                               lambda value: json_response(200, value, keep_alive), failed)
+        return self._batch_get(CT_JSON, request.body,
+                               lambda body: json_response(200, body, keep_alive), failed)
 
     def _http_legacy_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         feature, key = params

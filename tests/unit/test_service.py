@@ -15,6 +15,7 @@ from beava._fast.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
 from beava.durability.group_commit import Batch, Callback
 from beava.engine.store import FeatureStore
+from beava.protocol import messages
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
@@ -235,6 +236,30 @@ async def test_a_big_batch_get_is_served_in_slices_with_the_same_answer(monkeypa
     head, _ = _http_body(await _sliced(wire, wire.post(
         "/batch_get", _batch(1000, [{"table": "T", "key": "a", "features": ["zz"]}]))))
     assert head.startswith(b"HTTP/1.1 500 ")
+
+
+async def test_a_batch_body_is_decoded_and_its_answer_encoded_in_slices(monkeypatch) -> None:
+    """The entries stay encoded until a slice decodes them and the answer is encoded a
+    piece at a time: the bytes are those of decoding and encoding the whole at once, for
+    both content types, and an entry nested past the decoder still fails the request."""
+    wire = Wire()
+    for i in range(7):
+        wire.frame(OP_PUSH, CT_JSON, {"event": "E", "body": {"k": f"k{i}", "id": str(i)}})
+    monkeypatch.setattr(service_module, "BATCH_SLICE_SECONDS", 0.0)
+    for ct in (CT_JSON, CT_MSGPACK):
+        reply = await _sliced(wire, wire.frame(OP_BATCH_GET, ct, _batch(5000)))
+        assert reply[4:7] == bytes((OP_GET_RESPONSE >> 8, OP_GET_RESPONSE & 0xFF, CT_JSON))
+        results = json.loads(reply[7:])["results"]
+        assert len(results) == 5000 and results[4999] == {"n": 1}
+        assert reply[7:] == messages.encode_json({"results": results})
+    deep = {CT_JSON: b'{"requests": [{"table": "T", "key": "k1"}, ' + b'{"k":' * 5000
+            + b"null" + b"}" * 5000 + b"]}",
+            CT_MSGPACK: b"\x81\xa8requests\x92\x82\xa5table\xa1T\xa3key\xa2k1"
+            + b"\x81\xa1k" * 5000 + b"\xc0"}
+    for ct, payload in deep.items():
+        with pytest.raises(BeavaError) as info:
+            wire.frames.routes[OP_BATCH_GET][1](ct, payload)
+        assert info.value.fields["reason"] == "body nested too deep to decode"
 
 
 async def test_a_sliced_batch_starts_over_after_a_registry_change_and_finishes_on_demand(

@@ -158,67 +158,100 @@ def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = 
     return {} if row is None else row
 
 
-def batch_get(tables: TableLookup, body: Any, now: int, registry: Registry | None = None
-              ) -> tuple[list[Any], list[str]]:
-    """POST /batch_get, OP_BATCH_GET: ``(results, tables of entries that used entity_id)``."""
-    job = BatchGet(tables, body, now, registry)
-    job.run(None)
-    return job.results, job.aliases
+def batch_requests(body: Any) -> list[Any]:
+    """The ``requests`` of a decoded BATCH_GET body."""
+    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+        raise _internal("missing field `requests` (expected an array)")
+    requests: list[Any] = body["requests"]
+    return requests
 
 
-# Entries between two clock reads of a sliced batch.
+# Entries between two clock reads of a sliced batch; rows encoded by one encoder call.
 _CHECK_EVERY = 64
+_ENCODE_ROWS = 512
 
 
 class BatchGet:
-    """One BATCH_GET served in slices: ``run(deadline)`` works until ``deadline``
-    (perf_counter; None = to the end) and returns True once ``results`` is complete. The
-    passes keep the order of checks of an unsliced batch: every entry's shape, then every
-    entry's table and features, then the rows (a request-level error raised by a later
-    slice still answers the whole request). The caller starts over if the registry
-    changes between slices."""
+    """One BATCH_GET (POST /batch_get, OP_BATCH_GET) served in slices: ``run(deadline)``
+    works until ``deadline`` (perf_counter; None = to the end) and returns True once
+    ``reply`` holds the encoded answer ``{"results": [...]}``.
 
-    __slots__ = ("_tables", "_requests", "_now", "_registry", "_pass", "_index", "_entries",
-                 "_resolved", "results", "aliases")
+    ``requests`` are the entries, decoded, or still encoded when ``decode`` is given (the
+    first pass decodes them, so a large body costs no one long call). The passes keep the
+    order of checks of an unsliced batch: every entry decoded, every entry's shape, every
+    entry's table and features, then the rows, then the answer encoded in pieces with
+    ``encode`` (a request-level error raised by a later slice still answers the whole
+    request). ``aliases``: the tables of entries that used ``entity_id``. The caller starts
+    over if the registry changes between slices."""
 
-    def __init__(self, tables: TableLookup, body: Any, now: int,
-                 registry: Registry | None = None) -> None:
-        if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-            raise _internal("missing field `requests` (expected an array)")
+    __slots__ = ("_tables", "_requests", "_decode", "_encode", "_now", "_registry", "_pass",
+                 "_index", "_decoded", "_entries", "_resolved", "_results", "_pieces",
+                 "reply", "aliases")
+
+    def __init__(self, tables: TableLookup, requests: list[Any], now: int,
+                 registry: Registry | None, encode: Callable[[Any], bytes],
+                 decode: Callable[[Any], Any] | None = None) -> None:
         self._tables = tables
         self._registry = registry  # names the nearest tables of an unknown one
-        self._requests: list[Any] = body["requests"]
+        self._requests = requests
+        self._decode = decode
+        self._encode = encode
         self._now = now
         self._pass = 0
         self._index = 0
+        self._decoded: list[Any] = requests if decode is None else []
         self._entries: list[tuple[str, Any, Any]] = []
         self._resolved: list[tuple[str, Any, TableState | None, list[str] | None]] = []
-        self.results: list[Any] = []
+        self._results: list[Any] = []
+        self._pieces: list[bytes] = []
+        self.reply = b""
         self.aliases: list[str] = []
 
     def run(self, deadline: float | None) -> bool:
-        steps = (self._shape, self._resolve, self._row)
+        steps = (self._decode_entry, self._shape, self._resolve, self._row)
         done = 0  # entries done in this call: a batch of a few never waits for a next one
-        while self._pass < 3:
-            items = (self._requests, self._entries, self._resolved)[self._pass]
-            step = steps[self._pass]
+        if self._pass == 0 and self._decode is None:
+            self._pass = 1
+        while self._pass < 5:
+            if self._pass == 4:  # the answer, _ENCODE_ROWS rows per encoder call
+                items, step, every, per_check = (self._results, self._encode_rows,
+                                                 _ENCODE_ROWS, _ENCODE_ROWS)
+            else:
+                items = (self._requests, self._decoded, self._entries,
+                         self._resolved)[self._pass]
+                step, every, per_check = steps[self._pass], 1, _CHECK_EVERY
             index, count = self._index, len(items)
             while index < count:
-                stop = count if deadline is None else min(count, index + _CHECK_EVERY)
+                stop = count if deadline is None else min(count, index + per_check)
                 done += stop - index
                 while index < stop:
-                    step(items[index])
-                    index += 1
+                    step(items, index)
+                    index += every
                 if deadline is not None and index < count and perf_counter() > deadline:
                     self._index = index
                     return False
             self._pass += 1
             self._index = 0
-            if deadline is not None and done >= _CHECK_EVERY and perf_counter() > deadline:
-                return self._pass == 3
+            if self._pass == 5:
+                self.reply = b'{"results":[' + b",".join(self._pieces) + b"]}"
+            elif deadline is not None and done >= _CHECK_EVERY and perf_counter() > deadline:
+                return False
         return True
 
-    def _shape(self, entry: Any) -> None:
+    def restarted(self, now: int, registry: Registry | None) -> BatchGet:
+        """The same request from the start (the registry changed between slices)."""
+        return BatchGet(self._tables, self._requests, now, registry, self._encode,
+                        self._decode)
+
+    def _decode_entry(self, items: list[Any], index: int) -> None:
+        assert self._decode is not None
+        self._decoded.append(self._decode(items[index]))
+
+    def _encode_rows(self, items: list[Any], index: int) -> None:
+        self._pieces.append(self._encode(items[index:index + _ENCODE_ROWS])[1:-1])
+
+    def _shape(self, items: list[Any], index: int) -> None:
+        entry = items[index]
         if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
             raise _internal("invalid batch_get entry: expected {table, key, features?}")
         has_key, has_alias = "key" in entry, "entity_id" in entry
@@ -229,16 +262,16 @@ class BatchGet:
         self._entries.append((entry["table"], entry["key"] if has_key else entry["entity_id"],
                               entry.get("features")))
 
-    def _resolve(self, entry: Any) -> None:  # (table, key, features)
-        name, key, features = entry
+    def _resolve(self, items: list[Any], index: int) -> None:  # (table, key, features)
+        name, key, features = items[index]
         table = self._tables(name)
         projection = None if table is None else check_features(features, name,
                                                                table.spec.features)
         self._resolved.append((name, key, table, projection))
 
-    def _row(self, entry: Any) -> None:  # (table, key, TableState | None, projection)
-        name, key, table, projection = entry
-        results = self.results
+    def _row(self, items: list[Any], index: int) -> None:
+        name, key, table, projection = items[index]  # projection: features asked, or None
+        results = self._results
         if table is None:
             results.append({"error": {"code": "unknown_table",
                                       **unknown_table_fields(name, self._registry)}})
