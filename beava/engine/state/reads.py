@@ -169,6 +169,7 @@ def batch_requests(body: Any) -> list[Any]:
 # Entries between two clock reads of a sliced batch; rows encoded by one encoder call.
 _CHECK_EVERY = 64
 _ENCODE_ROWS = 512
+_NONES = [None] * _ENCODE_ROWS
 
 
 class BatchGet:
@@ -181,8 +182,9 @@ class BatchGet:
     order of checks of an unsliced batch: every entry decoded, every entry's shape, every
     entry's table and features, then the rows, then the answer encoded in pieces with
     ``encode`` (a request-level error raised by a later slice still answers the whole
-    request). ``aliases``: the tables of entries that used ``entity_id``. The caller starts
-    over if the registry changes between slices."""
+    request). Each pass lets go of what it consumed, so a big batch is freed in slices
+    too. ``aliases``: the tables of entries that used ``entity_id``. The caller starts over
+    if the registry changes between slices."""
 
     __slots__ = ("_tables", "_requests", "_decode", "_encode", "_now", "_registry", "_pass",
                  "_index", "_decoded", "_entries", "_resolved", "_results", "_pieces",
@@ -248,10 +250,14 @@ class BatchGet:
         self._decoded.append(self._decode(items[index]))
 
     def _encode_rows(self, items: list[Any], index: int) -> None:
-        self._pieces.append(self._encode(items[index:index + _ENCODE_ROWS])[1:-1])
+        rows = items[index:index + _ENCODE_ROWS]
+        self._pieces.append(self._encode(rows)[1:-1])
+        items[index:index + len(rows)] = _NONES[:len(rows)]  # freed here, not all at the end
 
     def _shape(self, items: list[Any], index: int) -> None:
         entry = items[index]
+        if self._decode is not None:  # decoded here (else the caller's, kept for a restart)
+            items[index] = None
         if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
             raise _internal("invalid batch_get entry: expected {table, key, features?}")
         has_key, has_alias = "key" in entry, "entity_id" in entry
@@ -264,6 +270,7 @@ class BatchGet:
 
     def _resolve(self, items: list[Any], index: int) -> None:  # (table, key, features)
         name, key, features = items[index]
+        items[index] = None
         table = self._tables(name)
         projection = None if table is None else check_features(features, name,
                                                                table.spec.features)
@@ -271,6 +278,7 @@ class BatchGet:
 
     def _row(self, items: list[Any], index: int) -> None:
         name, key, table, projection = items[index]  # projection: features asked, or None
+        items[index] = None
         results = self._results
         if table is None:
             results.append({"error": {"code": "unknown_table",
