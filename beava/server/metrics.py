@@ -87,6 +87,9 @@ COUNTERS = (
 )
 # Families with labels: the sample holds ``{label values: value}`` for each.
 LABELLED_COUNTERS = (
+    ("beava_pushes_by_event_total",
+     "accepted pushes by event, excluding replays (an event's count survives re-registers "
+     "and resets)", ["event"]),
     ("beava_push_rejections_total",
      "refused pushes by event and error code (unregistered names: <unregistered>)",
      ["event", "code"]),

@@ -310,6 +310,8 @@ class BeavaServer:
             "beava_pushes_total": store.pushes_total,
             "beava_push_replays_total": store.replays_total,
             "beava_push_rejections_total": dict(store.rejections),
+            "beava_pushes_by_event_total": {(name,): count for name, count
+                                            in store.pushes_by_event().items()},
             "beava_table_entities": {(name,): count for name, count
                                      in store.engine.table_entity_counts().items()},
         }
