@@ -302,6 +302,7 @@ cdef class PushPass:
         cdef tuple frame
         cdef int op, ct
         cdef int taken
+        cdef int64_t lsn
         self._begin()
         try:
             while i < stop:
@@ -334,13 +335,15 @@ cdef class PushPass:
                     put_ack(out, self.reply_op, <uint64_t>self.last_lsn, self.version)
                 else:  # the Python handler answers (an ack, a replay or the error)
                     self._save()
+                    lsn = self.last_lsn
                     try:
                         reply = self.slow(ct, payload)
                     except Exception as exc:
                         reply = self.failed(exc)
                     out += reply
-                    self.logged = False  # store.push told the log itself
                     self._load()
+                    if self.last_lsn != lsn:  # store.push accepted it and told the log
+                        self.logged = False
         finally:
             self._end()
         return i
@@ -351,6 +354,7 @@ cdef class PushPass:
         Returns ``(acks, newest LSN or 0)`` of the bodies accepted here."""
         cdef Py_ssize_t index
         cdef Py_ssize_t acks = 0
+        cdef int64_t lsn
         cdef int64_t newest = 0
         self._begin()
         try:
@@ -361,9 +365,11 @@ cdef class PushPass:
                     newest = self.last_lsn
                 else:
                     self._save()
-                    self.logged = False
+                    lsn = self.last_lsn
                     fallback(index, body)
                     self._load()
+                    if self.last_lsn != lsn:  # store.push accepted it and told the log
+                        self.logged = False
         finally:
             self._end()
         return acks, newest
