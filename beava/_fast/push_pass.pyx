@@ -2,7 +2,7 @@
 """The push pass: pushes accepted in one C loop (spec/wire.md §6, §10).
 
 For each push: check the body with its event's compiled checker, read the clock, assign the
-LSN, then apply the push to every table it feeds (memory-only, periodic) or append its WAL
+LSN, count it for its event (one C increment at the index its checker entry carries), then apply the push to every table it feeds (memory-only, periodic) or append its WAL
 record and the push to the pending batch (strict; periodic appends the record, then
 applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
@@ -23,6 +23,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from beava._fast.push_check cimport EventChecker
+from beava._fast.push_counts cimport PushCounts
 from beava._fast.table_kernel cimport TableKernel
 from beava._fast.wal_record cimport append_to, seal_body
 
@@ -158,7 +159,8 @@ cdef class PushPass:
     cdef dict names             # event -> its UTF-8 bytes
     # set by _begin for one call
     cdef object log
-    cdef dict checkers
+    cdef dict checkers          # event -> (spec, checker, index into counts)
+    cdef PushCounts counts
     cdef dict routes
     cdef object clock
     cdef bint wall
@@ -188,6 +190,7 @@ cdef class PushPass:
         store = self.store
         self.log = store.log
         self.checkers = store.checkers
+        self.counts = store.push_counts
         self.routes = store.engine.routes
         if self.checkers is not self.names_for:
             self.names_for = self.checkers
@@ -240,7 +243,7 @@ cdef class PushPass:
         that fails): nothing has been touched then."""
         cdef PyObject* found
         cdef bytes name
-        cdef Py_ssize_t start
+        cdef Py_ssize_t start, index
         if type(fields) is not dict:
             return 0
         found = PyDict_GetItem(self.checkers, event)
@@ -248,10 +251,12 @@ cdef class PushPass:
             return 0
         if (<EventChecker>(<tuple>found)[1]).check(<dict>fields) is not None:
             return 0
+        index = (<tuple>found)[2]
         now_obj = wall_ms() if self.wall else self.clock()
         cdef int64_t now = now_obj
         self.last_lsn += 1
         self.pushes += 1
+        self.counts.values[index] += 1
         if self.mode != MEMORY:
             found = PyDict_GetItem(self.names, event)
             if found is NULL:
@@ -297,6 +302,7 @@ cdef class PushPass:
         cdef tuple frame
         cdef int op, ct
         cdef int taken
+        cdef int64_t lsn
         self._begin()
         try:
             while i < stop:
@@ -329,13 +335,15 @@ cdef class PushPass:
                     put_ack(out, self.reply_op, <uint64_t>self.last_lsn, self.version)
                 else:  # the Python handler answers (an ack, a replay or the error)
                     self._save()
+                    lsn = self.last_lsn
                     try:
                         reply = self.slow(ct, payload)
                     except Exception as exc:
                         reply = self.failed(exc)
                     out += reply
-                    self.logged = False  # store.push told the log itself
                     self._load()
+                    if self.last_lsn != lsn:  # store.push accepted it and told the log
+                        self.logged = False
         finally:
             self._end()
         return i
@@ -346,6 +354,7 @@ cdef class PushPass:
         Returns ``(acks, newest LSN or 0)`` of the bodies accepted here."""
         cdef Py_ssize_t index
         cdef Py_ssize_t acks = 0
+        cdef int64_t lsn
         cdef int64_t newest = 0
         self._begin()
         try:
@@ -356,9 +365,11 @@ cdef class PushPass:
                     newest = self.last_lsn
                 else:
                     self._save()
-                    self.logged = False
+                    lsn = self.last_lsn
                     fallback(index, body)
                     self._load()
+                    if self.last_lsn != lsn:  # store.push accepted it and told the log
+                        self.logged = False
         finally:
             self._end()
         return acks, newest

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from beava._fast.push_counts import PushCounts
 from beava._fast.push_pass import apply_rows
 from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
@@ -36,7 +37,7 @@ from beava.engine.backfill import replay_record as replay_table_state
 from beava.engine.registry import Registry, empty_registry, register, registry_from_record
 from beava.engine.state.engine_state import EngineState
 from beava.engine.state.keys import dedupe_keystr
-from beava.engine.state.push_validation import build_checkers, validate_push
+from beava.engine.state.push_validation import CheckerEntry, build_checkers, validate_push
 
 # the body of an EVENT record: the accepted row as MessagePack (the push pass encodes it
 # straight onto the pending batch with this encoder's encode_into)
@@ -80,8 +81,12 @@ class FeatureStore:
         self.on_fatal: Callable[[BaseException], None] = _raise
         self.registry: Registry = empty_registry()
         self.engine = EngineState(self.registry)
-        # event -> (spec, compiled checker) of the current registry (the push pass reads it)
+        # event -> (spec, compiled checker, index) of the current registry, and the accepted
+        # pushes per event index (the push pass reads both; see _install_checkers)
         self.checkers = build_checkers(self.registry.events)
+        self.push_counts = PushCounts(self.checkers)
+        # accepted pushes per event name under earlier registry versions
+        self._earlier_push_counts: dict[str, int] = {}
         self.last_lsn = 0        # last LSN handed out
         self.applied_lsn = 0     # last LSN reflected in state
         # the LSN the latest deferred acknowledgement waits for (raised by push only)
@@ -141,7 +146,7 @@ class FeatureStore:
         plan = record["plan"]
         self.engine.transition(registry, plan)
         self.registry = registry
-        self.checkers = build_checkers(registry.events)
+        self._install_checkers(build_checkers(registry.events))
         cleared = set(plan["clear_dedupe"])
         if cleared:
             self._dedupe = {k: v for k, v in self._dedupe.items() if k[0] not in cleared}
@@ -174,6 +179,7 @@ class FeatureStore:
                 self._dedupe[key] = (self.last_lsn + 1, now, version)
         self.last_lsn = lsn = self.last_lsn + 1
         self.pushes_total += 1
+        self.push_counts.add(self.checkers[event][2])
         log = self.log
         if isinstance(log, MemoryLog):
             self._apply(lsn, event, row, now)
@@ -192,6 +198,26 @@ class FeatureStore:
         name = event if event in self.checkers else UNREGISTERED
         key = (name, code)
         self.rejections[key] = self.rejections.get(key, 0) + 1
+
+    def _install_checkers(self, checkers: dict[str, CheckerEntry]) -> None:
+        """Use ``checkers`` (a new registry's) from now on. The per-event push counts are
+        indexed by the registry's events: fold the current ones into the per-name totals,
+        then count from zero for the new index. A count belongs to the event's name: it
+        survives any re-register and a reset (a counter never goes down)."""
+        earlier = self._earlier_push_counts
+        for name, count in self.push_counts.totals().items():
+            if count:
+                earlier[name] = earlier.get(name, 0) + count
+        self.checkers = checkers
+        self.push_counts = PushCounts(checkers)
+
+    def pushes_by_event(self) -> dict[str, int]:
+        """Accepted pushes (excluding replays) per event name since the process started,
+        for every event ever pushed or registered now (metrics, read at scrape time)."""
+        totals = dict(self._earlier_push_counts)
+        for name, count in self.push_counts.totals().items():
+            totals[name] = totals.get(name, 0) + count
+        return totals
 
     def apply_batch(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
                     nows: list[int], waiters: list[Waiter]) -> None:
@@ -266,7 +292,7 @@ class FeatureStore:
     def _clear(self, version: int) -> None:
         self.registry = empty_registry(version)
         self.engine = EngineState(self.registry)
-        self.checkers = build_checkers(self.registry.events)
+        self._install_checkers(build_checkers(self.registry.events))
         self._dedupe.clear()
         self.watermark_ms = 0
 
@@ -341,7 +367,7 @@ class FeatureStore:
             raise SnapshotInvalid(f"state does not load: {reason}") from None
         self.registry = registry
         self.engine = engine
-        self.checkers = checkers
+        self._install_checkers(checkers)
         self._dedupe = dedupe
         self.last_lsn = self.applied_lsn = body["next_lsn"] - 1
         self.watermark_ms = snapshot.header.watermark_ms

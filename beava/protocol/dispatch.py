@@ -11,6 +11,7 @@ one request lost, never the connection.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from time import perf_counter
 from typing import Any
 
 from beava._fast.frame_splitter import encode_frame
@@ -20,6 +21,7 @@ from beava.protocol.http import HttpRequest, render_response
 from beava.protocol.http_routes import resolve
 from beava.protocol.messages import encode_json
 from beava.protocol.reply_slots import PendingReply
+from beava.protocol.request_timings import RequestTimings
 from beava_client.opcodes import CONTENT_TYPES, CT_JSON, OP_ERROR
 
 # handler(ct, payload) -> reply frame, or a PendingReply resolved later
@@ -99,30 +101,44 @@ class FrameDispatch:
 class HttpDispatch:
     """HTTP data plane: route, hold a read behind the connection's unapplied push
     (``wait_applied``), call the handler; errors become JSON responses. ``authorize``,
-    when tokens are configured, checks each request against its command's scope."""
+    when tokens are configured, checks each request against its command's scope. Each
+    routed request is timed into its command's histogram in ``timings``, from the access
+    check to its response (a request that matches no route is not)."""
 
     def __init__(self, handlers: Mapping[str, HttpHandler],
-                 wait_applied: Callable[[], None], authorize: Authorize | None = None) -> None:
+                 wait_applied: Callable[[], None], authorize: Authorize | None = None,
+                 timings: RequestTimings | None = None) -> None:
         self._handlers = bind_handlers(handlers, ROUTED)
         self._wait_applied = wait_applied
         self._authorize = authorize
+        self._timings = timings if timings is not None else RequestTimings()
 
     def respond(self, request: HttpRequest) -> bytes | PendingReply:
         try:
             command, params = resolve(request.method, request.target)
+        except Exception as exc:
+            return _error_response(as_error(exc), request)
+        began = perf_counter()
+        reply: bytes | PendingReply
+        try:
             if self._authorize is not None and command.scope is not None:
                 self._authorize(request, command.scope, command.name)
             if command.reads_state and request.after_pending:
                 self._wait_applied()
-            return self._handlers[command.name](request, params)
+            reply = self._handlers[command.name](request, params)
         except Exception as exc:  # a bug must cost one request, never the connection
-            err = as_error(exc)
-            if err.status == 401:
-                return render_response(401, encode_json(err.body()), UNAUTHENTICATED_HEADERS,
-                                       request.keep_alive)
-            return json_response(err.status, err.body(), request.keep_alive)
+            reply = _error_response(as_error(exc), request)
+        self._timings.finish(self._timings.by_name[command.name], began, reply)
+        return reply
 
     @staticmethod
     def protocol_error() -> bytes:
         """The answer to an unparseable request, sent before closing (spec/wire.md §3.1)."""
         return json_response(400, BeavaError("http_protocol_error").body(), keep_alive=False)
+
+
+def _error_response(err: BeavaError, request: HttpRequest) -> bytes:
+    if err.status == 401:
+        return render_response(401, encode_json(err.body()), UNAUTHENTICATED_HEADERS,
+                               request.keep_alive)
+    return json_response(err.status, err.body(), request.keep_alive)

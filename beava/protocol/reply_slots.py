@@ -17,9 +17,11 @@ connections with something to release are flushed together
 from __future__ import annotations
 
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from beava._fast.histogram import Histogram
     from beava.protocol.connection import ServerConnection
 
 
@@ -27,7 +29,7 @@ class PendingReply:
     """A reply slot. ``payload`` is what ``fire()`` resolves it with (set before the
     callback can run: durable batches complete on a later loop turn)."""
 
-    __slots__ = ("data", "conn", "payload", "holds_all")
+    __slots__ = ("data", "conn", "payload", "holds_all", "timing")
 
     def __init__(self, holds_all: bool = False) -> None:
         self.data: bytes | None = None
@@ -36,12 +38,17 @@ class PendingReply:
         # A request still being evaluated (a BATCH_GET served in slices): no later request
         # of its connection is evaluated before it is resolved (spec/wire.md §2.6).
         self.holds_all = holds_all
+        # (histogram, perf_counter at the request's start): observed when resolved
+        self.timing: tuple[Histogram, float] | None = None
 
     def fire(self) -> None:
         self.resolve(self.payload)
 
     def resolve(self, data: bytes) -> None:
         self.data = data
+        timing = self.timing
+        if timing is not None:
+            timing[0].observe(perf_counter() - timing[1])
         conn = self.conn
         if conn is not None and not conn.dirty:
             conn.dirty = True

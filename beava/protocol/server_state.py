@@ -12,6 +12,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
+from beava.protocol.request_timings import RequestTimings
+
 if TYPE_CHECKING:
     from beava.protocol.connection import ServerConnection
     from beava.protocol.tcp import FramedTcpProtocol
@@ -119,10 +121,11 @@ class ServerState:
     """The open connections (shutdown walks them), the connections whose deferred replies
     were resolved since the last flush, the connections with replies held by an LSN tag,
     where acknowledgements are released from (``acks``), the intake gate, the turn
-    scheduler, and the connection limits with the count of connections they cap."""
+    scheduler, the connection limits with the count of connections they cap, and the
+    request latency histograms (``timings``)."""
 
     __slots__ = ("connections", "dirty", "held", "acks", "intake", "turns", "limits",
-                 "counted", "_sweeping")
+                 "counted", "timings", "_sweeping")
 
     def __init__(self, acks: AckSource | None = None,
                  limits: ConnectionLimits | None = None) -> None:
@@ -134,6 +137,7 @@ class ServerState:
         self.turns = TurnScheduler()
         self.limits = limits if limits is not None else ConnectionLimits()
         self.counted = 0  # connections that count against limits.max_connections
+        self.timings = RequestTimings()
         self._sweeping = False
 
     def start_sweeps(self) -> None:

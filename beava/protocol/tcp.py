@@ -84,6 +84,7 @@ class FramedTcpProtocol(ServerConnection):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        started = time.perf_counter()
         splitter = self._splitter
         frames = splitter.feed(data)
         self.received(bool(frames), splitter.buffered > 0)
@@ -94,16 +95,22 @@ class FramedTcpProtocol(ServerConnection):
             if self.held_back():  # nor a request still evaluated in slices
                 self._park(frames)
                 return
-            self._process(frames, time.perf_counter() + TURN_SECONDS)
+            self._process(frames, started, started + TURN_SECONDS)
 
-    def _process(self, frames: list[Frame], deadline: float | None = None) -> None:
+    def _process(self, frames: list[Frame], started: float,
+                 deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
         leftovers wait for this connection's next turn. Runs of pushes go to the dispatch's
-        compiled push pass, which checks the deadline itself."""
+        compiled push pass, which checks the deadline itself. The turn's pushes are timed
+        together from ``started`` (when their socket read or turn began) until the turn's
+        replies are written; any other request from its handler's start to its reply
+        (beava.protocol.request_timings)."""
         out = self._out
         dispatch = self._dispatch
         routes = dispatch.routes
         push_run = dispatch.push_run
+        timings = self.state.timings
+        pushes = 0  # push frames handled by the push pass in this turn
         acks = self.state.acks
         # A handler whose reply must wait for an LSN raises acks.hold_lsn to it.
         seen = acks.hold_lsn
@@ -124,6 +131,7 @@ class FramedTcpProtocol(ServerConnection):
                 done = push_run(frames, index, count, replies,
                                 0.0 if deadline is None else deadline)
                 if done > index:
+                    pushes += done - index
                     index = done
                     if acks.hold_lsn != seen:
                         seen = acks.hold_lsn
@@ -144,10 +152,12 @@ class FramedTcpProtocol(ServerConnection):
                 break
             route = routes.get(op)
             if route is not None and ct in route[0]:
+                began = time.perf_counter()
                 try:
                     reply = route[1](ct, payload)
                 except Exception as exc:  # answered with an error frame, connection kept
                     reply = dispatch.failed(exc)
+                timings.finish(timings.by_op[op], began, reply)
             elif op == FRAME_TOO_LARGE:  # framing errors are no opcode: tested only here
                 out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
                 self._fatal()
@@ -173,6 +183,8 @@ class FramedTcpProtocol(ServerConnection):
                     break
             out.append(reply)
         self.flush_ready()
+        if pushes:
+            timings.push.observe(time.perf_counter() - started, pushes)
 
     def next_turn(self, deadline: float) -> None:
         """Continue with frames left over from this connection's previous turn."""
@@ -181,7 +193,7 @@ class FramedTcpProtocol(ServerConnection):
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
-            self._process(frames, deadline)
+            self._process(frames, time.perf_counter(), deadline)
 
     def _waiting_for_pending(self) -> bool:
         return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
@@ -226,7 +238,8 @@ class FramedTcpProtocol(ServerConnection):
             frames = list(self._parked)
             self._parked.clear()
             self._resume_if_idle()
-            self._process(frames, time.perf_counter() + TURN_SECONDS)
+            started = time.perf_counter()
+            self._process(frames, started, started + TURN_SECONDS)
         elif self._close_after:
             self._half_close()
 
@@ -254,7 +267,7 @@ class FramedTcpProtocol(ServerConnection):
             frames = list(self._parked)
             self._parked.clear()
             self._turn_scheduled = False
-            self._process(frames)
+            self._process(frames, time.perf_counter())
         return bool(self._parked)
 
     def close(self) -> None:

@@ -1,4 +1,6 @@
-"""Prometheus exposition of the server's counters and gauges (spec/server.md §8).
+"""Prometheus exposition of the server's counters, gauges and duration histograms
+(spec/server.md §8; every family is listed in docs/operations.md, which a test keeps in
+step with the tables below).
 
 prometheus-client is imported on the first scrape, not at start-up (fast start).
 """
@@ -8,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from beava._fast.histogram import BOUNDS, Histogram
+
 
 class ServerMetrics:
-    """Collects values from live state at scrape time; no per-request bookkeeping here."""
+    """Collects values from live state at scrape time; no per-request bookkeeping here
+    (the histograms are filled where the work is done and only read here)."""
 
     def __init__(self, sample: Callable[[], dict[str, Any]], sync_mode: str) -> None:
         self._sample = sample
@@ -19,7 +24,11 @@ class ServerMetrics:
 
     def _build(self) -> Any:
         from prometheus_client import CollectorRegistry
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
         sample = self._sample
         mode = self._sync_mode
@@ -43,6 +52,16 @@ class ServerMetrics:
                     for values, value in sorted(v.get(name, {}).items()):
                         gauge.add_metric(list(values), value)
                     yield gauge
+                for name, doc in HISTOGRAMS:
+                    buckets, total = histogram_buckets(v[name])
+                    yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+                for name, doc, labels in LABELLED_HISTOGRAMS:
+                    family = HistogramMetricFamily(name, doc, labels=labels)
+                    for values, histogram in sorted(v.get(name, {}).items()):
+                        buckets, total = histogram_buckets(histogram)
+                        if buckets[-1][1]:  # only what was observed at least once
+                            family.add_metric(list(values), buckets, total)
+                    yield family
                 runtime = GaugeMetricFamily("beava_runtime_kind", "event loop runtime",
                                             labels=["runtime"])
                 runtime.add_metric(["uvloop"], 1)
@@ -62,6 +81,17 @@ class ServerMetrics:
         if self._registry is None:
             self._registry = self._build()
         return generate_latest(self._registry)
+
+
+def histogram_buckets(histogram: Histogram) -> tuple[list[tuple[str, int]], float]:
+    """``([(le, cumulative count), ..., ("+Inf", count)], sum)`` of ``histogram``."""
+    counts, total, _count = histogram.read()
+    buckets = []
+    running = 0
+    for bound, count in zip((*(repr(b) for b in BOUNDS), "+Inf"), counts, strict=True):
+        running += count
+        buckets.append((bound, running))
+    return buckets, total
 
 
 GAUGES = (
@@ -87,10 +117,30 @@ COUNTERS = (
 )
 # Families with labels: the sample holds ``{label values: value}`` for each.
 LABELLED_COUNTERS = (
+    ("beava_pushes_by_event_total",
+     "accepted pushes by event, excluding replays (an event's count survives re-registers "
+     "and resets)", ["event"]),
     ("beava_push_rejections_total",
      "refused pushes by event and error code (unregistered names: <unregistered>)",
      ["event", "code"]),
 )
 LABELLED_GAUGES = (
     ("beava_table_entities", "resident entity rows per table", ["table"]),
+)
+# Duration histograms (buckets: beava._fast.histogram.BOUNDS): the sample holds a
+# Histogram for each, or ``{label values: Histogram}`` for a labelled one.
+HISTOGRAMS = (
+    ("beava_wal_fsync_duration_seconds",
+     "duration of each WAL fsync (one per fsync counted in beava_wal_fsyncs_total), timed by "
+     "the thread that fsyncs"),
+    ("beava_snapshot_duration_seconds",
+     "wall time of each successful snapshot, from its start until the file is durable"),
+)
+LABELLED_HISTOGRAMS = (
+    ("beava_request_duration_seconds",
+     "server time per request by command (op); a framed-TCP push is timed with the others of "
+     "its turn, from the socket read (or scheduled turn) to the turn's replies written, each "
+     "push counted once with that duration; any other request from its handler's start to "
+     "its reply; a strict-mode ack's wait for its fsync is not included",
+     ["op"]),
 )

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from beava._fast.histogram import Histogram
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog, fatal_exit
 from beava.durability.recovery import recover
@@ -22,6 +23,8 @@ from beava.server.config import Config
 from beava.server.log_lines import LogLines
 
 SNAPSHOT_POLL_S = 0.1
+# The WAL fsync histogram of a memory-only server: nothing is ever observed in it.
+_NO_FSYNCS = Histogram()
 
 
 class Persistence:
@@ -38,6 +41,7 @@ class Persistence:
         self.snapshots: SnapshotRunner | None = None
         self.quarantined = 0
         self.snapshot_last = {"duration": 0.0, "bytes": 0, "fsync": 0.0}
+        self.snapshot_durations = Histogram()  # wall time of each successful snapshot
         self._records_at_snapshot = 0
         self._timers: list[asyncio.TimerHandle] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +145,7 @@ class Persistence:
         if outcome.ok:
             self.snapshot_last = {"duration": outcome.duration_seconds, "bytes": outcome.bytes,
                                   "fsync": outcome.fsync_seconds}
+            self.snapshot_durations.observe(outcome.duration_seconds)
             self.log.info("snapshot.written", "snapshot written", path=outcome.path,
                           snapshot_lsn=outcome.snapshot_lsn, bytes=outcome.bytes,
                           duration_ms=int(outcome.duration_seconds * 1000))
@@ -167,9 +172,11 @@ class Persistence:
         if self.wal is not None:
             self.wal.close()
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float | Histogram]:
         wal = self.wal
         return {
+            "beava_wal_fsync_duration_seconds": wal.fsync_durations if wal else _NO_FSYNCS,
+            "beava_snapshot_duration_seconds": self.snapshot_durations,
             "beava_wal_fsyncs_total": wal.fsyncs_total if wal else 0,
             "beava_wal_last_fsync_seconds": wal.last_fsync_seconds if wal else 0.0,
             "beava_wal_bytes_written_total": wal.bytes_written_total if wal else 0,

@@ -123,7 +123,8 @@ class BeavaServer:
         tokens = cfg.security.tokens
         self.access = AccessControl(tokens, self.frames) if tokens is not None else None
         self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied,
-                                 self.access.authorize_http if self.access else None)
+                                 self.access.authorize_http if self.access else None,
+                                 self.state.timings)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(
             lambda: (self.store.registry_version, self.store.node_count), self.metrics.render,
@@ -310,8 +311,12 @@ class BeavaServer:
             "beava_pushes_total": store.pushes_total,
             "beava_push_replays_total": store.replays_total,
             "beava_push_rejections_total": dict(store.rejections),
+            "beava_pushes_by_event_total": {(name,): count for name, count
+                                            in store.pushes_by_event().items()},
             "beava_table_entities": {(name,): count for name, count
                                      in store.engine.table_entity_counts().items()},
+            "beava_request_duration_seconds": {
+                (name,): histogram for name, histogram in self.state.timings.by_name.items()},
         }
 
 

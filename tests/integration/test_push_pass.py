@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from beava_client.opcodes import OP_GET_RESPONSE, OP_PUSH_MANY
 from tests.support import BeavaProcess, FrameConn, frame, http_request
 
 OP_PUSH = 0x0010
@@ -112,6 +113,26 @@ def test_mixed_pipeline_in_one_write(server: BeavaProcess) -> None:
     spend = got[12][1]
     assert spend["n"] == 2 and spend["total"] == 6.0 + 2.0 ** 70 and spend["notes"] == "none"
     assert got[13][1] == {"paid": 5.0}
+    conn.close()
+
+
+def test_run_ending_with_a_refused_push_is_acked(server: BeavaProcess) -> None:
+    """The refused push goes to the Python handler, which does not tell the durability
+    log of anything; the accepted pushes before it still reach the WAL (strict: their
+    acks and the GET behind them are not held for ever)."""
+    conn = FrameConn(server.tcp, timeout=5)
+    conn.send(push_msgpack("Txn", {"user": "u9", "amount": 1.0}) * 3
+              + push_msgpack("Txn", {"user": "u9"}) + get("Spend", "u9"))
+    got = replies(conn, 5)
+    assert [op for op, _ in got] == [OP_PUSH] * 3 + [OP_ERROR, OP_GET_RESPONSE]
+    assert [body.get("ack_lsn") for _, body in got[:3]] == [2, 3, 4]
+    assert got[4][1]["n"] == 3
+    # the same for a PUSH_MANY whose last body is refused, and a push after it
+    conn.send(frame(OP_PUSH_MANY, 2, msgspec.msgpack.encode(
+        {"event": "Txn", "bodies": [{"user": "u9", "amount": 1.0}, {"user": "u9"}]}))
+        + get("Spend", "u9"))
+    many, read = replies(conn, 2)
+    assert many[1]["acks"] == 1 and read[1]["n"] == 4
     conn.close()
 
 

@@ -96,7 +96,7 @@ async def test_turn_schedulers_are_per_server() -> None:
     dispatch = FrameDispatch(_pending_pushes()[0])
     one, two = ServerState(), ServerState()
     conn, transport = _connect(dispatch, one)
-    conn._process([(0x0000, CT_JSON, b"")] * (TURN_CHECK_EVERY * 4), deadline=0.0)
+    conn._process([(0x0000, CT_JSON, b"")] * (TURN_CHECK_EVERY * 4), 0.0, deadline=0.0)
     assert transport.take() == b"<reply>" * TURN_CHECK_EVERY
     assert len(one.turns._queue) == 1 and len(two.turns._queue) == 0
     for _ in range(10):

@@ -14,23 +14,27 @@ from beava._fast.push_check import EventChecker, has_control_character
 from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
 from beava.engine.registry import EventSpec
 
-__all__ = ["EventChecker", "build_checkers", "event_not_found_error", "explain_push_error",
-           "has_control_character", "validate_push"]
+__all__ = ["CheckerEntry", "EventChecker", "build_checkers", "event_not_found_error",
+           "explain_push_error", "has_control_character", "validate_push"]
 
 # What a declared type accepts, in words (spec/wire.md §6.3).
 _ACCEPTS = {"str": "a string", "i64": "a number", "f64": "a number", "bool": "a boolean"}
 _LONGEST_SHOWN = 40
 
 
-def build_checkers(events: Mapping[str, EventSpec]) -> dict[str, tuple[EventSpec, EventChecker]]:
-    """Event name -> (EventSpec, its compiled checker)."""
-    return {name: (spec, EventChecker(spec.fields, spec.optional, spec.required, spec.defaults))
-            for name, spec in events.items()}
+# (spec, its compiled checker, its index among the registry's events: the push counters')
+CheckerEntry = tuple[EventSpec, EventChecker, int]
+
+
+def build_checkers(events: Mapping[str, EventSpec]) -> dict[str, CheckerEntry]:
+    """Event name -> (EventSpec, its compiled checker, its index in ``events``)."""
+    return {name: (spec, EventChecker(spec.fields, spec.optional, spec.required, spec.defaults),
+                   index)
+            for index, (name, spec) in enumerate(events.items())}
 
 
 def validate_push(event_name: str, fields: Any,
-                  checkers: Mapping[str, tuple[EventSpec, EventChecker]]
-                  ) -> tuple[EventSpec, dict[str, Any]]:
+                  checkers: Mapping[str, CheckerEntry]) -> tuple[EventSpec, dict[str, Any]]:
     """Checks 2-6 of spec/wire.md §6.2; returns ``(event spec, accepted row)``."""
     if type(fields) is not dict:
         raise BeavaError("invalid_event", got=wire_type_name(fields), expected="map",

@@ -1,0 +1,9 @@
+"""Type stub of push_counts.pyx (accepted pushes per event in a C array)."""
+
+from collections.abc import Iterable
+
+class PushCounts:
+    names: tuple[str, ...]
+    def __init__(self, names: Iterable[str]) -> None: ...
+    def add(self, index: int) -> None: ...
+    def totals(self) -> dict[str, int]: ...

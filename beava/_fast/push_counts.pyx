@@ -1,0 +1,34 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Accepted pushes per event of one registry version, in a C array.
+
+An event's index is its position among the registry's events; each entry of the store's
+checkers carries it, so the push pass counts a push with one C increment on the entry it
+has already found, and the store's Python path calls :meth:`PushCounts.add`. The store
+reads the counts at scrape time and, when the registry changes, folds them into its
+per-name totals before a new ``PushCounts`` takes over.
+"""
+
+from libc.stdlib cimport calloc, free
+
+
+cdef class PushCounts:
+    """Counts for the events ``names`` (index ``i``: ``names[i]``), all starting at 0."""
+
+    def __cinit__(self, names):
+        self.names = tuple(names)
+        self.values = <int64_t*>calloc(len(self.names) or 1, sizeof(int64_t))
+        if self.values is NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.values)
+
+    def add(self, Py_ssize_t index):
+        """Count one accepted push of event ``names[index]``."""
+        if not 0 <= index < len(self.names):
+            raise IndexError(f"event index {index} out of range")
+        self.values[index] += 1
+
+    def totals(self):
+        """Event name -> accepted pushes, for every event."""
+        return {self.names[i]: self.values[i] for i in range(len(self.names))}
