@@ -63,7 +63,8 @@ class Persistence:
             return
         cfg = self.cfg
         result = recover(cfg.wal_dir, cfg.snapshot_dir, load_snapshot=store.load_snapshot,
-                         apply=store.replay, log=self.log, crash_points=self.crash)
+                         apply=store.replay, log=self.log, crash_points=self.crash,
+                         on_corruption=cfg.wal_on_corruption)
         store.last_lsn = store.applied_lsn = result.next_lsn - 1
         store.watermark_ms = result.watermark_ms
         store.sweep_dedupe()
