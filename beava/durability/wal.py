@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal_format import (
+    LOCK_FILE,
     SEGMENT_FLAG_HISTORY_BOUNDARY,
     SEGMENT_HEADER_SIZE,
     encode_segment_header,
@@ -64,6 +65,25 @@ def sync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class DataDirLocked(Exception):
+    """Another process holds the data directory's lock (``<wal_dir>/LOCK``)."""
+
+
+def lock_wal_dir(wal_dir: str) -> int:
+    """Take the exclusive advisory lock on ``<wal_dir>/LOCK`` (created if missing) and return
+    its descriptor; closing the descriptor releases it. Raises OSError when the file cannot
+    be opened and DataDirLocked when another process holds the lock."""
+    import fcntl
+
+    fd = os.open(os.path.join(wal_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DataDirLocked(wal_dir) from None
+    return fd
 
 
 def now_ms() -> int:

@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 from beava import __version__
 from beava.durability.crash_points import CrashPoints
 from beava.durability.recovery import RecoveryFatal
+from beava.durability.wal import DataDirLocked, lock_wal_dir
+from beava.durability.wal_format import LOCK_FILE
 from beava.engine.registry.describe import describe_registry
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
@@ -82,19 +84,14 @@ class DataDirLock:
     """Exclusive advisory lock on ``<wal_dir>/LOCK`` for the life of the process."""
 
     def __init__(self, wal_dir: str) -> None:
-        import fcntl
-
-        self.path = os.path.join(wal_dir, "LOCK")
+        self.path = os.path.join(wal_dir, LOCK_FILE)
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = lock_wal_dir(wal_dir)
+        except DataDirLocked:
+            raise StartupError("data directory locked", EXIT_DATA_DIR) from None
         except OSError as exc:  # read-only, not ours, not a file: the directory is unusable
             raise StartupError(f"data directory unusable: cannot open {self.path}: "
                                f"{exc.strerror}", EXIT_DATA_DIR) from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            raise StartupError("data directory locked", EXIT_DATA_DIR) from None
 
     def release(self) -> None:
         os.close(self._fd)
