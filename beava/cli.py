@@ -1,4 +1,5 @@
-"""The ``beava`` command (spec/server.md §1): serve by default, ``quickstart``, ``help``."""
+"""The ``beava`` command (spec/server.md §1): serve by default, ``quickstart``, ``help``;
+``registry``, ``get``, ``stats`` (beava/cli_inspect.py) and ``wal`` (beava/cli_wal.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ environment variables (command line > environment > YAML > defaults):
   BEAVA_WAL_DIR, BEAVA_SNAPSHOT_DIR   data directories
   BEAVA_WAL_SYNC_MODE          strict (ack after fsync, default) or periodic
   BEAVA_WAL_TICK_MS            periodic-mode fsync interval (1-1000, default 20)
+  BEAVA_WAL_ON_CORRUPTION      as --wal-on-corruption
   BEAVA_WAL_FSYNC_BYTES, BEAVA_WAL_SEGMENT_BYTES, BEAVA_WAL_BUFFERS, BEAVA_WAL_BUFFER_SIZE_MB
   BEAVA_SNAPSHOT_INTERVAL_MS, BEAVA_SNAPSHOT_MIN_EVENTS, BEAVA_SNAPSHOT_RETAIN_COUNT,
   BEAVA_SNAPSHOT_FORK          snapshot cadence and retention
@@ -49,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="commands:\n  quickstart   run the in-process demo\n  help         print help\n"
         "  registry     print what a running server's registry holds (beava registry -h)\n"
         "  get          print one entity's features: beava get TABLE [KEY]\n"
-        "  stats        live rates from a running server's metrics (beava stats -h)\n\n"
+        "  stats        live rates from a running server's metrics (beava stats -h)\n"
+        "  wal          check or repair a data directory's WAL: beava wal check|repair "
+        "DATA_DIR\n\n"
         + ENV_HELP, add_help=False)
     parser.add_argument("command", nargs="?", choices=("serve", "quickstart", "help"),
                         default="serve", help=argparse.SUPPRESS)
@@ -63,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="admin sidecar listen address (default 127.0.0.1:8090)")
     parser.add_argument("--data-dir", metavar="PATH",
                         help="WAL in PATH/wal, snapshots in PATH/snapshots")
+    parser.add_argument("--wal-on-corruption", choices=("quarantine", "refuse"),
+                        default=None,
+                        help="valid WAL records after damage in the newest segment: "
+                        "quarantine the damaged tail and start (default), or refuse to start "
+                        "(exit 3) until 'beava wal repair'")
     parser.add_argument("--memory-only", action="store_true",
                         help="no WAL, no snapshots, no recovery")
     parser.add_argument("--test-mode", action="store_true",
@@ -88,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         from beava.cli_inspect import main as inspect_main
 
         return inspect_main(words)
+    if words and words[0] == "wal":  # offline: a data directory's WAL
+        from beava.cli_wal import main as wal_main
+
+        return wal_main(words[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.help or args.command == "help":
@@ -112,7 +125,8 @@ def serve(args: argparse.Namespace) -> int:
                       admin_addr=args.admin_addr, data_dir=args.data_dir,
                       memory_only=args.memory_only, test_mode=args.test_mode,
                       auth_token_file=args.auth_token_file, tls_cert=args.tls_cert,
-                      tls_key=args.tls_key, tls_client_ca=args.tls_client_ca)
+                      tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                      wal_on_corruption=args.wal_on_corruption)
     try:
         cfg = resolve(cli, os.environ)
     except ConfigError as exc:

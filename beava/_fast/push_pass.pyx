@@ -168,6 +168,7 @@ cdef class PushPass:
     cdef uint64_t version
     cdef int64_t last_lsn, applied_lsn, hold_lsn, watermark, pushes
     cdef bint logged            # records appended since the log last heard of them
+    cdef bint writable          # False: the log refuses writes (a full disk)
     cdef bytearray buf
     cdef object batch
     cdef list b_events, b_rows, b_nows
@@ -202,6 +203,7 @@ cdef class PushPass:
             STRICT if mode_name == "strict" else PERIODIC)
         self.version = store.registry.version
         self.logged = False
+        self.writable = self.log.writable
         self._load()
 
     cdef void _load(self) except *:
@@ -240,11 +242,11 @@ cdef class PushPass:
     cdef int _accept(self, object event, object fields) except -1:
         """Accept one push: 1 when done (``self.last_lsn`` is its LSN), 0 when it must go
         to the store's Python path instead (not a map, unknown event, a dedupe key, a check
-        that fails): nothing has been touched then."""
+        that fails, writes refused): nothing has been touched then."""
         cdef PyObject* found
         cdef bytes name
         cdef Py_ssize_t start, index
-        if type(fields) is not dict:
+        if type(fields) is not dict or not self.writable:
             return 0
         found = PyDict_GetItem(self.checkers, event)
         if found is NULL or (<tuple>found)[0].dedupe_key is not None:

@@ -14,6 +14,14 @@ consecutively from the batch's first, and callbacks apart as waiters ``(count, c
 run once the first ``count`` pushes of the batch are applied. The log calls its
 ``apply_batch`` function (the store's) once per durable batch. ``barrier()`` makes every
 accepted record durable and applied before a register, reset, snapshot or shutdown.
+
+A full disk (spec/durability.md §6.6) puts the log in write-refusing mode (``writable``
+False; the store answers pushes, registers and resets ``wal_unavailable``). Strict mode:
+every push accepted but not durable (the failed batch and the pending one) is handed to
+``on_failed``, not applied, and its LSNs are given out again. Periodic mode: those pushes
+were applied and acknowledged already, so their records stay queued and are written first
+once space returns. Every ``PROBE_INTERVAL_S`` the log tries the disk again (periodic: by
+writing the queued records); the first write that succeeds ends the mode.
 """
 
 from __future__ import annotations
@@ -23,11 +31,12 @@ import contextlib
 import os
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from beava.durability.crash_points import CrashPoints
-from beava.durability.wal import EventLog, WalFatal, WalWriter
+from beava.durability.wal import EventLog, WalFatal, WalUnavailable, WalWriter
 from beava.durability.wal_format import record_lsn_at
 
 Callback = Callable[[], None]
@@ -35,6 +44,11 @@ Callback = Callable[[], None]
 Waiter = tuple[int, Callback]
 # apply_batch(first_lsn, events, rows, nows, waiters): push i has LSN first_lsn + i
 ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], list[Waiter]], None]
+# on_failed(first_lsn, waiters): the pushes from first_lsn on were not written (strict mode)
+OnFailed = Callable[[int, list[Waiter]], None]
+# on_writable(writable, error): write-refusing mode ends (True) or begins (False, the error)
+OnWritable = Callable[[bool, str], None]
+PROBE_INTERVAL_S = 1.0
 
 
 class Batch:
@@ -56,6 +70,7 @@ class MemoryLog:
     mode = "memory"
     acks_immediately = True  # a push is applied and acknowledged before submit returns
     sealed_lsn = 0
+    writable = True
 
     def after_pending(self, callback: Callback) -> bool:
         return True
@@ -77,7 +92,7 @@ class _Write:
         self.error: BaseException | None = None
 
 
-class _WorkerLog:
+class _WorkerLog(ABC):
     """Shared machinery: one long-lived writer thread writes and fsyncs batches, in order.
 
     At most one batch is in flight. The loop hands it over through a queue and takes the
@@ -92,8 +107,14 @@ class _WorkerLog:
                  after_batch: Callback | None = None,
                  next_lsn: Callable[[], int] | None = None,
                  limit_bytes: int | None = None,
-                 on_pressure: Callable[[bool], None] | None = None) -> None:
+                 on_pressure: Callable[[bool], None] | None = None,
+                 on_failed: OnFailed | None = None,
+                 on_writable: OnWritable | None = None) -> None:
         self.wal = wal
+        self.writable = True  # False in write-refusing mode (a full disk, §6.6)
+        self.on_failed = on_failed
+        self.on_writable = on_writable
+        self._probe_timer: asyncio.TimerHandle | None = None
         # Backpressure (§6.5): above limit_bytes not yet durable, on_pressure(True) stops
         # reading client sockets; below half of it, on_pressure(False) resumes.
         self.limit_bytes = limit_bytes
@@ -132,7 +153,7 @@ class _WorkerLog:
                 return
             try:
                 write_and_sync(write.data)
-            except BaseException as exc:  # a fatal error: reported on the loop
+            except BaseException as exc:  # reported on the loop
                 write.error = exc
             self._idle.release()  # a barrier waiting for this batch may go on
             # a no-op if a barrier finished the batch; the loop may be closed after one
@@ -187,13 +208,59 @@ class _WorkerLog:
         self._in_flight_bytes = 0
         batch, self._in_flight_batch = self._in_flight_batch, None
         exc = write.error
+        if isinstance(exc, WalUnavailable):
+            self._refuse(write.data, batch if batch is not None else Batch(), exc)
+            self._check_pressure()
+            return
         if exc is not None:
             self.on_fatal(exc)
             return
+        if not self.writable:
+            self._resume()
         if batch is not None:
             self._complete(batch)
         self._start()
         self._check_pressure()
+
+    # -- write-refusing mode (§6.6) -----------------------------------------------------------
+
+    def _refuse(self, data: bytearray, batch: Batch, exc: WalUnavailable) -> None:
+        """A batch could not be written for lack of space (the segment is back to its
+        previous length): hand its pushes over (strict) or keep its records (periodic),
+        and refuse writes until a probe succeeds."""
+        self._requeue(data, batch)
+        if self.writable:
+            self.writable = False
+            if self.on_writable is not None:
+                self.on_writable(False, str(exc))
+        if self._probe_timer is None:
+            self._probe_timer = self._loop.call_later(PROBE_INTERVAL_S, self._probe)
+
+    @abstractmethod
+    def _requeue(self, data: bytearray, batch: Batch) -> None:
+        """What becomes of a batch the disk did not take (strict: failed; periodic: kept)."""
+
+    def _probe(self) -> None:
+        self._probe_timer = None
+        if self.writable or self._in_flight is not None:
+            return
+        if self.buf:  # periodic: the queued records are the probe
+            self._start()
+            return
+        try:
+            ok = self.wal.probe()
+        except WalFatal as exc:
+            self.on_fatal(exc)
+            return
+        if ok:
+            self._resume()
+        else:
+            self._probe_timer = self._loop.call_later(PROBE_INTERVAL_S, self._probe)
+
+    def _resume(self) -> None:
+        self.writable = True
+        if self.on_writable is not None:
+            self.on_writable(True, "")
 
     def _complete(self, batch: Batch) -> None:
         self.crash.hit("wal_after_fsync")
@@ -213,7 +280,9 @@ class _WorkerLog:
                 self.on_fatal(exc)
 
     def barrier(self) -> None:
-        """Synchronously: wait for the batch in flight, then write and fsync the rest."""
+        """Synchronously: wait for the batch in flight, then write and fsync the rest. In
+        write-refusing mode nothing more is written (the callers refuse their operation,
+        or, at shutdown, the queued records stay unwritten)."""
         while True:
             write = self._in_flight
             if write is not None:
@@ -221,19 +290,28 @@ class _WorkerLog:
                     pass
                 self._finish(write)  # may hand the next batch to the writer thread
                 continue
-            if not self._has_pending():
+            if not self._has_pending() or not self.writable:
                 self._check_pressure()
                 return
             data, batch = self._take()
             if data:
                 try:
                     self.wal.write_and_sync(data)
+                except WalUnavailable as exc:
+                    self._refuse(data, batch, exc)
+                    return
                 except WalFatal as exc:
                     self.on_fatal(exc)
                     return
             self._complete(batch)
 
+    def stop_probing(self) -> None:
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+            self._probe_timer = None
+
     def close(self) -> None:
+        self.stop_probing()
         self.barrier()
         self._writes.put(None)
         self._writer.join()
@@ -291,6 +369,17 @@ class GroupCommit(_WorkerLog):
         self._scheduled = False
         self._start()
 
+    def _requeue(self, data: bytearray, batch: Batch) -> None:
+        """The failed batch and the pending one (its records follow) are not applied: their
+        pushes and waiters go to ``on_failed``, their LSNs are given out again."""
+        _, pending = self._take()
+        first = batch.first_lsn if batch.events else pending.first_lsn
+        if not (batch.events or pending.events):
+            first = self.sealed_lsn + 1
+        self.sealed_lsn = first - 1
+        if self.on_failed is not None:
+            self.on_failed(first, batch.waiters + pending.waiters)
+
 
 class PeriodicLog(_WorkerLog):
     """Periodic mode: apply and acknowledge at once, fsync every tick."""
@@ -321,8 +410,14 @@ class PeriodicLog(_WorkerLog):
         return True
 
     def _tick(self) -> None:
-        self._start()
+        if self.writable:  # else the probe writes the queued records
+            self._start()
         self._timer = self._loop.call_later(self.tick_s, self._tick)
+
+    def _requeue(self, data: bytearray, batch: Batch) -> None:
+        """The batch's pushes were applied and acknowledged already: its records go back
+        in front of the buffer, to be written first once space returns."""
+        self.buf[:0] = data
 
     def close(self) -> None:
         self._timer.cancel()

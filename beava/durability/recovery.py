@@ -10,6 +10,12 @@ The caller holds the data-directory lock, owns the state and supplies two callba
   raises :class:`Unapplicable` for a record it cannot apply (the record is quarantined and
   skipped). Structural validity, LSN order, name encoding and damage are handled here.
 
+Damage in the newest segment is a torn tail (§9.4) when no valid record follows it. When
+valid records with higher LSNs follow it, acknowledged data was damaged: it is logged as
+corruption and, by the ``on_corruption`` policy, either quarantined with the tail (the
+default, which keeps G10) or refused before anything on disk is touched
+(:class:`WalCorruption`, exit 3; ``beava wal repair`` then does the quarantining).
+
 Step 8 (a new active segment at ``result.next_lsn``) is :meth:`WalWriter.start`; step 9 and the
 ``recovery.complete`` line belong to the caller. Every other recovery log line is emitted here.
 """
@@ -18,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from beava.durability.crash_points import CrashPoints
 from beava.durability.snapshots import (
@@ -53,12 +58,14 @@ from beava.durability.wal_format import (
     record_lsn_at,
     record_size_at,
 )
+from beava.durability.wal_scan import AfterDamage, resync, valid_after
 
 MOUNTS_PATH = "/proc/mounts"
 
-# A record's type byte (1-4) is followed by its body_format byte (1-2), 16 bytes into it.
-_TYPE_OFFSET = 16
-_RECORD_CANDIDATE = re.compile(rb"(?=[\x01-\x04][\x01\x02])")
+# What recovery does when valid records follow damage in the newest segment.
+ON_CORRUPTION_QUARANTINE = "quarantine"  # quarantine the whole tail, truncate, start (G10)
+ON_CORRUPTION_REFUSE = "refuse"  # exit 3 without touching anything; `beava wal repair`
+ON_CORRUPTION_POLICIES = (ON_CORRUPTION_QUARANTINE, ON_CORRUPTION_REFUSE)
 
 
 class Unapplicable(Exception):
@@ -71,6 +78,83 @@ class Unapplicable(Exception):
 
 class RecoveryFatal(Exception):
     """Recovery cannot produce a trustworthy state: log ``server.fatal`` and exit 3."""
+
+
+class TailDamage(NamedTuple):
+    """The first damage in the newest segment and what follows it."""
+
+    offset: int
+    """Where the damage starts: the first invalid record, or 0 for an invalid header."""
+    bytes: int
+    """Bytes from ``offset`` to the end of the file."""
+    last_good: int
+    """LSN of the last valid record before the damage (the base LSN - 1 if none)."""
+    after: AfterDamage
+    """Valid records after the damage: none for a torn tail, some for corruption."""
+
+    @property
+    def corruption(self) -> bool:
+        return self.after.records > 0
+
+
+class WalCorruption(RecoveryFatal):
+    """Valid records follow damage in the newest segment and the policy is ``refuse``."""
+
+    def __init__(self, wal_dir: str, segment: str, damage: TailDamage) -> None:
+        after = damage.after
+        super().__init__(
+            f"WAL corruption in {segment} at offset {damage.offset}: {after.records} valid "
+            f"records (LSN {after.first_lsn}-{after.last_lsn}) follow the damage; refusing "
+            f"to start (--wal-on-corruption refuse), nothing was changed. Inspect with "
+            f"'beava wal check {data_dir_of(wal_dir)}'; 'beava wal repair "
+            f"{data_dir_of(wal_dir)} --yes' moves the damaged tail to quarantine")
+        self.segment = segment
+        self.damage = damage
+
+
+def data_dir_of(wal_dir: str) -> str:
+    """The directory ``beava wal`` takes for ``wal_dir``: its parent for ``<data-dir>/wal``,
+    else the WAL directory itself."""
+    path = os.path.normpath(wal_dir)
+    return os.path.dirname(path) or "." if os.path.basename(path) == "wal" else path
+
+
+def read_segment_header(path: str, base: int) -> tuple[SegmentHeader | None, str]:
+    """A segment's header and ``""``, or None and why it is invalid (including a
+    ``base_lsn`` that differs from the one in the file name)."""
+    with open(path, "rb") as f:
+        raw = f.read(SEGMENT_HEADER_SIZE)
+    try:
+        header = decode_segment_header(raw)
+    except FormatError as exc:
+        return None, str(exc)
+    if header.base_lsn != base:
+        return None, f"header base_lsn {header.base_lsn} does not match the file name"
+    return header, ""
+
+
+def newest_segment_damage(data: bytes, base: int, header_valid: bool) -> TailDamage | None:
+    """The first damage in the newest segment's bytes, None when it ends cleanly.
+
+    ``base`` is the LSN in the file name. Records are read in order from the header; at the
+    first one that is not structurally valid (or at the header when it is invalid), the rest
+    of the file is scanned for valid records with higher LSNs (:func:`valid_after`).
+    """
+    end = len(data)
+    last_good = base - 1
+    offset = SEGMENT_HEADER_SIZE
+    if not header_valid:
+        offset = 0
+    else:
+        while offset < end:
+            size = record_size_at(data, offset, end)
+            if size == 0:
+                break
+            last_good = max(last_good, record_lsn_at(data, offset))
+            offset += size
+        else:
+            return None
+    return TailDamage(offset, end - offset, last_good, valid_after(data, offset, end, last_good))
 
 
 @dataclass
@@ -111,14 +195,18 @@ def recover(wal_dir: str, snapshot_dir: str, *,
             apply: Callable[[Record], None], log: Any,
             crash_points: CrashPoints | None = None,
             state_formats: frozenset[int] = frozenset({STATE_FORMAT}),
-            mounts_path: str = MOUNTS_PATH) -> RecoveryResult:
-    """Run recovery; raises RecoveryFatal for the §9.6 conditions (exit 3).
+            mounts_path: str = MOUNTS_PATH,
+            on_corruption: str = ON_CORRUPTION_QUARANTINE) -> RecoveryResult:
+    """Run recovery; raises RecoveryFatal for the §9.6 conditions (exit 3), and
+    WalCorruption for corruption of the newest segment under the ``refuse`` policy.
 
     An OSError on the data directories is reported as RecoveryFatal too.
     """
+    if on_corruption not in ON_CORRUPTION_POLICIES:
+        raise ValueError(f"unknown WAL corruption policy {on_corruption!r}")
     run = _Recovery(wal_dir, snapshot_dir, load_snapshot, apply, log,
                     crash_points if crash_points is not None else CrashPoints(None),
-                    state_formats, mounts_path)
+                    state_formats, mounts_path, on_corruption == ON_CORRUPTION_REFUSE)
     try:
         return run.run()
     except OSError as exc:
@@ -129,8 +217,9 @@ class _Recovery:
     def __init__(self, wal_dir: str, snapshot_dir: str,
                  load_snapshot: Callable[[LoadedSnapshot], None],
                  apply: Callable[[Record], None], log: Any, crash: CrashPoints,
-                 state_formats: frozenset[int], mounts_path: str) -> None:
+                 state_formats: frozenset[int], mounts_path: str, refuse: bool) -> None:
         self.wal_dir = wal_dir
+        self.refuse = refuse
         self.snapshot_dir = snapshot_dir
         self.load_snapshot = load_snapshot
         self.apply = apply
@@ -152,10 +241,12 @@ class _Recovery:
         started = time.monotonic()
         self.log.info("recovery.started", "recovery started", wal_dir=self.wal_dir,
                       snapshot_dir=self.snapshot_dir)
+        segments = self._read_headers()
+        if self.refuse:
+            self._refuse_corrupt_newest(segments)  # before anything on disk changes
         self._delete_snapshot_temps()
         self._check_filesystem()
         self._report_foreign_files()
-        segments = self._read_headers()
         max_base = segments[-1].base if segments else 0
         segments = self._drop_interrupted_newest(segments)
         segments = self._apply_history_boundary(segments)
@@ -239,35 +330,76 @@ class _Recovery:
         segments = []
         for base, name in list_segments(self.wal_dir):
             path = os.path.join(self.wal_dir, name)
-            with open(path, "rb") as f:
-                raw = f.read(SEGMENT_HEADER_SIZE)
-            seg = _Segment(base, name, path, None)
-            try:
-                header = decode_segment_header(raw)
-                if header.base_lsn != base:
-                    raise FormatError(f"header base_lsn {header.base_lsn} does not match "
-                                      f"the file name")
-                seg.header = header
-            except FormatError as exc:
-                seg.header_error = str(exc)
-            segments.append(seg)
+            header, error = read_segment_header(path, base)
+            segments.append(_Segment(base, name, path, header, error))
         return segments
 
+    def _refuse_corrupt_newest(self, segments: list[_Segment]) -> None:
+        """The ``refuse`` policy: raise WalCorruption when valid records follow damage in
+        the newest segment (its header included)."""
+        if not segments:
+            return
+        seg = segments[-1]
+        with open(seg.path, "rb") as f:
+            data = f.read()
+        damage = newest_segment_damage(data, seg.base, seg.header is not None)
+        if damage is not None:
+            self._refuse_if_policy(seg, damage)
+
     def _drop_interrupted_newest(self, segments: list[_Segment]) -> list[_Segment]:
-        """A newest segment whose header is short or invalid was being created: quarantine."""
+        """A newest segment whose header is short or invalid was being created: quarantine
+        it. If valid records follow the header, it is corruption, reported as such."""
         if not segments or segments[-1].header is not None:
             return segments
         seg = segments[-1]
-        size = os.path.getsize(seg.path)
+        with open(seg.path, "rb") as f:
+            data = f.read()
+        damage = newest_segment_damage(data, seg.base, False)
+        assert damage is not None  # an invalid header is damage at offset 0
         target = os.path.join(self._quarantine(), quarantine_range_name(seg.base, 0))
         os.replace(seg.path, target)
         sync_dir(self.quarantine_dir)
         sync_dir(self.wal_dir)
-        self.log.warn("recovery.wal_tail_truncated",
-                      f"newest WAL segment has an invalid header ({seg.header_error}); "
-                      "moved to quarantine", segment=seg.name, offset=0, bytes=size,
-                      quarantine_path=target)
+        if damage.corruption:
+            self._log_corruption(seg, damage, target)
+        else:
+            self.log.warn("recovery.wal_tail_truncated",
+                          f"newest WAL segment has an invalid header ({seg.header_error}); "
+                          "moved to quarantine", segment=seg.name, offset=0,
+                          bytes=len(data), quarantine_path=target)
         return segments[:-1]
+
+    def _refuse_if_policy(self, seg: _Segment, damage: TailDamage) -> None:
+        # Checked before anything changes, and again at the damage during replay, where
+        # the last good LSN may differ when an earlier segment ends past this one's base.
+        if self.refuse and damage.corruption:
+            self._log_corruption(seg, damage, None)
+            raise WalCorruption(self.wal_dir, seg.name, damage)
+
+    def _log_corruption(self, seg: _Segment, damage: TailDamage,
+                        quarantine_path: str | None) -> None:
+        """ERROR ``recovery.wal_corruption`` for damage in the newest segment followed by
+        valid records; ``quarantine_path`` None: refused, nothing changed. A quarantined
+        tail counts once for the damage and once per valid record discarded with it."""
+        after = damage.after
+        if damage.offset == 0:
+            message = "newest WAL segment header damaged with valid records after it; "
+            done = "the whole segment was moved to quarantine"
+        else:
+            message = "newest WAL segment damaged with valid records after the damage; "
+            done = "the whole tail was copied to quarantine and truncated"
+        if quarantine_path is None:
+            message += "refusing to start"
+        else:
+            message += done
+            self.quarantined += 1 + after.records
+        self.log.error("recovery.wal_corruption", message, segment=seg.name,
+                       offset=damage.offset, bytes=damage.bytes, resumed_at_lsn=None,
+                       quarantine_path=quarantine_path, last_good_lsn=damage.last_good,
+                       valid_records_after=after.records, first_lsn_after=after.first_lsn,
+                       last_lsn_after=after.last_lsn,
+                       policy=ON_CORRUPTION_REFUSE if quarantine_path is None
+                       else ON_CORRUPTION_QUARANTINE)
 
     # -- step 3: history boundary ----------------------------------------------------------------
 
@@ -353,10 +485,13 @@ class _Recovery:
             size = record_size_at(data, offset, end)
             if size == 0:
                 if newest:
-                    self._truncate_tail(seg, data, offset)
+                    damage = TailDamage(offset, end - offset, self.last_seen,
+                                        valid_after(data, offset, end, self.last_seen))
+                    self._refuse_if_policy(seg, damage)
+                    self._truncate_tail(seg, data, damage)
                     end = offset
                     break
-                resume = self._resync(data, offset + 1, end)
+                resume = resync(data, offset + 1, end, self.last_seen)
                 resumed_lsn = record_lsn_at(data, resume) if resume < end else next_base
                 self._quarantine_range(seg, data, offset, resume, resumed_lsn,
                                        "record not structurally valid")
@@ -372,19 +507,6 @@ class _Recovery:
             os.unlink(seg.path)
             sync_dir(self.wal_dir)
         return damaged_to_eof
-
-    def _resync(self, data: bytes, start: int, end: int) -> int:
-        """First offset >= start where a valid record with LSN > the last good one begins.
-
-        Byte-by-byte in effect; a regex finds the offsets whose type and body_format bytes are
-        in range, so long damaged runs are skipped at C speed.
-        """
-        last_good = self.last_seen
-        for match in _RECORD_CANDIDATE.finditer(data, start + _TYPE_OFFSET, end):
-            offset = match.start() - _TYPE_OFFSET
-            if record_size_at(data, offset, end) and record_lsn_at(data, offset) > last_good:
-                return offset
-        return end
 
     def _record(self, data: bytes, offset: int, size: int, s_lsn: int) -> None:
         lsn = record_lsn_at(data, offset)
@@ -428,30 +550,19 @@ class _Recovery:
         return self.quarantine_dir
 
     def _write_quarantine(self, name: str, data: bytes | memoryview) -> str:
-        path = os.path.join(self._quarantine(), name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            sync_fd(fd)
-        finally:
-            os.close(fd)
-        sync_dir(self.quarantine_dir)
-        return path
+        return write_quarantine(self.wal_dir, name, data)
 
-    def _truncate_tail(self, seg: _Segment, data: bytes, offset: int) -> None:
-        """§9.4: copy the torn tail to quarantine, truncate the segment there, fsync."""
-        tail = memoryview(data)[offset:]
-        target = self._write_quarantine(quarantine_range_name(seg.base, offset), tail)
-        fd = os.open(seg.path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, offset)
-            sync_fd(fd)
-        finally:
-            os.close(fd)
-        self.log.warn("recovery.wal_tail_truncated", "torn WAL tail removed", segment=seg.name,
-                      offset=offset, bytes=len(tail), quarantine_path=target)
+    def _truncate_tail(self, seg: _Segment, data: bytes, damage: TailDamage) -> None:
+        """§9.4: copy the tail from the damage on to quarantine, truncate the segment there,
+        fsync. A torn tail is a WARN; valid records after the damage make it corruption."""
+        offset = damage.offset
+        target = quarantine_tail(self.wal_dir, seg.path, seg.base, data, offset)
+        if damage.corruption:
+            self._log_corruption(seg, damage, target)
+        else:
+            self.log.warn("recovery.wal_tail_truncated", "torn WAL tail removed",
+                          segment=seg.name, offset=offset, bytes=damage.bytes,
+                          quarantine_path=target)
 
     def _quarantine_range(self, seg: _Segment, data: bytes, start: int, stop: int,
                           resumed_at_lsn: int | None, why: str) -> None:
@@ -470,6 +581,41 @@ class _Recovery:
         self.quarantined += 1
         self.log.warn("recovery.wal_record_quarantined", "WAL record quarantined", lsn=lsn,
                       reason=reason, quarantine_path=target)
+
+
+def write_quarantine(wal_dir: str, name: str, data: bytes | memoryview) -> str:
+    """Write ``data`` to ``<wal_dir>/quarantine/<name>`` (created if needed), fsync the file
+    and the directory; returns its path."""
+    directory = os.path.join(wal_dir, QUARANTINE_DIR)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
+        sync_dir(wal_dir)
+    path = os.path.join(directory, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        sync_fd(fd)
+    finally:
+        os.close(fd)
+    sync_dir(directory)
+    return path
+
+
+def quarantine_tail(wal_dir: str, path: str, base: int, data: bytes, offset: int) -> str:
+    """Copy the newest segment's bytes from ``offset`` on (``data`` is the whole file) to
+    ``quarantine/seg-<base>-off-<offset>.bin``, then truncate the segment at ``offset`` and
+    fsync it (§9.4). Returns the quarantine file's path."""
+    target = write_quarantine(wal_dir, quarantine_range_name(base, offset),
+                              memoryview(data)[offset:])
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, offset)
+        sync_fd(fd)
+    finally:
+        os.close(fd)
+    return target
 
 
 def _starts_with_reset(seg: _Segment) -> bool:

@@ -9,6 +9,7 @@ guarantees that), so the writer needs no lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from beava._fast.histogram import Histogram
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal_format import (
+    LOCK_FILE,
     SEGMENT_FLAG_HISTORY_BOUNDARY,
     SEGMENT_HEADER_SIZE,
     encode_segment_header,
@@ -67,6 +69,25 @@ def sync_dir(path: str) -> None:
         os.close(fd)
 
 
+class DataDirLocked(Exception):
+    """Another process holds the data directory's lock (``<wal_dir>/LOCK``)."""
+
+
+def lock_wal_dir(wal_dir: str) -> int:
+    """Take the exclusive advisory lock on ``<wal_dir>/LOCK`` (created if missing) and return
+    its descriptor; closing the descriptor releases it. Raises OSError when the file cannot
+    be opened and DataDirLocked when another process holds the lock."""
+    import fcntl
+
+    fd = os.open(os.path.join(wal_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DataDirLocked(wal_dir) from None
+    return fd
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -86,7 +107,13 @@ class WalFatal(WalIOError):
 
 
 class WalUnavailable(WalIOError):
-    """A registry record could not be written and was rolled back: answer 503."""
+    """A write failed and was rolled back (a registry record: any write error; an event
+    batch: the disk or quota is full): answer 503 ``wal_unavailable``."""
+
+
+# Write errors after which the server refuses writes until space returns (§6.6).
+SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT})
+PROBE_BYTES = 4096
 
 
 class SegmentFile:
@@ -221,11 +248,46 @@ class WalWriter:
             raise WalFatal("fsync", f.path, exc) from exc
 
     def write_and_sync(self, data: bytes | bytearray | memoryview) -> None:
-        """Append an event batch and fsync it (WAL worker thread). Any failure: WalFatal."""
+        """Append an event batch and fsync it (WAL worker thread).
+
+        A full disk or quota (ENOSPC, EDQUOT) while writing: the segment is truncated back
+        to its previous length and WalUnavailable raised. Any other failure, a failed
+        truncation or any fsync failure: WalFatal.
+        """
         f = self._active()
-        self._append(f, data)
+        before = self.active_size
+        try:
+            f.write_at(data, before)
+        except OSError as exc:
+            if exc.errno not in SPACE_ERRORS:
+                raise WalFatal("write", f.path, exc) from exc
+            self._truncate_back(f, before)
+            raise WalUnavailable("write", f.path, exc) from exc
+        self.active_size = before + len(data)
+        self.bytes_written_total += len(data)
         self.crash.hit("wal_after_write")
         self._fsync(f)
+
+    def _truncate_back(self, f: SegmentFile, size: int) -> None:
+        try:
+            f.truncate(size)
+        except OSError as exc:
+            raise WalFatal("truncate", f.path, exc) from exc
+
+    def probe(self) -> bool:
+        """Whether the disk takes writes again: write a page of zeros after the active
+        segment's end and truncate it away (a crash in between leaves zeros, a torn tail).
+        False while the disk or quota is full; WalFatal on any other failure."""
+        f = self._active()
+        try:
+            f.write_at(bytes(PROBE_BYTES), self.active_size)
+        except OSError as exc:
+            self._truncate_back(f, self.active_size)
+            if exc.errno not in SPACE_ERRORS:
+                raise WalFatal("write", f.path, exc) from exc
+            return False
+        self._truncate_back(f, self.active_size)
+        return True
 
     def write_registry_record(self, data: bytes) -> None:
         """Append one REGISTRY record and fsync it, synchronously (§10 step 2).

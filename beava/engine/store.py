@@ -120,6 +120,7 @@ class FeatureStore:
                            memory_governance_enforce=self.memory_governance_enforce)
         if outcome.registry is None or outcome.record is None:
             return outcome.status, outcome.body
+        self._check_writable()
         self.log.barrier()
         lsn = self.last_lsn + 1
         if self.wal is not None:
@@ -153,9 +154,20 @@ class FeatureStore:
 
     # pushes ---------------------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        """Write-refusing mode (a full disk, spec/durability.md §6.6): refuse at once."""
+        if not self.log.writable:
+            raise BeavaError("wal_unavailable",
+                             reason="the WAL disk is full; writes are refused until space "
+                                    "returns (retryable)",
+                             top={"registry_version": self.registry.version})
+
     def push(self, event: str, fields: Any,
              on_durable: Callable[[], None] | None = None) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
+        if not self.log.writable:
+            self.count_rejection(event, "wal_unavailable")
+            self._check_writable()
         try:
             spec, row = validate_push(event, fields, self.checkers)
         except BeavaError as err:
@@ -191,6 +203,18 @@ class FeatureStore:
             return lsn, version, False, False
         self.hold_lsn = lsn
         return lsn, version, False, True
+
+    def unwritten(self, first_lsn: int) -> None:
+        """Strict mode, a full disk: the pushes from ``first_lsn`` on were accepted but
+        never written, nor applied. Forget them (their dedupe entries included) and give
+        their LSNs out again."""
+        dropped = self.last_lsn - first_lsn + 1
+        if dropped <= 0:
+            return
+        self.pushes_total -= dropped
+        self.last_lsn = self.hold_lsn = first_lsn - 1
+        self._dedupe = {key: entry for key, entry in self._dedupe.items()
+                        if entry[0] < first_lsn}
 
     def count_rejection(self, event: str, code: str) -> None:
         """Count a refused push (metrics). An unregistered name is counted under
@@ -274,6 +298,7 @@ class FeatureStore:
 
     def reset(self) -> int:
         """Drop every descriptor and all state; returns the new registry version."""
+        self._check_writable()
         self.log.barrier()
         if self.before_reset is not None:
             self.before_reset()

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 
 from beava.catalogue.errors import BeavaError
-from beava.protocol.reply_slots import PendingReply, Queued, take_ready
+from beava.protocol.reply_slots import PendingReply, Queued, fail_acks, take_ready
 from beava.protocol.server_state import ServerState
 
 
@@ -49,6 +49,22 @@ class ServerConnection(asyncio.Protocol, ABC):
         if not self.held:
             self.held = True
             self.state.held.append(self)
+
+    def fail_held(self, ack_op: int, first_lsn: int, error: bytes) -> None:
+        """The pushes from ``first_lsn`` on were never written (a full disk): release the
+        tags waiting for them and turn their queued ack frames into ``error``."""
+        failing = False
+        queued: list[Queued] = []
+        for item in self._out:
+            if type(item) is list:
+                if item[0] >= first_lsn:
+                    failing = True
+                    item[0] = 0
+            elif failing and type(item) is bytes:
+                item = fail_acks(item, ack_op, first_lsn, error)
+            queued.append(item)
+        self._out.clear()
+        self._out.extend(queued)
 
     def hold_again(self) -> None:
         """After a flush: stay in ``state.held`` while the newest tag is not released."""

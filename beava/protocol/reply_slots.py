@@ -20,29 +20,36 @@ from collections import deque
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+import msgspec
+
 if TYPE_CHECKING:
     from beava._fast.histogram import Histogram
     from beava.protocol.connection import ServerConnection
 
 
 class PendingReply:
-    """A reply slot. ``payload`` is what ``fire()`` resolves it with (set before the
-    callback can run: durable batches complete on a later loop turn)."""
+    """A reply slot. Called, it resolves with ``payload`` (set before the call can come:
+    durable batches complete on a later loop turn); ``fail()`` resolves it with
+    ``failure`` instead (the write it waited for failed)."""
 
-    __slots__ = ("data", "conn", "payload", "holds_all", "timing")
+    __slots__ = ("data", "conn", "payload", "failure", "holds_all", "timing")
 
     def __init__(self, holds_all: bool = False) -> None:
         self.data: bytes | None = None
         self.conn: ServerConnection | None = None  # set when the connection queues it
         self.payload = b""
+        self.failure = b""
         # A request still being evaluated (a BATCH_GET served in slices): no later request
         # of its connection is evaluated before it is resolved (spec/wire.md §2.6).
         self.holds_all = holds_all
         # (histogram, perf_counter at the request's start): observed when resolved
         self.timing: tuple[Histogram, float] | None = None
 
-    def fire(self) -> None:
+    def __call__(self) -> None:
         self.resolve(self.payload)
+
+    def fail(self) -> None:
+        self.resolve(self.failure)
 
     def resolve(self, data: bytes) -> None:
         self.data = data
@@ -80,3 +87,21 @@ def take_ready(out: deque[Queued], applied_lsn: int) -> bytes:
             ready.append(data)
         out.popleft()
     return ready[0] if len(ready) == 1 else b"".join(ready)
+
+
+def fail_acks(data: bytes, ack_op: int, first_lsn: int, error: bytes) -> bytes:
+    """``data`` (whole frames) with every ack frame (op ``ack_op``, JSON) whose
+    ``ack_lsn`` is ``first_lsn`` or later replaced by ``error``: those pushes were never
+    written (a full disk). Runs only then, never on the push path."""
+    out = []
+    offset = 0
+    end = len(data)
+    while offset < end:
+        size = 4 + int.from_bytes(data[offset:offset + 4], "big")
+        frame = data[offset:offset + size]
+        if int.from_bytes(frame[4:6], "big") == ack_op and msgspec.json.decode(
+                frame[7:])["ack_lsn"] >= first_lsn:
+            frame = error
+        out.append(frame)
+        offset += size
+    return b"".join(out)

@@ -16,6 +16,7 @@ from beava.protocol.request_timings import RequestTimings
 
 if TYPE_CHECKING:
     from beava.protocol.connection import ServerConnection
+    from beava.protocol.reply_slots import PendingReply
     from beava.protocol.tcp import FramedTcpProtocol
 
 # At most this much work per loop iteration for connections with frames left over from
@@ -152,6 +153,17 @@ class ServerState:
         for conn in list(self.connections):
             conn.check_timeouts(now)
         asyncio.get_running_loop().call_later(interval, self._sweep, interval)
+
+    def fail_unwritten(self, ack_op: int, first_lsn: int, error: bytes,
+                       slots: list[PendingReply]) -> None:
+        """The pushes from ``first_lsn`` on were never written (a full disk): their held
+        framed-TCP acks become ``error`` frames, their reply slots resolve with their
+        failure, and everything that became ready is written."""
+        for conn in self.held:
+            conn.fail_held(ack_op, first_lsn, error)
+        for slot in slots:
+            slot.fail()
+        self.flush_dirty()
 
     def flush_dirty(self) -> None:
         """Write every connection's replies that became ready (after a durable batch):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from beava.durability.recovery import ON_CORRUPTION_POLICIES, ON_CORRUPTION_QUARANTINE
 from beava.server.log_lines import parse_level
 from beava.server.security import YAML_SCHEMA as SECURITY_YAML_SCHEMA
 from beava.server.security import SecurityConfig, SecurityConfigError, resolve_security
@@ -45,6 +46,8 @@ class Config:
     wal_buffer_size_mb: int = 32
     wal_fsync_bytes: int = 1_048_576
     wal_segment_bytes: int = 67_108_864
+    # valid records after damage in the newest segment: quarantine the tail, or refuse
+    wal_on_corruption: str = ON_CORRUPTION_QUARANTINE
     dedupe_sweep_secs: int = 60
     snapshot_interval_ms: int = 60_000
     snapshot_retain_count: int = 2
@@ -75,6 +78,7 @@ class CommandLine:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    wal_on_corruption: str | None = None
 
 
 def parse_addr(text: str, what: str) -> tuple[str, int]:
@@ -121,6 +125,7 @@ _YAML_SCHEMA: dict[str, Any] = {
         "wal_fsync_bytes": int, "wal_segment_bytes": int, "wal_fsync_interval_ms": int,
         "dedupe_sweep_interval_secs": int, "snapshot_interval_ms": int,
         "snapshot_retain_count": int, "snapshot_min_events": int, "snapshot_fork": bool,
+        "wal_on_corruption": str,
     },
     **SECURITY_YAML_SCHEMA,
 }
@@ -247,6 +252,9 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
     cfg.snapshot_dir = dur.get("snapshot_dir", cfg.snapshot_dir)
     if "wal_sync_mode" in dur:
         cfg.wal_sync_mode = _sync_mode(dur["wal_sync_mode"], "durability.wal_sync_mode")
+    if "wal_on_corruption" in dur:
+        cfg.wal_on_corruption = _corruption_policy(dur["wal_on_corruption"],
+                                                   "durability.wal_on_corruption")
     yaml_ints = (("wal_tick_ms", 1, 1000), ("wal_fsync_bytes", 4096, None),
                  ("wal_segment_bytes", 1_048_576, None), ("snapshot_interval_ms", 0, None),
                  ("snapshot_retain_count", 1, None), ("snapshot_min_events", 0, None))
@@ -279,6 +287,10 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
         cfg.wal_dir = os.path.join(cli.data_dir, "wal")
         cfg.snapshot_dir = os.path.join(cli.data_dir, "snapshots")
         flags.append("--data-dir")
+    if cli.wal_on_corruption is not None:
+        cfg.wal_on_corruption = _corruption_policy(cli.wal_on_corruption,
+                                                   "--wal-on-corruption")
+        flags.append("--wal-on-corruption")
     if cli.memory_only:
         cfg.memory_only = True
         flags.append("--memory-only")
@@ -313,6 +325,13 @@ def _sync_mode(text: str, what: str) -> str:
     if mode is None:
         raise ConfigError(f"invalid {what} {text!r}: expected strict or periodic")
     return mode
+
+
+def _corruption_policy(text: str, what: str) -> str:
+    policy = text.strip().lower()
+    if policy not in ON_CORRUPTION_POLICIES:
+        raise ConfigError(f"invalid {what} {text!r}: expected quarantine or refuse")
+    return policy
 
 
 def _apply_env(cfg: Config, r: _Resolver, env: Mapping[str, str]) -> None:
@@ -350,6 +369,9 @@ def _apply_env(cfg: Config, r: _Resolver, env: Mapping[str, str]) -> None:
         cfg.snapshot_dir = env["BEAVA_SNAPSHOT_DIR"]
     if "BEAVA_WAL_SYNC_MODE" in env:
         cfg.wal_sync_mode = _sync_mode(env["BEAVA_WAL_SYNC_MODE"], "BEAVA_WAL_SYNC_MODE")
+    if "BEAVA_WAL_ON_CORRUPTION" in env:
+        cfg.wal_on_corruption = _corruption_policy(env["BEAVA_WAL_ON_CORRUPTION"],
+                                                   "BEAVA_WAL_ON_CORRUPTION")
     for var, attr, lo, hi, default in (("BEAVA_WAL_TICK_MS", "wal_tick_ms", 1, 1000, 20),
                                        ("BEAVA_WAL_BUFFERS", "wal_buffers", 2, 32, 4),
                                        ("BEAVA_WAL_BUFFER_SIZE_MB", "wal_buffer_size_mb", 4,

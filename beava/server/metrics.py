@@ -103,6 +103,7 @@ GAUGES = (
     ("beava_snapshot_last_bytes", "size of the last successful snapshot file"),
     ("beava_snapshot_last_fsync_seconds", "file and directory fsync time of the last snapshot"),
     ("beava_wal_last_fsync_seconds", "duration of the most recent WAL fsync"),
+    ("beava_wal_writable", "1 while the WAL takes writes, 0 while they are refused (disk full)"),
 )
 COUNTERS = (
     ("beava_entropy_categories_capped_total", "new categories dropped by the entropy cap"),

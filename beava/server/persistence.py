@@ -14,7 +14,13 @@ from typing import Any
 
 from beava._fast.histogram import Histogram
 from beava.durability.crash_points import CrashPoints
-from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog, fatal_exit
+from beava.durability.group_commit import (
+    GroupCommit,
+    MemoryLog,
+    PeriodicLog,
+    Waiter,
+    fatal_exit,
+)
 from beava.durability.recovery import recover
 from beava.durability.snapshots import SnapshotRunner
 from beava.durability.wal import WalFatal, WalWriter
@@ -30,9 +36,12 @@ _NO_FSYNCS = Histogram()
 class Persistence:
     def __init__(self, cfg: Config, store: FeatureStore, log: LogLines, crash: CrashPoints,
                  flush_replies: Callable[[], None],
-                 on_pressure: Callable[[bool], None] | None = None) -> None:
+                 on_pressure: Callable[[bool], None] | None = None,
+                 fail_replies: Callable[[int, list[Waiter]], None] | None = None) -> None:
         self.cfg = cfg
         self.flush_replies = flush_replies  # write the replies a durable batch resolved
+        # answer wal_unavailable to the pushes from an LSN on, which were never written
+        self.fail_replies = fail_replies
         self.on_pressure = on_pressure  # stop (True) / resume (False) reading clients
         self.store = store
         self.log = log
@@ -53,6 +62,25 @@ class Persistence:
     def on_fatal(self, exc: BaseException) -> None:
         fatal_exit(self.log, exc)
 
+    def _on_failed(self, first_lsn: int, waiters: list[Waiter]) -> None:
+        """Strict mode, disk full: the pushes from ``first_lsn`` on were not written."""
+        self.store.unwritten(first_lsn)
+        if self.fail_replies is not None:
+            self.fail_replies(first_lsn, waiters)
+
+    def _on_writable(self, writable: bool, error: str) -> None:
+        wal = self.wal
+        path = wal.active_path if wal is not None else ""
+        if writable:
+            self.log.info("wal.write_resumed", "WAL writable again: writes accepted",
+                          path=path)
+        else:
+            self.log.error("wal.write_refused",
+                           "WAL disk full: writes refused (wal_unavailable) until space "
+                           "returns; reads are served", path=path, error=error,
+                           unwritten_bytes=self.store.log.pending_bytes
+                           if not isinstance(self.store.log, MemoryLog) else 0)
+
     # start-up -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -67,7 +95,8 @@ class Persistence:
             return
         cfg = self.cfg
         result = recover(cfg.wal_dir, cfg.snapshot_dir, load_snapshot=store.load_snapshot,
-                         apply=store.replay, log=self.log, crash_points=self.crash)
+                         apply=store.replay, log=self.log, crash_points=self.crash,
+                         on_corruption=cfg.wal_on_corruption)
         store.last_lsn = store.applied_lsn = result.next_lsn - 1
         store.watermark_ms = result.watermark_ms
         store.sweep_dedupe()
@@ -85,7 +114,8 @@ class Persistence:
                   "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": self.flush_replies,
                   "next_lsn": lambda: store.last_lsn + 1,
                   "limit_bytes": cfg.wal_buffers * cfg.wal_buffer_size_mb * 1024 * 1024,
-                  "on_pressure": self.on_pressure}
+                  "on_pressure": self.on_pressure, "on_failed": self._on_failed,
+                  "on_writable": self._on_writable}
         if cfg.wal_sync_mode == "periodic":
             store.log = PeriodicLog(wal, tick_ms=cfg.wal_tick_ms, **common)
         else:
@@ -122,6 +152,9 @@ class Persistence:
         elif since < max(1, self.cfg.snapshot_min_events):
             self.log.debug("snapshot.skipped_below_threshold", "snapshot skipped",
                            records_since_last=since, min_events=self.cfg.snapshot_min_events)
+            self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
+            return
+        elif not store.log.writable:  # the disk is full: try at the next interval
             self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
             return
         else:
@@ -181,6 +214,7 @@ class Persistence:
             "beava_wal_last_fsync_seconds": wal.last_fsync_seconds if wal else 0.0,
             "beava_wal_bytes_written_total": wal.bytes_written_total if wal else 0,
             "beava_wal_quarantined_records_total": self.quarantined,
+            "beava_wal_writable": 1 if self.store.log.writable else 0,
             "beava_snapshot_last_duration_seconds": self.snapshot_last["duration"],
             "beava_snapshot_last_bytes": self.snapshot_last["bytes"],
             "beava_snapshot_last_fsync_seconds": self.snapshot_last["fsync"],

@@ -16,13 +16,17 @@ from typing import Any, NoReturn
 
 from beava import __version__
 from beava.durability.crash_points import CrashPoints
+from beava.durability.group_commit import Waiter
 from beava.durability.recovery import RecoveryFatal
+from beava.durability.wal import DataDirLocked, lock_wal_dir
+from beava.durability.wal_format import LOCK_FILE
 from beava.engine.registry.describe import describe_registry
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
-from beava.protocol.dispatch import FrameDispatch, HttpDispatch
+from beava.protocol.dispatch import FrameDispatch, HttpDispatch, error_frame
 from beava.protocol.http import HttpProtocol
+from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ConnectionLimits, ServerState
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server.config import Config, format_addr
@@ -30,7 +34,7 @@ from beava.server.log_lines import LogLines
 from beava.server.metrics import ServerMetrics
 from beava.server.persistence import Persistence
 from beava.server.security import is_loopback
-from beava.server.service import Service
+from beava.server.service import PUSH_ACK_OP, Service, unwritten_error
 
 SHUTDOWN_DEADLINE_S = 4.0
 BACKLOG = 1024
@@ -82,19 +86,14 @@ class DataDirLock:
     """Exclusive advisory lock on ``<wal_dir>/LOCK`` for the life of the process."""
 
     def __init__(self, wal_dir: str) -> None:
-        import fcntl
-
-        self.path = os.path.join(wal_dir, "LOCK")
+        self.path = os.path.join(wal_dir, LOCK_FILE)
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = lock_wal_dir(wal_dir)
+        except DataDirLocked:
+            raise StartupError("data directory locked", EXIT_DATA_DIR) from None
         except OSError as exc:  # read-only, not ours, not a file: the directory is unusable
             raise StartupError(f"data directory unusable: cannot open {self.path}: "
                                f"{exc.strerror}", EXIT_DATA_DIR) from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            raise StartupError("data directory locked", EXIT_DATA_DIR) from None
 
     def release(self) -> None:
         os.close(self._fd)
@@ -114,7 +113,8 @@ class BeavaServer:
             cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000))
         self.persistence = Persistence(cfg, self.store, log, self.crash,
                                        flush_replies=self.state.flush_dirty,
-                                       on_pressure=self.state.intake.set)
+                                       on_pressure=self.state.intake.set,
+                                       fail_replies=self._fail_unwritten)
         self.service = Service(self.store, test_mode=cfg.test_mode, on_reset=self._on_reset,
                                on_alias=self._on_alias)
         # the command table's handlers, checked here: a command without one fails the start
@@ -297,6 +297,13 @@ class BeavaServer:
     def _on_alias(self, table: str) -> None:
         self.log.warn("batch_get.entity_id_alias", "batch_get entry used deprecated entity_id",
                       table=table)
+
+    def _fail_unwritten(self, first_lsn: int, waiters: list[Waiter]) -> None:
+        """Pushes from ``first_lsn`` on were never written (disk full): their held framed-TCP
+        acks and their reply slots answer ``wal_unavailable`` instead."""
+        error = error_frame(unwritten_error(self.store.registry_version))
+        slots = [callback for _, callback in waiters if isinstance(callback, PendingReply)]
+        self.state.fail_unwritten(PUSH_ACK_OP, first_lsn, error, slots)
 
     def _metrics_sample(self) -> dict[str, Any]:
         store = self.store

@@ -32,6 +32,7 @@ from beava.protocol.dispatch import (
     FrameHandler,
     HttpHandler,
     as_error,
+    error_frame,
     json_response,
 )
 from beava.protocol.http import HttpRequest
@@ -58,7 +59,7 @@ _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
 
 # Success reply opcode of each framed command, from the command table.
 _REPLY_OP: dict[str, int] = {c.name: c.reply_op for c in FRAMED if c.reply_op is not None}
-_PUSH_OP = _REPLY_OP["push"]
+_PUSH_OP = PUSH_ACK_OP = _REPLY_OP["push"]
 
 
 def _decode_read(ct: int, payload: bytes) -> Any:
@@ -328,14 +329,14 @@ class Service:
         push is applied if need be."""
         store = self.store
         slot = None if store.log.acks_immediately else PendingReply()
-        lsn, version, replay, pending = store.push(event, fields,
-                                                   slot.fire if slot is not None else None)
+        lsn, version, replay, pending = store.push(event, fields, slot)
         # a replay is the original ack, byte for byte, plus a header (§6.6)
         reply = json_response(200, _ACK % (lsn, version), request.keep_alive, replay=replay)
         if not pending:
             return reply
         assert slot is not None
         slot.payload = reply
+        slot.failure = json_response(503, unwritten_error().body(), request.keep_alive)
         return slot
 
     def _tcp_push_ack(self, event: str, fields: Any) -> bytes:
@@ -363,6 +364,8 @@ class Service:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
         except RecursionError:
             raise BeavaError("invalid_push_many", top=top, message=_TOO_DEEP_TO_DECODE) from None
+        if not store.log.writable:  # the whole request: nothing of it can be written
+            raise unwritten_error(store.registry_version if tcp else None)
         count = len(request.bodies)
         if count > PUSH_MANY_LIMIT:
             raise BeavaError("batch_too_large", top=top, count=count, limit=PUSH_MANY_LIMIT,
@@ -398,11 +401,13 @@ class Service:
         return {"ack_lsn": ack_lsn, "acks": acks, "errors": errors,
                 "registry_version": version, "replays": by_store[2]}
 
-    def _after_durable(self, reply: bytes) -> bytes | PendingReply:
-        """``reply`` now if every accepted record is applied, else once it is."""
+    def _after_durable(self, reply: bytes, failure: bytes) -> bytes | PendingReply:
+        """``reply`` now if every accepted record is applied, else once it is; ``failure``
+        if they are never written (a full disk)."""
         slot = PendingReply()
         slot.payload = reply
-        return reply if self.store.log.after_pending(slot.fire) else slot
+        slot.failure = failure
+        return reply if self.store.log.after_pending(slot) else slot
 
     def _batch_get(self, ct: int, payload: bytes, answer: Callable[[bytes], bytes],
                    failed: Callable[[Exception], bytes]) -> bytes | PendingReply:
@@ -462,7 +467,7 @@ class Service:
     def _tcp_push_many(self, ct: int, payload: bytes) -> bytes | PendingReply:
         body = self._push_many(payload, ct, tcp=True)
         reply = encode_frame(_REPLY_OP["push_many"], CT_JSON, _encode(body))
-        return self._after_durable(reply)
+        return self._after_durable(reply, error_frame(unwritten_error(self.store.registry_version)))
 
     def _tcp_get(self, ct: int, payload: bytes) -> bytes:
         store = self.store
@@ -544,7 +549,8 @@ class Service:
     def _http_push_many(self, request: HttpRequest, params: tuple[str, ...]
                         ) -> bytes | PendingReply:
         body = self._push_many(request.body, CT_JSON, tcp=False)
-        return self._after_durable(json_response(200, body, request.keep_alive))
+        return self._after_durable(json_response(200, body, request.keep_alive),
+                                   json_response(503, unwritten_error().body(), request.keep_alive))
 
     def _http_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
@@ -591,3 +597,12 @@ class Service:
 
     def _http_ready(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, {"status": "ready"}, request.keep_alive)
+
+
+def unwritten_error(registry_version: int | None = None) -> BeavaError:
+    """``wal_unavailable`` for pushes the WAL did not take: the disk is full (spec/
+    durability.md §6.6). TCP errors carry the registry version (spec/wire.md §5.1)."""
+    top = {} if registry_version is None else {"registry_version": registry_version}
+    return BeavaError("wal_unavailable", top=top,
+                      reason="the WAL disk is full; writes are refused until space returns "
+                             "(retryable)")

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from beava.durability.snapshots import (
     read_snapshot_header,
     write_snapshot_file,
 )
+from beava.launcher import installed_server_command
 from beava_client import ServerError, TcpClient
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_PUSH
 from tests.crash.conftest import (
@@ -235,9 +237,12 @@ PAD_NODES = [
 ]
 
 
-@pytest.mark.parametrize("cut", ["length", "header", "half", "last_byte", "zeros"])
-def test_torn_final_record(servers: Servers, data_dir: Path, cut: str) -> None:
-    """G10: a partial final record is cut off and quarantined; every earlier one applies."""
+@pytest.mark.parametrize("cut,policy", [
+    *((cut, "quarantine") for cut in ("length", "header", "half", "last_byte", "zeros")),
+    ("half", "refuse"), ("zeros", "refuse")])
+def test_torn_final_record(servers: Servers, data_dir: Path, cut: str, policy: str) -> None:
+    """G10: a partial final record is cut off and quarantined; every earlier one applies,
+    with either corruption policy (a torn tail is not corruption)."""
     proc = servers.start()
     with TcpClient(*proc.tcp, timeout=10) as client:
         client.register({"nodes": PAD_NODES})
@@ -256,8 +261,9 @@ def test_torn_final_record(servers: Servers, data_dir: Path, cut: str) -> None:
         torn_at, tail = last.offset, data[last.offset:last.offset + keep]
         expected_n = 19
     segment.path.write_bytes(data[:torn_at] + tail)
-    proc = servers.start()
+    proc = servers.start({"BEAVA_WAL_ON_CORRUPTION": policy})
     truncated = wait_line(proc, "recovery.wal_tail_truncated")
+    assert truncated["level"] == "WARN"
     assert (truncated["segment"], truncated["offset"], truncated["bytes"]) == (
         segment.path.name, torn_at, len(tail))
     assert Path(truncated["quarantine_path"]).read_bytes() == tail
@@ -319,28 +325,100 @@ def test_flipped_byte_in_sealed_segment(servers: Servers, data_dir: Path) -> Non
         assert client.get("T", "u")["n"] == pushed
 
 
-def test_flipped_byte_in_newest_segment(servers: Servers, data_dir: Path) -> None:
-    """In the newest segment damage starts the torn tail (§9.4): cut there, no resync."""
-    env = {"BEAVA_WAL_SEGMENT_BYTES": "1048576"}
-    proc = servers.start(env)
+def push_acked(client: TcpClient, count: int) -> None:
+    """``count`` pushes of E2 (v = 0 .. count-1, user u), every one acknowledged."""
+    for start in range(0, count, 500):
+        bodies = [{"user": "u", "v": v, "pad": ""} for v in range(start, start + 500)]
+        result = client.push_many("E2", bodies)
+        assert result["acks"] == 500 and not result["errors"], result
+
+
+def damaged_newest_segment(servers: Servers, data_dir: Path) -> tuple[Path, int, int]:
+    """3,000 acknowledged pushes (LSN 2-3001), SIGKILL, one byte flipped in the record of
+    push 899 (LSN 901) of the newest segment. Returns the segment, the record's offset and
+    how many pushes precede it."""
+    proc = servers.start()
     with TcpClient(*proc.tcp, timeout=10) as client:
         client.register({"nodes": PAD_NODES})
-        fill_segments(data_dir, client)
+        push_acked(client, 3000)
     sigkill(proc)
     newest = wal_segments(data_dir)[-1]
-    victim = newest.records[len(newest.records) // 2]
+    assert [r.lsn for r in newest.records] == list(range(1, 3002))
+    victim = newest.records[900]
+    assert victim.lsn == 901 and victim.fields()["v"] == 899
     flip(newest.path, victim.offset + 40)
-    tail = newest.path.read_bytes()[victim.offset:]
-    proc = servers.start(env)
-    truncated = wait_line(proc, "recovery.wal_tail_truncated")
-    assert (truncated["segment"], truncated["offset"], truncated["bytes"]) == (
-        newest.path.name, victim.offset, len(tail))
-    assert Path(truncated["quarantine_path"]).read_bytes() == tail
-    assert newest.path.stat().st_size == victim.offset
-    assert lines_of(proc, "recovery.wal_corruption") == []
-    kept = victim.lsn - 2  # LSN 1 is the register, v = LSN - 2
+    return newest.path, victim.offset, 899
+
+
+def wal_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*installed_server_command(), "wal", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() if path.is_file() else b""
+            for path in sorted(root.rglob("*"))}
+
+
+def test_flipped_byte_in_newest_segment_is_loud_corruption(servers: Servers,
+                                                           data_dir: Path) -> None:
+    """Valid records after damage in the newest segment: by default the tail is still
+    quarantined whole and cut (§9.4, G10), but as ERROR recovery.wal_corruption, counted."""
+    segment, offset, kept = damaged_newest_segment(servers, data_dir)
+    tail = segment.read_bytes()[offset:]
+    proc = servers.start()
+    corruption = wait_line(proc, "recovery.wal_corruption")
+    assert corruption["level"] == "ERROR"
+    assert (corruption["segment"], corruption["offset"], corruption["bytes"],
+            corruption["valid_records_after"], corruption["first_lsn_after"],
+            corruption["last_lsn_after"], corruption["policy"]) == (
+        segment.name, offset, len(tail), 2100, 902, 3001, "quarantine")
+    assert Path(corruption["quarantine_path"]).read_bytes() == tail
+    assert segment.stat().st_size == offset
+    assert lines_of(proc, "recovery.wal_tail_truncated") == []
+    assert metric(proc, "beava_wal_quarantined_records_total") == 2101
     with TcpClient(*proc.tcp, timeout=10) as client:
         assert client.get("T", "u") == {"n": kept, "s": sum(range(kept))}
+
+
+def test_refuse_policy_exits_3_then_wal_check_and_repair(servers: Servers,
+                                                         data_dir: Path) -> None:
+    """``--wal-on-corruption refuse``: exit 3 with one line naming segment, offset and the
+    repair command, nothing on disk changed; ``beava wal check`` reports the corruption,
+    ``beava wal repair --yes`` quarantines the tail and the server starts again."""
+    segment, offset, kept = damaged_newest_segment(servers, data_dir)
+    before = tree(data_dir)
+    refused = servers.start({"BEAVA_WAL_ON_CORRUPTION": "refuse"}, wait=False)
+    assert refused.proc.wait(20) == 3
+    refused.join_output()
+    error = refused.stderr_text()
+    assert error.startswith("Error: WAL corruption in ") and error.count("\n") == 0
+    assert f"{segment.name} at offset {offset}: 2100 valid records (LSN 902-3001)" in error
+    assert f"beava wal repair {data_dir} --yes" in error
+    fatal = wait_line(refused, "server.fatal")
+    assert fatal["exit_code"] == 3
+    assert wait_line(refused, "recovery.wal_corruption")["policy"] == "refuse"
+    assert tree(data_dir) == before
+
+    checked = wal_command("check", str(data_dir))
+    assert checked.returncode == 3, checked.stderr
+    assert f"CORRUPTION at offset {offset}: 2100 valid records (LSN 902-3001)" \
+        in checked.stdout
+    dry = wal_command("repair", str(data_dir))
+    assert dry.returncode == 0 and "would copy" in dry.stdout and tree(data_dir) == before
+    repaired = wal_command("repair", str(data_dir), "--yes")
+    assert repaired.returncode == 0, repaired.stderr
+    assert segment.stat().st_size == offset
+    quarantined = data_dir / "wal" / "quarantine" / f"{segment.name[:20]}-off-{offset}.bin"
+    assert quarantined.read_bytes() == before[f"wal/{segment.name}"][offset:]
+    assert wal_command("check", str(data_dir)).returncode == 0
+
+    proc = servers.start({"BEAVA_WAL_ON_CORRUPTION": "refuse"})
+    assert lines_of(proc, "recovery.wal_corruption") == []
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": kept, "s": sum(range(kept))}
+        held = wal_command("repair", str(data_dir), "--yes")  # the server holds the lock
+        assert held.returncode == 3 and "locked" in held.stderr
 
 
 # -- snapshot + tail ----------------------------------------------------------------------

@@ -94,6 +94,7 @@ class CaptureLog:
 
     mode = "strict"
     acks_immediately = False
+    writable = True
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store

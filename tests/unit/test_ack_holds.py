@@ -149,7 +149,7 @@ def test_tags_and_reply_slots_share_one_fifo() -> None:
     acks.apply(1)
     state.flush_dirty()
     assert transport.take() == b""  # the push's ack is behind the unresolved slot
-    slot.fire()
+    slot()
     state.flush_dirty()
     assert transport.take() == b"<many><ack 1>"
 

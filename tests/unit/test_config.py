@@ -107,3 +107,16 @@ def test_connection_limits(tmp_path):
     yaml_file.write_text("connections:\n  max: lots\n")
     with pytest.raises(ConfigError, match="connections.max"):
         resolve(CommandLine(config=str(yaml_file)), {})
+
+
+def test_wal_on_corruption_policy(tmp_path):
+    assert resolve(CommandLine(), {}).wal_on_corruption == "quarantine"
+    path = tmp_path / "c.yaml"
+    path.write_text("durability:\n  wal_on_corruption: refuse\n")
+    assert resolve(CommandLine(config=str(path)), {}).wal_on_corruption == "refuse"
+    env = {"BEAVA_WAL_ON_CORRUPTION": "Quarantine"}
+    assert resolve(CommandLine(config=str(path)), env).wal_on_corruption == "quarantine"
+    cli = CommandLine(wal_on_corruption="refuse")
+    assert resolve(cli, env).wal_on_corruption == "refuse"
+    with pytest.raises(ConfigError, match="BEAVA_WAL_ON_CORRUPTION"):
+        resolve(CommandLine(), {"BEAVA_WAL_ON_CORRUPTION": "ignore"})

@@ -234,16 +234,27 @@ def test_corrupt_last_record_is_a_torn_tail(tmp_path: Path) -> None:
 
 
 def test_damage_mid_newest_segment_truncates_everything_after(tmp_path: Path) -> None:
+    """Valid records after the damage make it corruption: by default the whole tail is
+    still quarantined and cut (no resynchronisation in the newest segment), but loudly."""
     dirs = Dirs(tmp_path)
     build(dirs, 6)
     starts = offsets(dirs.seg(1))
     data = bytearray(dirs.seg(1).read_bytes())
     data[starts[2] + 9] ^= 0x01  # record 3
     dirs.seg(1).write_bytes(bytes(data))
-    result, replayer, _ = dirs.recover()
-    assert replayer.lsns == [1, 2]  # no resynchronisation in the newest segment
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 2]
     assert result.next_lsn == 3
     assert os.path.getsize(dirs.seg(1)) == starts[2]
+    assert lines(log, "recovery.wal_tail_truncated") == []
+    name = f"seg-0000000000000001-off-{starts[2]}.bin"
+    assert lines(log, "recovery.wal_corruption") == [{
+        "segment": wf.segment_name(1), "offset": starts[2], "bytes": starts[-1] - starts[2],
+        "resumed_at_lsn": None, "quarantine_path": str(dirs.wal / "quarantine" / name),
+        "last_good_lsn": 2, "valid_records_after": 3, "first_lsn_after": 4,
+        "last_lsn_after": 6, "policy": "quarantine"}]
+    assert (dirs.wal / "quarantine" / name).read_bytes() == bytes(data[starts[2]:])
+    assert result.quarantined == 4  # the damaged record and the 3 valid ones after it
 
 
 def test_torn_first_record_empties_and_removes_newest_segment(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_two_servers_keep_their_connections_and_deferred_replies_apart() -> None
     conn_one.data_received(frame(0x0010, CT_JSON, b"1"))
     conn_two.data_received(frame(0x0010, CT_JSON, b"2"))
     for slot in slots:
-        slot.fire()  # the durable batch covering both pushes
+        slot()  # the durable batch covering both pushes
     assert one.dirty == [conn_one] and two.dirty == [conn_two]
     one.flush_dirty()
     assert (out_one.take(), out_two.take()) == (b"<ack 1>", b"")
@@ -70,7 +70,7 @@ def test_a_connection_is_flushed_once_per_batch() -> None:
     transport.write = writes.append  # type: ignore[method-assign,assignment]
     conn.data_received(b"".join(frame(0x0010, CT_JSON, b"%d" % i) for i in range(3)))
     for slot in slots:
-        slot.fire()
+        slot()
     assert state.dirty == [conn]
     state.flush_dirty()
     assert writes == [b"<ack 0><ack 1><ack 2>"]

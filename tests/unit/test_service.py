@@ -45,6 +45,7 @@ class HeldLog:
 
     mode = "strict"
     acks_immediately = False
+    writable = True
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store

@@ -128,6 +128,7 @@ class FlakyFile(SegmentFile):
     """A segment file whose next write / sync / truncate can be made to fail."""
 
     fail_write_after: int | None = None  # bytes written before the write fails
+    fail_errno = errno.ENOSPC  # ... with this error
     fail_sync = False
     fail_truncate = False
 
@@ -136,7 +137,7 @@ class FlakyFile(SegmentFile):
         if limit is not None:
             FlakyFile.fail_write_after = None
             super().write_at(bytes(data)[:limit], offset)
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(FlakyFile.fail_errno, os.strerror(FlakyFile.fail_errno))
         super().write_at(data, offset)
 
     def sync(self) -> None:
@@ -161,6 +162,7 @@ def flaky(tmp_path: Path):
     writer.write_and_sync(event(1))
     yield writer
     FlakyFile.fail_write_after = None
+    FlakyFile.fail_errno = errno.ENOSPC
     FlakyFile.fail_sync = False
     FlakyFile.fail_truncate = False
     writer.close()
@@ -216,11 +218,47 @@ def test_registry_fsync_failure_is_fatal(flaky: WalWriter) -> None:
     assert info.value.op == "fsync" and "Input/output error" in info.value.error
 
 
-def test_batch_write_failure_is_fatal(flaky: WalWriter) -> None:
+def test_batch_write_on_a_full_disk_is_rolled_back(flaky: WalWriter) -> None:
+    """ENOSPC while writing an event batch (§6.6): back to the previous length, 503."""
+    before = read(flaky.active_path)
+    size_before, written_before = flaky.active_size, flaky.bytes_written_total
+    FlakyFile.fail_write_after = 30  # part of the batch reaches the file first
+    with pytest.raises(WalUnavailable) as info:
+        flaky.write_and_sync(event(2) + event(3))
+    assert not isinstance(info.value, WalFatal) and info.value.op == "write"
+    assert read(flaky.active_path) == before
+    assert (flaky.active_size, flaky.bytes_written_total) == (size_before, written_before)
+    flaky.write_and_sync(event(2))
+    assert [r.lsn for r in _records(read(flaky.active_path))] == [1, 2]
+
+
+def test_batch_write_failure_other_than_space_is_fatal(flaky: WalWriter) -> None:
     FlakyFile.fail_write_after = 3
+    FlakyFile.fail_errno = errno.EIO
     with pytest.raises(WalFatal) as info:
         flaky.write_and_sync(event(2))
     assert info.value.op == "write"
+
+
+def test_batch_rollback_failure_is_fatal(flaky: WalWriter) -> None:
+    FlakyFile.fail_write_after = 3
+    FlakyFile.fail_truncate = True
+    with pytest.raises(WalFatal) as info:
+        flaky.write_and_sync(event(2))
+    assert info.value.op == "truncate"
+
+
+def test_probe_writes_nothing_that_stays(flaky: WalWriter) -> None:
+    before = read(flaky.active_path)
+    FlakyFile.fail_write_after = 100
+    assert flaky.probe() is False
+    assert read(flaky.active_path) == before
+    assert flaky.probe() is True
+    assert read(flaky.active_path) == before
+    FlakyFile.fail_write_after = 0
+    FlakyFile.fail_errno = errno.EIO
+    with pytest.raises(WalFatal):
+        flaky.probe()
 
 
 def test_batch_fsync_failure_is_fatal(flaky: WalWriter) -> None:

@@ -1,0 +1,224 @@
+"""Damage in the newest WAL segment: torn tail vs corruption (valid records after the
+damage), the ``refuse`` policy of recovery, and ``beava wal check|repair``."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from beava.cli_wal import main as wal_main
+from beava.durability import wal_format as wf
+from beava.durability.recovery import WalCorruption, newest_segment_damage
+from beava.durability.wal import lock_wal_dir
+from beava.durability.wal_check import (
+    CHECK_CLEAN,
+    CHECK_CORRUPTION,
+    CHECK_TORN_TAIL,
+    CORRUPTION,
+    SKIPPED,
+    TORN_TAIL,
+    check,
+)
+from beava.durability.wal_scan import resync, valid_after
+from tests.unit.test_recovery import Dirs, build, event, lines, offsets
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (directories as empty markers)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = b""
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+def damage(path: Path, offset: int) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def wal(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    code = wal_main(argv, out)
+    return code, out.getvalue()
+
+
+# -- the scan ----------------------------------------------------------------------------------
+
+
+def test_valid_after_counts_increasing_lsns_past_further_damage() -> None:
+    records = [event(lsn) for lsn in range(1, 9)]
+    data = bytearray(b"".join(records))
+    starts = [sum(len(r) for r in records[:i]) for i in range(len(records))]
+    data[starts[2] + 20] ^= 1  # record 3
+    data[starts[5] + 20] ^= 1  # record 6
+    found = valid_after(bytes(data), starts[2], len(data), 2)
+    assert found == (4, 4, 8)  # 4, 5, 7, 8
+    assert resync(bytes(data), starts[2] + 1, len(data), 2) == starts[3]
+    # Only records with a higher LSN than the last good one count.
+    assert valid_after(bytes(data), starts[2], len(data), 8) == (0, 0, 0)
+
+
+def test_newest_segment_damage_tells_torn_tail_from_corruption(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 5)
+    seg = dirs.seg(1)
+    starts = offsets(seg)
+    data = seg.read_bytes()
+    assert newest_segment_damage(data, 1, True) is None
+    torn = newest_segment_damage(data[:starts[4] + 7], 1, True)
+    assert torn is not None and not torn.corruption
+    assert (torn.offset, torn.bytes, torn.last_good) == (starts[4], 7, 4)
+    flipped = bytearray(data)
+    flipped[starts[1] + 30] ^= 1
+    hit = newest_segment_damage(bytes(flipped), 1, True)
+    assert hit is not None and hit.corruption
+    assert (hit.offset, hit.last_good, tuple(hit.after)) == (starts[1], 1, (3, 3, 5))
+    header = newest_segment_damage(data, 1, False)
+    assert header is not None and header.offset == 0 and tuple(header.after) == (5, 1, 5)
+
+
+# -- recovery policies -------------------------------------------------------------------------
+
+
+def test_refuse_policy_raises_and_changes_nothing(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 12, per_segment=6)  # seg-1: 1-6, seg-7: 7-12, seg-13 empty
+    dirs.seg(13).unlink()
+    seg = dirs.seg(7)
+    starts = offsets(seg)
+    damage(seg, starts[1] + 25)  # record 8
+    (dirs.snaps / "snap-0000000000000003.bsnap.tmp").write_bytes(b"partial")
+    before = tree(dirs.root)
+    with pytest.raises(WalCorruption) as caught:
+        dirs.recover(on_corruption="refuse")
+    message = str(caught.value)
+    assert f"{wf.segment_name(7)} at offset {starts[1]}" in message
+    assert "4 valid records (LSN 9-12)" in message
+    assert f"beava wal repair {dirs.root}" in message and "\n" not in message
+    assert tree(dirs.root) == before  # not even the snapshot temp file was deleted
+    # The default policy starts, quarantining the tail with its 4 valid records.
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 2, 3, 4, 5, 6, 7]
+    (corruption,) = lines(log, "recovery.wal_corruption")
+    assert (corruption["offset"], corruption["valid_records_after"],
+            corruption["first_lsn_after"], corruption["last_lsn_after"]) == (starts[1], 4, 9, 12)
+    assert result.quarantined == 5
+
+
+def test_refuse_policy_still_truncates_a_torn_tail(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 4)
+    starts = offsets(dirs.seg(1))
+    with open(dirs.seg(1), "r+b") as f:
+        f.truncate(starts[3] + 5)
+    result, replayer, log = dirs.recover(on_corruption="refuse")
+    assert replayer.lsns == [1, 2, 3]
+    assert lines(log, "recovery.wal_tail_truncated")[0]["offset"] == starts[3]
+    assert lines(log, "recovery.wal_corruption") == [] and result.quarantined == 0
+
+
+def test_damaged_newest_header_with_records_after_it_is_corruption(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 8, per_segment=4)  # seg-1: 1-4, seg-5: 5-8, seg-9 empty
+    dirs.seg(9).unlink()
+    damage(dirs.seg(5), 3)  # the magic
+    before = tree(dirs.root)
+    with pytest.raises(WalCorruption, match="offset 0: 4 valid records"):
+        dirs.recover(on_corruption="refuse")
+    assert tree(dirs.root) == before
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 2, 3, 4] and result.next_lsn == 5
+    assert lines(log, "recovery.wal_tail_truncated") == []
+    (corruption,) = lines(log, "recovery.wal_corruption")
+    assert (corruption["offset"], corruption["valid_records_after"]) == (0, 4)
+    assert dirs.quarantine() == ["seg-0000000000000005-off-0.bin"]
+    assert result.quarantined == 5
+
+
+def test_unknown_policy_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="policy"):
+        Dirs(tmp_path).recover(on_corruption="ignore")
+
+
+# -- beava wal check / repair ------------------------------------------------------------------
+
+
+def test_check_reports_each_kind_with_its_exit_code(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 12, per_segment=6)
+    dirs.seg(13).unlink()
+    report = check(str(dirs.wal), str(dirs.snaps))
+    assert report.exit_code == CHECK_CLEAN and not report.locked
+    assert [(s.name, s.records, s.first_lsn, s.last_lsn, s.newest) for s in report.segments] \
+        == [(wf.segment_name(1), 6, 1, 6, False), (wf.segment_name(7), 6, 7, 12, True)]
+    newest = offsets(dirs.seg(7))
+    with open(dirs.seg(7), "r+b") as f:
+        f.truncate(newest[5] + 3)
+    report = check(str(dirs.wal), str(dirs.snaps))
+    assert report.exit_code == CHECK_TORN_TAIL
+    assert [(d.kind, d.offset, d.bytes) for d in report.segments[1].damage] == [
+        (TORN_TAIL, newest[5], 3)]
+    assert report.segments[1].records == 5
+    sealed = offsets(dirs.seg(1))
+    damage(dirs.seg(1), sealed[2] + 30)
+    damage(dirs.seg(7), newest[1] + 30)
+    report = check(str(dirs.wal), str(dirs.snaps))
+    assert report.exit_code == CHECK_CORRUPTION
+    assert [(d.kind, d.offset, d.resumed_at_lsn) for d in report.segments[0].damage] == [
+        (SKIPPED, sealed[2], 4)]
+    assert report.segments[0].records == 5
+    (hit,) = report.segments[1].damage
+    assert (hit.kind, hit.offset, hit.valid_after, hit.first_lsn_after,
+            hit.last_lsn_after) == (CORRUPTION, newest[1], 3, 9, 11)
+    code, text = wal(["check", str(dirs.wal)])
+    assert code == CHECK_CORRUPTION
+    assert f"CORRUPTION at offset {newest[1]}: 3 valid records (LSN 9-11)" in text
+    assert f"{sealed[3] - sealed[2]} damaged bytes skipped; replay resumes at LSN 4" in text
+
+
+def test_repair_dry_run_then_yes_then_recovery_is_clean(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path / "data")
+    dirs.snaps.rename(dirs.root / "snapshots")  # the --data-dir layout
+    dirs.snaps = dirs.root / "snapshots"
+    build(dirs, 6)
+    starts = offsets(dirs.seg(1))
+    damaged = damage(dirs.seg(1), starts[2] + 30)
+    before = tree(dirs.root)
+    code, text = wal(["repair", str(dirs.root)])
+    assert code == 0 and tree(dirs.root) == before
+    assert f"would copy {len(damaged) - starts[2]} bytes of {wf.segment_name(1)} from offset " \
+        f"{starts[2]} and truncate it there" in text
+    assert "discards 3 valid records (LSN 4-6)" in text
+    fd = lock_wal_dir(str(dirs.wal))  # a running server (creates LOCK)
+    try:
+        before = tree(dirs.root)
+        code, _ = wal(["repair", str(dirs.root), "--yes"])
+        assert code == 3 and tree(dirs.root) == before
+        code, text = wal(["check", str(dirs.root)])  # read-only is fine meanwhile
+        assert code == CHECK_CORRUPTION and "running server holds the lock" in text
+    finally:
+        os.close(fd)
+    code, text = wal(["repair", str(dirs.root), "--yes"])
+    assert code == 0 and "done: copy" in text
+    assert dirs.seg(1).read_bytes() == damaged[:starts[2]]
+    assert dirs.quarantine() == [f"seg-0000000000000001-off-{starts[2]}.bin"]
+    assert (dirs.wal / "quarantine" / dirs.quarantine()[0]).read_bytes() == damaged[starts[2]:]
+    assert wal(["check", str(dirs.root)])[0] == CHECK_CLEAN
+    result, replayer, log = dirs.recover(on_corruption="refuse")
+    assert replayer.lsns == [1, 2]
+    assert lines(log, "recovery.wal_corruption") == lines(log, "recovery.wal_tail_truncated") \
+        == []
+
+
+def test_check_of_a_missing_directory_exits_4(tmp_path: Path) -> None:
+    assert wal(["check", str(tmp_path / "nothing")])[0] == 4
