@@ -17,7 +17,6 @@ from typing import Any, NoReturn
 from beava import __version__
 from beava.durability.crash_points import CrashPoints
 from beava.durability.recovery import RecoveryFatal
-from beava.engine.registry.describe import describe_registry
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
@@ -125,9 +124,8 @@ class BeavaServer:
         self.http = HttpDispatch(self.service.http_handlers(), self.service.wait_applied,
                                  self.access.authorize_http if self.access else None)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
-        self.admin = AdminResponder(
-            lambda: (self.store.registry_version, self.store.node_count), self.metrics.render,
-            lambda: describe_registry(self.store.registry))
+        self.admin = AdminResponder(self.service.describe, self.metrics.render,
+                                    self.service.entity)
         self.sockets: dict[str, socket.socket] = {}
         self.lock: DataDirLock | None = None
         self._servers: list[asyncio.AbstractServer] = []
