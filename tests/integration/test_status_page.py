@@ -183,20 +183,22 @@ def test_status_page_shows_registry_rates_and_entities(clean_server: BeavaProces
     # live rates: idle first, then moving while events arrive
     assert page.inner_text("#connection") == "live"
     wait_for_tile(page, "push-rate", lambda v: v == 0, "an idle rate")
-    assert number(tile(page, "pushes")) == len(PUSHES)
+    # the counters run on across resets of the shared server: compare with what it shows now
+    accepted = number(tile(page, "pushes"))
+    assert accepted >= len(PUSHES)
     pusher = Pusher(clean_server)
     pusher.start()
     try:
         wait_for_tile(page, "push-rate", lambda v: v > 0, "pushes per second")
         wait_for_tile(page, "rejection-rate", lambda v: v > 0, "rejections per second")
-        wait_for_tile(page, "pushes", lambda v: v > len(PUSHES), "more pushes")
+        wait_for_tile(page, "pushes", lambda v: v > accepted, "more pushes")
     finally:
         pusher.stop.set()
         pusher.join()
     assert pusher.sent > 0
-    rejections = page.locator("#rejections tbody tr").first.evaluate(
-        "r => Array.from(r.cells, c => c.textContent)")
-    assert rejections[:2] == ["Card", "invalid_event"]
+    rejections = page.locator("#rejections tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+    assert ["Card", "invalid_event"] in rejections
     wait_for_tile(page, "entities", lambda v: v == 7, "the resident rows")
     entities = page.locator("#table-entities tbody tr").evaluate_all(
         "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
