@@ -13,8 +13,9 @@ below it); every command's scope is a column of the command table
   route table (:class:`TcpGate`): before OP_AUTH it holds OP_AUTH alone; afterwards the
   commands of its scopes, and for the others a handler answering ``forbidden``. A connection
   without ``write`` never reaches the compiled push pass; routing costs what it cost before.
-- Admin sidecar: every path but ``/health`` and ``/ready`` needs ``admin``
-  (:meth:`AccessControl.admin`).
+- Admin sidecar: every path but ``/health``, ``/ready`` and the status page ``/`` (which
+  holds no server data: its script fetches the rest with the token the reader enters)
+  needs ``admin`` (:meth:`AccessControl.admin`).
 
 Tokens are kept only as SHA-256 digests and compared with :func:`hmac.compare_digest`
 against every configured token (no early exit); they are never logged.
@@ -42,7 +43,7 @@ ALL_SCOPES = SCOPE_GRANTS["admin"]
 MIN_TOKEN_LENGTH = 16
 _TOKEN_TEXT = re.compile(r"[A-Za-z0-9._~+/=-]+")
 _SCOPE_SEPARATORS = re.compile(r"[,+]")
-OPEN_ADMIN_PATHS = frozenset(("/health", "/ready"))
+OPEN_ADMIN_PATHS = frozenset(("/health", "/ready", "/"))
 WWW_AUTHENTICATE = ("WWW-Authenticate", 'Bearer realm="beava"')
 
 
@@ -313,8 +314,8 @@ class AccessControl:
             raise forbidden(scope, command)
 
     def admin(self, respond: Callable[[HttpRequest], bytes]) -> Responder:
-        """The admin sidecar's responder behind the ``admin`` scope (``/health`` and
-        ``/ready`` open)."""
+        """The admin sidecar's responder behind the ``admin`` scope (``/health``, ``/ready``
+        and the status page ``/`` open)."""
 
         def gated(request: HttpRequest) -> bytes:
             path = request.target.split("?", 1)[0].rstrip("/") or "/"

@@ -20,7 +20,6 @@ from beava.durability.group_commit import Waiter
 from beava.durability.recovery import RecoveryFatal
 from beava.durability.wal import DataDirLocked, lock_wal_dir
 from beava.durability.wal_format import LOCK_FILE
-from beava.engine.registry.describe import describe_registry
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
@@ -126,9 +125,8 @@ class BeavaServer:
                                  self.access.authorize_http if self.access else None,
                                  self.state.timings)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
-        self.admin = AdminResponder(
-            lambda: (self.store.registry_version, self.store.node_count), self.metrics.render,
-            lambda: describe_registry(self.store.registry))
+        self.admin = AdminResponder(self.service.describe, self.metrics.render,
+                                    self.service.entity)
         self.sockets: dict[str, socket.socket] = {}
         self.lock: DataDirLock | None = None
         self._servers: list[asyncio.AbstractServer] = []

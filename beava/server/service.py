@@ -309,6 +309,14 @@ class Service:
         """What the registry holds, as the admin sidecar's ``/registry`` lists it."""
         return describe_registry(self.store.registry)
 
+    def entity(self, table: str, key: str) -> dict[str, Any]:
+        """One entity's row, read as POST /get reads it (the admin sidecar's ``/entity``):
+        ``key`` is a key string (``K1|K2`` for several key columns, ``""`` for a global
+        table); ``{}`` when the entity has no row."""
+        store = self.store
+        return reads.get(store.table, {"table": table, "key": key}, store.query_time(),
+                         registry=store.registry)
+
     def scan(self, body: Any, msgpack: bool) -> bytes:
         """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
         store = self.store

@@ -121,9 +121,9 @@ def test_http_health_and_ready_stay_open(secured: BeavaProcess) -> None:
 
 
 def test_admin_sidecar_needs_admin(secured: BeavaProcess) -> None:
-    for path in ("/health", "/ready"):
+    for path in ("/health", "/ready", "/"):  # "/": the status page, which holds no data
         assert http_request(secured.admin, "GET", path)[0] == 200
-    for path in ("/metrics", "/registry", "/nothing"):
+    for path in ("/metrics", "/registry", "/entity", "/nothing"):
         status, _, raw = http_request(secured.admin, "GET", path)
         assert status == 401, path
         assert json.loads(raw)["error"]["code"] == "unauthenticated"
@@ -136,6 +136,9 @@ def test_admin_sidecar_needs_admin(secured: BeavaProcess) -> None:
     assert status == 200 and b"beava_registry_version" in raw
     status, _, raw = http_request(secured.admin, "GET", "/registry", headers=bearer(ADMIN))
     assert status == 200 and json.loads(raw)["version"] >= 1
+    status, _, raw = http_request(secured.admin, "GET", "/entity?table=Visits&key=u1",
+                                  headers=bearer(ADMIN))
+    assert (status, json.loads(raw)) == (200, {"n": 1, "total": 5.0})
 
 
 # -- framed TCP ---------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 
 import pytest
 
@@ -60,7 +63,8 @@ def test_head_has_headers_without_body(clean_server):
 
 @pytest.mark.parametrize("method,path,status", [
     ("POST", "/health", 405), ("DELETE", "/metrics", 405), ("GET", "/nope", 404),
-    ("GET", "/ping", 404),
+    ("GET", "/ping", 404), ("POST", "/", 405), ("POST", "/entity", 405),
+    ("GET", "/index.html", 404),
 ])
 def test_admin_errors_have_empty_bodies(clean_server, method, path, status):
     got, headers, payload = http_request(clean_server.admin, method, path)
@@ -96,3 +100,83 @@ def test_metrics_follow_pushes_replays_and_entities(clean_server):
     assert _metric(after, "beava_entity_count_resident") == 2.0
     assert _metric(after, "beava_registry_version") == _metric(before, "beava_registry_version")
     assert _metric(after, "beava_node_count") == 2.0
+
+
+def test_status_page_is_one_self_contained_document(clean_server):
+    status, headers, payload = http_request(clean_server.admin, "GET", "/")
+    assert status == 200
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert headers["x-runtime"] == "tokio"
+    assert headers["x-content-type-options"] == "nosniff"
+    page = payload.decode()
+    assert page.startswith("<!doctype html>")
+    # nothing loaded from elsewhere: no src/href attribute, no URL, only the inline blocks
+    assert not re.search(r"\b(src|href)=", page)
+    assert "http://" not in page and "https://" not in page
+    policy = dict(part.split(" ", 1) for part in headers["content-security-policy"].split("; "))
+    assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'"
+    for kind in ("script", "style"):
+        blocks = re.findall(rf"<{kind}>(.*?)</{kind}>", page, re.DOTALL)
+        assert len(blocks) == 1
+        digest = base64.b64encode(hashlib.sha256(blocks[0].encode()).digest()).decode()
+        assert policy[f"{kind}-src"] == f"'sha256-{digest}'"
+    status, head_headers, body = http_request(clean_server.admin, "HEAD", "/")
+    assert status == 200 and body == b""
+    assert head_headers["content-length"] == str(len(payload))
+
+
+def _register_cards(server) -> None:
+    nodes = {"nodes": [
+        {"kind": "event", "name": "C", "schema": {"fields": {"u": "str", "m": "str"}}},
+        {"kind": "derivation", "name": "ByUser", "output_kind": "table", "upstreams": ["C"],
+         "table_primary_key": ["u"],
+         "ops": [{"op": "group_by", "keys": ["u"], "agg": {"n": {"op": "count"}}}]},
+        {"kind": "derivation", "name": "ByPair", "output_kind": "table", "upstreams": ["C"],
+         "table_primary_key": ["u", "m"],
+         "ops": [{"op": "group_by", "keys": ["u", "m"], "agg": {"pairs": {"op": "count"}}}]},
+        {"kind": "derivation", "name": "All", "output_kind": "table", "upstreams": ["C"],
+         "table_primary_key": [],
+         "ops": [{"op": "group_by", "keys": [], "agg": {"all": {"op": "count"}}}]}]}
+    status, _, raw = http_request(server.http, "POST", "/register",
+                                  json.dumps(nodes).encode(),
+                                  {"Content-Type": "application/json"})
+    assert status == 200, raw
+    for u, m in (("a b", "x|y"), ("a b", "z"), ("c", "z")):
+        body = json.dumps({"event": "C", "data": {"u": u, "m": m}}).encode()
+        assert http_request(server.http, "POST", "/push", body)[0] == 200
+
+
+def _entity(server, query: str) -> tuple[int, object]:
+    status, headers, payload = http_request(server.admin, "GET", "/entity?" + query)
+    assert headers["content-type"] == "application/json"
+    return status, json.loads(payload)
+
+
+def test_entity_reads_like_get(clean_server):
+    _register_cards(clean_server)
+    for query, table, key in (("table=ByUser&key=a+b", "ByUser", "a b"),
+                              ("table=ByUser&key=a%20b", "ByUser", "a b"),
+                              ("table=ByPair&key=a+b%7Cx%257Cy", "ByPair", "a b|x%7Cy"),
+                              ("table=All", "All", ""), ("table=All&key=", "All", ""),
+                              ("table=ByUser&key=nobody", "ByUser", "nobody")):
+        got = _entity(clean_server, query)
+        body = json.dumps({"table": table, "key": key}).encode()
+        status, _, raw = http_request(clean_server.http, "POST", "/get", body)
+        assert got == (status, json.loads(raw)), query
+    assert _entity(clean_server, "table=ByUser&key=a+b") == (200, {"n": 2})
+    assert _entity(clean_server, "table=ByPair&key=a+b%7Cx%257Cy") == (200, {"pairs": 1})
+    assert _entity(clean_server, "table=All") == (200, {"all": 3})
+    assert _entity(clean_server, "table=ByUser&key=nobody") == (200, {})
+
+
+def test_entity_errors(clean_server):
+    _register_cards(clean_server)
+    status, body = _entity(clean_server, "table=ByUsr&key=a")
+    assert status == 404 and body["error"]["code"] == "unknown_table"
+    assert body["error"]["hint"] == "did you mean 'ByUser'?"
+    status, body = _entity(clean_server, "table=C&key=a")  # an event, not a table
+    assert status == 404 and body["error"]["code"] == "unknown_table"
+    status, body = _entity(clean_server, "key=a")
+    assert status == 404 and body["error"]["got"] == ""
+    for query in ("table=ByPair&key=a", "table=ByUser&key=a%7Cb", "table=All&key=a"):
+        assert _entity(clean_server, query) == (404, {"error": {"code": "key_parse_failure"}})
