@@ -137,7 +137,8 @@ def look_up(tab: Any, table: str, key: str) -> None:
 
 
 class Pusher(threading.Thread):
-    """Pushes to its own entity (and a refused push every tenth time) until stopped."""
+    """Pushes to its own entity (and a refused push and a read every tenth time) until
+    stopped."""
 
     def __init__(self, server: BeavaProcess) -> None:
         super().__init__(daemon=True)
@@ -154,6 +155,7 @@ class Pusher(threading.Thread):
                 self.sent += 1
                 if self.sent % 10 == 0:
                     assert http_request(self.server.http, "POST", "/push", refused)[0] == 400
+                    assert app.get("CardSpend", "load")["n"] >= 1
                 self.stop.wait(0.002)
 
 
@@ -191,6 +193,7 @@ def test_status_page_shows_registry_rates_and_entities(clean_server: BeavaProces
     try:
         wait_for_tile(page, "push-rate", lambda v: v > 0, "pushes per second")
         wait_for_tile(page, "rejection-rate", lambda v: v > 0, "rejections per second")
+        wait_for_tile(page, "read-rate", lambda v: v > 0, "reads per second")
         wait_for_tile(page, "pushes", lambda v: v > accepted, "more pushes")
     finally:
         pusher.stop.set()

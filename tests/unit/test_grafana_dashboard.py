@@ -70,7 +70,10 @@ def test_the_dashboard_covers_what_operators_watch() -> None:
     used = metric_names(queries(load()))
     for name in ("beava_pushes_total", "beava_push_rejections_total", "beava_table_entities",
                  "beava_entity_count_resident", "beava_wal_fsyncs_total",
-                 "beava_wal_last_fsync_seconds", "beava_snapshot_last_duration_seconds"):
+                 "beava_wal_last_fsync_seconds", "beava_snapshot_last_duration_seconds",
+                 "beava_pushes_by_event_total", "beava_request_duration_seconds_bucket",
+                 "beava_wal_fsync_duration_seconds_bucket",
+                 "beava_snapshot_duration_seconds_bucket"):
         assert name in used, name
     rejections = [expr for expr in queries(load()) if "beava_push_rejections_total" in expr]
     assert any("by (event, code)" in expr for expr in rejections)
