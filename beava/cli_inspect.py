@@ -19,6 +19,8 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TextIO
 
+from beava.protocol import commands as wire_commands
+
 COMMANDS = ("registry", "get", "stats")
 DEFAULT_URL = "tcp://127.0.0.1:8081"
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
@@ -186,21 +188,28 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def total(sample: dict[str, float], name: str) -> float:
-    """The sum of every series of metric ``name`` (all label sets)."""
-    return sum(v for k, v in sample.items() if k == name or k.startswith(name + "{"))
+def total(sample: dict[str, float], names: tuple[str, ...]) -> float:
+    """The sum of every series of the metrics ``names`` (all label sets of a name without
+    labels, the one series of a name with them)."""
+    return sum(v for k, v in sample.items()
+               if k in names or k.partition("{")[0] in names)
 
 
-# (column title, metric, rate?) of each column of `beava stats`
-COLUMNS: tuple[tuple[str, str, bool], ...] = (
-    ("pushes", "beava_pushes_total", False),
-    ("push/s", "beava_pushes_total", True),
-    ("rejected", "beava_push_rejections_total", False),
-    ("rej/s", "beava_push_rejections_total", True),
-    ("replays", "beava_push_replays_total", False),
-    ("entities", "beava_entity_count_resident", False),
-    ("fsync/s", "beava_wal_fsyncs_total", True),
-    ("registry", "beava_registry_version", False),
+# the request counts of the commands whose answers are features
+READS = tuple(f'beava_request_duration_seconds_count{{op="{c.name}"}}'
+              for c in wire_commands.COMMANDS if c.reads_state)
+
+# (column title, metrics summed, rate?) of each column of `beava stats`
+COLUMNS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("pushes", ("beava_pushes_total",), False),
+    ("push/s", ("beava_pushes_total",), True),
+    ("rejected", ("beava_push_rejections_total",), False),
+    ("rej/s", ("beava_push_rejections_total",), True),
+    ("replays", ("beava_push_replays_total",), False),
+    ("read/s", READS, True),
+    ("entities", ("beava_entity_count_resident",), False),
+    ("fsync/s", ("beava_wal_fsyncs_total",), True),
+    ("registry", ("beava_registry_version",), False),
 )
 
 

@@ -116,12 +116,12 @@ def test_stats_command_prints_live_rates(loaded: BeavaProcess) -> None:
     code, out = run(["stats", "--url", admin, "--interval", "0.05", "--count", "3"])
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["pushes", "push/s", "rejected", "rej/s", "replays", "entities",
-                              "fsync/s", "registry"]
+    assert header.split() == ["pushes", "push/s", "rejected", "rej/s", "replays", "read/s",
+                              "entities", "fsync/s", "registry"]
     assert len(rows) == 3
     first = rows[0].split()
-    assert first[1] == "-" and first[3] == "-"  # no rate before a second sample
-    assert first[5] == "5"  # 2 CardSpend + 3 CardMerchant rows
+    assert first[1] == "-" and first[3] == "-" and first[5] == "-"  # no rate before a second
+    assert first[6] == "5"  # 2 CardSpend + 3 CardMerchant rows
     assert rows[2].split()[1] == "0"  # nothing pushed meanwhile
 
 
@@ -133,6 +133,17 @@ def test_stat_lines_compute_rates() -> None:
     _, first, second = list(stat_lines(samples))
     assert first.split()[:4] == ["100", "-", "0", "-"]
     assert second.split()[:4] == ["300", "100", "6", "3"]
+
+
+def test_stat_lines_count_reads_of_every_read_command() -> None:
+    def reads(get: float, batch: float) -> dict[str, float]:
+        return {'beava_request_duration_seconds_count{op="get"}': get,
+                'beava_request_duration_seconds_count{op="batch_get"}': batch,
+                'beava_request_duration_seconds_count{op="push"}': 1000.0 * get,
+                'beava_request_duration_seconds_bucket{le="0.001",op="get"}': get}
+
+    _, _, second = list(stat_lines(iter([(1.0, reads(10, 2)), (3.0, reads(30, 6))])))
+    assert second.split()[5] == "12"  # (20 + 4) reads in 2 s; pushes and buckets not counted
 
 
 def test_cli_subcommand_runs_as_a_program(loaded: BeavaProcess) -> None:
