@@ -26,9 +26,15 @@ class PushMany(msgspec.Struct):
     bodies: list[Any]
 
 
-class BatchGetBody(msgspec.Struct):
-    """A BATCH_GET body whose entries are checked but left encoded, to be decoded a few at
-    a time (one pass over the bytes; anything else is decoded whole)."""
+class BatchGetJson(msgspec.Struct):
+    """A BATCH_GET body whose `requests` are checked but left encoded, to be decoded a few
+    entries at a time (one pass over the bytes; any other body is decoded whole)."""
+
+    requests: msgspec.Raw
+
+
+class BatchGetMsgpack(msgspec.Struct):
+    """The same for MessagePack, each entry left encoded."""
 
     requests: list[msgspec.Raw]
 
@@ -43,7 +49,7 @@ push_many_json = msgspec.json.Decoder(PushMany).decode
 push_many_msgpack = msgspec.msgpack.Decoder(PushMany).decode
 json_any = msgspec.json.Decoder().decode
 msgpack_any = msgspec.msgpack.Decoder().decode
-batch_get_json = msgspec.json.Decoder(BatchGetBody).decode
-batch_get_msgpack = msgspec.msgpack.Decoder(BatchGetBody).decode
+batch_get_json = msgspec.json.Decoder(BatchGetJson).decode
+batch_get_msgpack = msgspec.msgpack.Decoder(BatchGetMsgpack).decode
 encode_json = msgspec.json.Encoder(order="sorted").encode
 encode_msgpack = msgspec.msgpack.Encoder(order="sorted").encode

@@ -10,13 +10,13 @@ their handlers, one per command name and transport (:meth:`Service.frame_handler
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
+from beava._fast.json_items import JsonItems
 from beava._fast.push_pass import PushPass
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
@@ -136,26 +136,72 @@ def _batch_frame(body: bytes) -> bytes:
     return encode_frame(_REPLY_OP["batch_get"], CT_JSON, body)  # always JSON
 
 
-def _batch_requests(ct: int, payload: bytes) -> tuple[list[Any], Callable[[Any], Any] | None]:
-    """The entries of a BATCH_GET body, still encoded, and their decoder (so that a body
-    of 100,000 entries is decoded in slices too). A body that is not an object with a
-    `requests` array is decoded whole: its error, or BatchGet's, is the spec's."""
-    json = ct == CT_JSON
-    decode: Callable[[Any], Any] = messages.json_any if json else messages.msgpack_any
+def _batch_requests(ct: int, payload: bytes) -> list[Any] | reads.EncodedEntries:
+    """The entries of a BATCH_GET body, left encoded when it is an object with a
+    `requests` array (a body of 100,000 entries is then decoded in slices too); any other
+    body is decoded whole here: its error, or BatchGet's, is the spec's."""
     try:
-        body = (messages.batch_get_json if json else messages.batch_get_msgpack)(payload)
-        return body.requests, functools.partial(_batch_entry, decode, ct, payload)
-    except (*messages.DECODE_ERRORS, RecursionError):
-        pass
-    return reads.batch_requests(_decode_read(ct, payload)), None
+        if ct == CT_JSON:
+            return _JsonEntries(payload, bytes(messages.batch_get_json(payload).requests))
+        return _MsgpackEntries(payload, messages.batch_get_msgpack(payload).requests)
+    except (*messages.DECODE_ERRORS, RecursionError, ValueError):
+        return reads.batch_requests(_decode_read(ct, payload))
 
 
-def _batch_entry(decode: Callable[[Any], Any], ct: int, payload: bytes, raw: Any) -> Any:
-    try:
-        return decode(raw)
-    except (*messages.DECODE_ERRORS, RecursionError) as exc:
-        _decode_read(ct, payload)  # raises the error decoding the whole body reports
-        raise BeavaError("internal_error", reason=str(exc)) from None
+def _undecodable(ct: int, payload: bytes, exc: BaseException) -> BeavaError:
+    """What a part of a body that does not decode answers: the error decoding the whole
+    body reports (raised here), else ``exc``'s."""
+    _decode_read(ct, payload)
+    return BeavaError("internal_error", reason=str(exc))
+
+
+class _JsonEntries:
+    """The items of a JSON `requests` array, decoded a few at a time."""
+
+    __slots__ = ("_payload", "_array", "_items")
+
+    def __init__(self, payload: bytes, array: bytes) -> None:
+        self._payload = payload
+        self._array = array
+        self._items = JsonItems(array)  # ValueError when it is not an array
+
+    def take(self, count: int) -> list[Any] | None:
+        text = self._items.take(count)
+        if text is None:
+            return None
+        try:
+            entries: list[Any] = messages.json_any(text)
+        except (*messages.DECODE_ERRORS, RecursionError) as exc:
+            raise _undecodable(CT_JSON, self._payload, exc) from None
+        return entries
+
+    def restarted(self) -> _JsonEntries:
+        return _JsonEntries(self._payload, self._array)
+
+
+class _MsgpackEntries:
+    """The items of a MessagePack `requests` array (each still encoded), decoded a few at a
+    time."""
+
+    __slots__ = ("_payload", "_raws", "_next")
+
+    def __init__(self, payload: bytes, raws: list[Any]) -> None:
+        self._payload = payload
+        self._raws = raws
+        self._next = 0
+
+    def take(self, count: int) -> list[Any] | None:
+        start = self._next
+        if start >= len(self._raws):
+            return None
+        self._next = start + count
+        try:
+            return [messages.msgpack_any(raw) for raw in self._raws[start:start + count]]
+        except (*messages.DECODE_ERRORS, RecursionError) as exc:
+            raise _undecodable(CT_MSGPACK, self._payload, exc) from None
+
+    def restarted(self) -> _MsgpackEntries:
+        return _MsgpackEntries(self._payload, self._raws)
 
 
 class _SlicedBatch:
@@ -423,9 +469,8 @@ class Service:
         that later slices, one per loop iteration, fill (other connections are read and
         answered in between; docs/limits.md). ``answer`` frames the encoded answer."""
         store = self.store
-        requests, decode = _batch_requests(ct, payload)
-        job = reads.BatchGet(store.table, requests, store.query_time(), store.registry,
-                             _encode, decode)
+        job = reads.BatchGet(store.table, _batch_requests(ct, payload), store.query_time(),
+                             store.registry, _encode)
         if job.run(perf_counter() + BATCH_SLICE_SECONDS):
             self._log_aliases(job.aliases)
             return answer(job.reply)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
 from beava.engine.state.keys import keystr
@@ -172,36 +172,45 @@ _ENCODE_ROWS = 512
 _NONES = [None] * _ENCODE_ROWS
 
 
+class EncodedEntries(Protocol):
+    """The entries of a BATCH_GET body still encoded, decoded a few at a time."""
+
+    def take(self, count: int) -> list[Any] | None:
+        """The next ``count`` entries decoded (fewer at the end), None once all were."""
+
+    def restarted(self) -> EncodedEntries:
+        """The same entries from the first."""
+
+
 class BatchGet:
     """One BATCH_GET (POST /batch_get, OP_BATCH_GET) served in slices: ``run(deadline)``
     works until ``deadline`` (perf_counter; None = to the end) and returns True once
     ``reply`` holds the encoded answer ``{"results": [...]}``.
 
-    ``requests`` are the entries, decoded, or still encoded when ``decode`` is given (the
-    first pass decodes them, so a large body costs no one long call). The passes keep the
-    order of checks of an unsliced batch: every entry decoded, every entry's shape, every
-    entry's table and features, then the rows, then the answer encoded in pieces with
-    ``encode`` (a request-level error raised by a later slice still answers the whole
-    request). Each pass lets go of what it consumed, so a big batch is freed in slices
-    too. ``aliases``: the tables of entries that used ``entity_id``. The caller starts over
-    if the registry changes between slices."""
+    ``requests`` are the entries, decoded, or still encoded (the first pass decodes them,
+    so a large body costs no one long call). The passes keep the order of checks of an
+    unsliced batch: every entry decoded, every entry's shape, every entry's table and
+    features, then the rows, then the answer encoded in pieces with ``encode`` (a
+    request-level error raised by a later slice still answers the whole request). Each pass
+    lets go of what it consumed, so a big batch is freed in slices too. ``aliases``: the
+    tables of entries that used ``entity_id``. The caller starts over if the registry
+    changes between slices."""
 
-    __slots__ = ("_tables", "_requests", "_decode", "_encode", "_now", "_registry", "_pass",
+    __slots__ = ("_tables", "_requests", "_encoded", "_encode", "_now", "_registry", "_pass",
                  "_index", "_decoded", "_entries", "_resolved", "_results", "_pieces",
                  "reply", "aliases")
 
-    def __init__(self, tables: TableLookup, requests: list[Any], now: int,
-                 registry: Registry | None, encode: Callable[[Any], bytes],
-                 decode: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, tables: TableLookup, requests: list[Any] | EncodedEntries, now: int,
+                 registry: Registry | None, encode: Callable[[Any], bytes]) -> None:
         self._tables = tables
         self._registry = registry  # names the nearest tables of an unknown one
         self._requests = requests
-        self._decode = decode
+        self._encoded = None if isinstance(requests, list) else requests
         self._encode = encode
         self._now = now
-        self._pass = 0
+        self._pass = 0 if self._encoded is not None else 1
         self._index = 0
-        self._decoded: list[Any] = requests if decode is None else []
+        self._decoded: list[Any] = requests if isinstance(requests, list) else []
         self._entries: list[tuple[str, Any, Any]] = []
         self._resolved: list[tuple[str, Any, TableState | None, list[str] | None]] = []
         self._results: list[Any] = []
@@ -210,18 +219,25 @@ class BatchGet:
         self.aliases: list[str] = []
 
     def run(self, deadline: float | None) -> bool:
-        steps = (self._decode_entry, self._shape, self._resolve, self._row)
         done = 0  # entries done in this call: a batch of a few never waits for a next one
-        if self._pass == 0 and self._decode is None:
-            self._pass = 1
+        encoded = self._encoded
+        while self._pass == 0 and encoded is not None:
+            entries = encoded.take(_CHECK_EVERY)
+            if entries is None:
+                self._pass = 1
+                break
+            self._decoded.extend(entries)
+            done += len(entries)
+            if deadline is not None and perf_counter() > deadline:
+                return False
+        steps = (self._shape, self._resolve, self._row)
         while self._pass < 5:
             if self._pass == 4:  # the answer, _ENCODE_ROWS rows per encoder call
                 items, step, every, per_check = (self._results, self._encode_rows,
                                                  _ENCODE_ROWS, _ENCODE_ROWS)
             else:
-                items = (self._requests, self._decoded, self._entries,
-                         self._resolved)[self._pass]
-                step, every, per_check = steps[self._pass], 1, _CHECK_EVERY
+                items = (self._decoded, self._entries, self._resolved)[self._pass - 1]
+                step, every, per_check = steps[self._pass - 1], 1, _CHECK_EVERY
             index, count = self._index, len(items)
             while index < count:
                 stop = count if deadline is None else min(count, index + per_check)
@@ -242,12 +258,9 @@ class BatchGet:
 
     def restarted(self, now: int, registry: Registry | None) -> BatchGet:
         """The same request from the start (the registry changed between slices)."""
-        return BatchGet(self._tables, self._requests, now, registry, self._encode,
-                        self._decode)
-
-    def _decode_entry(self, items: list[Any], index: int) -> None:
-        assert self._decode is not None
-        self._decoded.append(self._decode(items[index]))
+        requests = self._requests
+        return BatchGet(self._tables, requests if isinstance(requests, list)
+                        else requests.restarted(), now, registry, self._encode)
 
     def _encode_rows(self, items: list[Any], index: int) -> None:
         rows = items[index:index + _ENCODE_ROWS]
@@ -256,7 +269,7 @@ class BatchGet:
 
     def _shape(self, items: list[Any], index: int) -> None:
         entry = items[index]
-        if self._decode is not None:  # decoded here (else the caller's, kept for a restart)
+        if self._encoded is not None:  # decoded here (else the caller's, kept for a restart)
             items[index] = None
         if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
             raise _internal("invalid batch_get entry: expected {table, key, features?}")
