@@ -11,9 +11,12 @@ buffers the record and has the store apply the push at once, fsyncing on a tick;
 covers the record (one writer thread, one fsync per loop turn). A pending batch holds no
 object per push: the pushes' events, rows and times sit in parallel lists whose LSNs run
 consecutively from the batch's first, and callbacks apart as waiters ``(count, callback)``,
-run once the first ``count`` pushes of the batch are applied. The log calls its
-``apply_batch`` function (the store's) once per durable batch. ``barrier()`` makes every
-accepted record durable and applied before a register, reset, snapshot or shutdown.
+run once the first ``count`` pushes of the batch are applied. A durable batch is applied
+through the log's ``apply_batch`` function (the store's) a part at a time, at most
+``APPLY_SLICE_SECONDS`` per loop iteration, while the next batch is already being written:
+other requests are answered in between, and acknowledgements are released as their pushes
+are applied. ``barrier()`` makes every accepted record durable and applied before a
+register, reset, snapshot or shutdown.
 
 A full disk (spec/durability.md §6.6) puts the log in write-refusing mode (``writable``
 False; the store answers pushes, registers and resets ``wal_unavailable``). Strict mode:
@@ -32,7 +35,9 @@ import os
 import queue
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, NoReturn
 
 from beava.durability.crash_points import CrashPoints
@@ -42,13 +47,19 @@ from beava.durability.wal_format import record_lsn_at
 Callback = Callable[[], None]
 # (count, callback): run callback once the batch's first ``count`` pushes are applied
 Waiter = tuple[int, Callback]
-# apply_batch(first_lsn, events, rows, nows, waiters): push i has LSN first_lsn + i
-ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], list[Waiter]], None]
+# apply_batch(first_lsn, events, rows, nows, start, stop): apply pushes start..stop-1 of a
+# durable batch; push i has LSN first_lsn + i
+ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], int, int], None]
 # on_failed(first_lsn, waiters): the pushes from first_lsn on were not written (strict mode)
 OnFailed = Callable[[int, list[Waiter]], None]
 # on_writable(writable, error): write-refusing mode ends (True) or begins (False, the error)
 OnWritable = Callable[[bool, str], None]
 PROBE_INTERVAL_S = 1.0
+# Durable pushes are applied at most this long per loop iteration (the rest on the next
+# ones), _APPLY_CHUNK pushes between two clock reads.
+APPLY_SLICE_SECONDS = 0.001
+_APPLY_CHUNK = 64
+_NO_ROWS: list[Any] = [None] * _APPLY_CHUNK
 
 
 class Batch:
@@ -62,6 +73,45 @@ class Batch:
         self.rows: list[dict[str, Any]] = []
         self.nows: list[int] = []
         self.waiters: list[Waiter] = []
+
+
+class Applying:
+    """A durable batch being applied: its first ``done`` pushes are, and its waiters
+    before ``waiter`` have run."""
+
+    __slots__ = ("batch", "done", "waiter")
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        self.done = 0
+        self.waiter = 0
+
+
+def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None) -> bool:
+    """Apply ``entry``'s pushes with ``apply_batch``, running each waiter once its pushes
+    are, until ``deadline`` (perf_counter; None: to the end); True once the batch is done.
+    Applied rows are let go of at once."""
+    batch = entry.batch
+    events, rows, waiters = batch.events, batch.rows, batch.waiters
+    total = len(events)
+    while True:
+        start = entry.done
+        stop = min(total, start + _APPLY_CHUNK)
+        w = entry.waiter
+        if w < len(waiters) and waiters[w][0] < stop:
+            stop = max(waiters[w][0], start)
+        if stop > start:
+            apply_batch(batch.first_lsn, events, rows, batch.nows, start, stop)
+            rows[start:stop] = _NO_ROWS[:stop - start]
+            entry.done = stop
+        while w < len(waiters) and waiters[w][0] <= stop:
+            entry.waiter = w + 1
+            waiters[w][1]()
+            w += 1
+        if stop >= total and w >= len(waiters):
+            return True
+        if deadline is not None and perf_counter() > deadline:
+            return False
 
 
 class MemoryLog:
@@ -134,6 +184,8 @@ class _WorkerLog(ABC):
         self.batch = Batch()
         self._in_flight: _Write | None = None
         self._in_flight_batch: Batch | None = None
+        self._applying: deque[Applying] = deque()  # durable, not all applied yet
+        self._apply_scheduled = False
         self._loop = asyncio.get_event_loop()
         self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._idle = threading.Lock()  # held while a batch is with the writer thread
@@ -218,8 +270,9 @@ class _WorkerLog(ABC):
         if not self.writable:
             self._resume()
         if batch is not None:
-            self._complete(batch)
-        self._start()
+            self._durable(batch)
+        self._start()  # the next batch is written while this one is applied
+        self._apply_slice()
         self._check_pressure()
 
     # -- write-refusing mode (§6.6) -----------------------------------------------------------
@@ -263,13 +316,15 @@ class _WorkerLog(ABC):
             self.on_writable(True, "")
 
     def _complete(self, batch: Batch) -> None:
+        """``batch`` is durable: queue it to be applied, and apply as much as one slice
+        allows (the rest later)."""
+        self._durable(batch)
+        self._apply_slice()
+
+    def _durable(self, batch: Batch) -> None:
+        """``batch`` is durable: rotate the segment if it is full (no write is in flight
+        now), then queue the batch to be applied."""
         self.crash.hit("wal_after_fsync")
-        if batch.events or batch.waiters:
-            self.apply_batch(batch.first_lsn, batch.events, batch.rows, batch.nows,
-                             batch.waiters)
-        self.crash.hit("wal_after_apply")
-        if self.after_batch is not None:
-            self.after_batch()
         if self.next_lsn is not None:
             # A new segment is named by the LSN of the next record written to it: the first
             # pending record's (accepted, LSN assigned, not written yet), else the next one.
@@ -278,11 +333,38 @@ class _WorkerLog(ABC):
                 self.wal.maybe_rotate(base)
             except WalFatal as exc:
                 self.on_fatal(exc)
+        self._applying.append(Applying(batch))
+
+    def _apply_slice(self) -> None:
+        """Apply durable batches for at most one slice; the rest on later iterations."""
+        if not self._apply(perf_counter() + APPLY_SLICE_SECONDS) and not self._apply_scheduled:
+            self._apply_scheduled = True
+            self._loop.call_soon(self._apply_turn)
+
+    def _apply_turn(self) -> None:
+        self._apply_scheduled = False
+        self._apply_slice()
+
+    def _apply(self, deadline: float | None) -> bool:
+        """Apply the durable batches in order until ``deadline`` (None: all of them);
+        True once none is left. The replies released are flushed at the end (which may
+        run a barrier that applies the rest at once)."""
+        applying = self._applying
+        finished = True
+        while applying and finished:
+            finished = apply_part(applying[0], self.apply_batch, deadline)
+            if finished:
+                applying.popleft()
+                self.crash.hit("wal_after_apply")
+        if self.after_batch is not None:
+            self.after_batch()
+        return finished and not applying
 
     def barrier(self) -> None:
-        """Synchronously: wait for the batch in flight, then write and fsync the rest. In
-        write-refusing mode nothing more is written (the callers refuse their operation,
-        or, at shutdown, the queued records stay unwritten)."""
+        """Synchronously: wait for the batch in flight, then write and fsync the rest, and
+        apply every durable batch. In write-refusing mode nothing more is written (the
+        callers refuse their operation, or, at shutdown, the queued records stay
+        unwritten)."""
         while True:
             write = self._in_flight
             if write is not None:
@@ -290,6 +372,7 @@ class _WorkerLog(ABC):
                     pass
                 self._finish(write)  # may hand the next batch to the writer thread
                 continue
+            self._apply(None)
             if not self._has_pending() or not self.writable:
                 self._check_pressure()
                 return
@@ -304,6 +387,7 @@ class _WorkerLog(ABC):
                     self.on_fatal(exc)
                     return
             self._complete(batch)
+            self._apply(None)
 
     def stop_probing(self) -> None:
         if self._probe_timer is not None:
@@ -357,7 +441,7 @@ class GroupCommit(_WorkerLog):
     def after_pending(self, callback: Callback) -> bool:
         """Run ``callback`` once everything accepted so far is durable (dedupe replays of a
         pending original). Returns True when that is already the case (nothing pending)."""
-        if not (self._has_pending() or self._in_flight is not None):
+        if not (self._has_pending() or self._in_flight is not None or self._applying):
             return True
         self.batch.waiters.append((len(self.batch.events), callback))
         if not self._scheduled:

@@ -19,7 +19,7 @@ from beava._fast.push_pass import apply_rows
 from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
-from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog, Waiter
+from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog
 from beava.durability.recovery import Unapplicable
 from beava.durability.snapshots import LoadedSnapshot, SnapshotInvalid, encode_snapshot_body
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
@@ -244,21 +244,10 @@ class FeatureStore:
         return totals
 
     def apply_batch(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
-                    nows: list[int], waiters: list[Waiter]) -> None:
-        """Apply a durable batch of accepted pushes in LSN order (called by the durability
-        log): push ``i`` has LSN ``first_lsn + i``; a waiter ``(count, callback)`` runs once
-        the first ``count`` pushes are applied."""
-        done = 0
-        for count, callback in waiters:
-            if count > done:
-                self._apply_run(first_lsn, events, rows, nows, done, count)
-                done = count
-            callback()
-        if len(events) > done:
-            self._apply_run(first_lsn, events, rows, nows, done, len(events))
-
-    def _apply_run(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
-                   nows: list[int], start: int, stop: int) -> None:
+                    nows: list[int], start: int, stop: int) -> None:
+        """Apply pushes ``start`` to ``stop - 1`` of a durable batch, in LSN order (called
+        by the durability log, a part of a batch at a time): push ``i`` has LSN
+        ``first_lsn + i``."""
         newest = apply_rows(self.engine.routes, events, rows, nows, start, stop)
         self.applied_lsn = first_lsn + stop - 1
         if newest > self.watermark_ms:

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
-from beava.durability.group_commit import Batch, Callback
+from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.durability.snapshots import read_snapshot, write_snapshot_file
 from beava.durability.wal_format import Record, parse_record
 from beava.engine.store import FeatureStore
@@ -135,8 +135,7 @@ class CaptureLog:
         self.buf = bytearray()
         batch, self.batch = self.batch, Batch()
         if batch.events or batch.waiters:
-            self.store.apply_batch(batch.first_lsn, batch.events, batch.rows, batch.nows,
-                                   batch.waiters)
+            apply_part(Applying(batch), self.store.apply_batch, None)
 
 
 def registered_store() -> FeatureStore:

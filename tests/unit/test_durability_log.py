@@ -26,16 +26,11 @@ class HeldWal:
 
 
 def applier(applied: list[int]):
-    """Like FeatureStore.apply_batch: pushes in LSN order, each waiter after its pushes."""
+    """Like FeatureStore.apply_batch: records the LSNs of the pushes applied, in order."""
     def apply_batch(first_lsn: int, events: list, rows: list, nows: list,
-                    waiters: list) -> None:
-        assert len(events) == len(rows) == len(nows)
-        done = 0
-        for count, callback in waiters:
-            applied.extend(range(first_lsn + done, first_lsn + count))
-            done = max(done, count)
-            callback()
-        applied.extend(range(first_lsn + done, first_lsn + len(events)))
+                    start: int, stop: int) -> None:
+        assert len(events) == len(rows) == len(nows) and 0 <= start < stop <= len(events)
+        applied.extend(range(first_lsn + start, first_lsn + stop))
     return apply_batch
 
 
@@ -176,3 +171,49 @@ async def test_one_writer_thread_and_fatal_errors_reach_the_loop_and_barrier():
     assert not log._writer.is_alive()
     await asyncio.sleep(0.01)  # the writer's own wake-up for the batch is a no-op
     assert len(fatal) == 2
+
+
+async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_written(
+        monkeypatch):
+    """Each loop iteration applies a durable batch for at most one slice (here: one chunk
+    of pushes), flushing the replies released so far; the next batch goes to the writer
+    before the previous one is applied; waiters run right after their pushes; a barrier
+    applies everything at once."""
+    from beava.durability import group_commit
+
+    monkeypatch.setattr(group_commit, "APPLY_SLICE_SECONDS", 0.0)
+    wal = HeldWal()
+    wal.release.set()
+    applied: list[int] = []
+    flushes: list[int] = []  # how many pushes were applied at each flush of replies
+    fired: list[tuple[str, int]] = []
+    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                      crash=CrashPoints(None), on_fatal=lambda exc: None,
+                      after_batch=lambda: flushes.append(len(applied)))
+    chunk = group_commit._APPLY_CHUNK
+    total = 3 * chunk + 5
+    for lsn in range(1, total + 1):
+        log.buf += b"r"
+        log.submit(lsn, "E", {}, 0, (lambda n=lsn: fired.append(("push", n)))
+                   if lsn in (chunk, 2 * chunk + 3) else None)
+    while not applied:  # one loop iteration at a time
+        await asyncio.sleep(0)
+    assert len(wal.batches) == 1
+    assert len(applied) == chunk and flushes == [chunk]  # one chunk, then the replies
+    assert fired == [("push", chunk)]  # its waiter right after its push
+    log.buf += b"n"  # a next batch meanwhile
+    log.submit(total + 1, "E", {}, 0, None)
+    await asyncio.sleep(0)  # the turn ends: the writer takes it, the first is not applied
+    assert not log.buf and len(applied) == 2 * chunk
+    await wait_until(lambda: len(applied) == total + 1)
+    assert len(wal.batches) == 2
+    assert applied == list(range(1, total + 2))
+    assert fired == [("push", chunk), ("push", 2 * chunk + 3)]
+    assert len(flushes) >= 4 and flushes == sorted(flushes) and flushes[0] < total
+    # a barrier does not wait for loop iterations
+    for lsn in range(total + 2, total + 2 + 2 * chunk):
+        log.buf += b"r"
+        log.submit(lsn, "E", {}, 0, None)
+    log.barrier()
+    assert applied == list(range(1, total + 2 + 2 * chunk))
+    log.close()

@@ -13,7 +13,7 @@ import pytest
 
 from beava._fast.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
-from beava.durability.group_commit import Batch, Callback
+from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.engine.store import FeatureStore
 from beava.protocol import messages
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
@@ -75,8 +75,7 @@ class HeldLog:
 
     def release(self) -> None:
         batch, self.batch = self.batch, Batch()
-        self.store.apply_batch(batch.first_lsn, batch.events, batch.rows, batch.nows,
-                               batch.waiters)
+        apply_part(Applying(batch), self.store.apply_batch, None)
 
 
 class Wire:
