@@ -37,15 +37,18 @@ environment variables (command line > environment > YAML > defaults):
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # usage errors: stderr, exit 2
+class UsageParser(argparse.ArgumentParser):
+    """Every ``beava`` command's parser: a usage error prints the usage and the error on
+    stderr and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog="beava", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="beava: real-time feature server (framed TCP + HTTP).",
         epilog="commands:\n  quickstart   run the in-process demo\n  help         print help\n"

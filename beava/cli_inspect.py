@@ -17,21 +17,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
+from beava.cli import UsageParser
 from beava.protocol import commands as wire_commands
 
 COMMANDS = ("registry", "get", "stats")
 DEFAULT_URL = "tcp://127.0.0.1:8081"
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
 _TIMEOUT_S = 10.0
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # usage errors: stderr, exit 2
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
 
 
 class CommandFailed(Exception):
@@ -47,8 +41,8 @@ def _common(parser: argparse.ArgumentParser, url_default: str, url_help: str) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="beava", description="Look inside a running beava server.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = UsageParser(prog="beava", description="Look inside a running beava server.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     reg = sub.add_parser("registry", help="what the registry holds: events, tables, features")
     _common(reg, DEFAULT_URL, "data-plane URL: tcp://, tcps://, http:// or https://")
     reg.add_argument("--json", action="store_true", help="print the JSON document")

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn, TextIO
+from typing import TextIO
 
+from beava.cli import UsageParser
 from beava.durability import wal_check
 from beava.durability.wal import DataDirLocked
 
@@ -26,16 +27,9 @@ EXIT_LOCKED = 3
 EXIT_IO = wal_check.CHECK_UNREADABLE
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # usage errors: stderr, exit 2
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="beava wal", description="Check or repair a data directory's WAL.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = UsageParser(prog="beava wal", description="Check or repair a data directory's WAL.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     check = sub.add_parser(
         "check", help="report every segment and any damage (read-only)",
         description="Exit 0 clean, 1 torn tail only, 3 corruption, 4 unreadable.")

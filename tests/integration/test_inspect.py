@@ -14,24 +14,8 @@ import pytest
 import beava as bv
 from beava.cli import main
 from beava.cli_inspect import parse_metrics, stat_lines
+from tests.card_pipeline import Card, CardMerchant, CardSpend
 from tests.support import BeavaProcess, http_request
-
-
-@bv.event
-class Card:
-    user_id: str
-    merchant: str
-    amount: float
-
-
-@bv.table(key="user_id")
-def CardSpend(c: Card) -> bv.Table:
-    return c.group_by("user_id").agg(spend=bv.sum("amount"), n=bv.count(window="1h"))
-
-
-@bv.table(key=["user_id", "merchant"])
-def CardMerchant(c: Card) -> bv.Table:
-    return c.group_by("user_id", "merchant").agg(visits=bv.count())
 
 
 @pytest.fixture

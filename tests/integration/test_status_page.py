@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import beava as bv
+from tests.card_pipeline import Card, CardMerchant, CardSpend
 from tests.support import BeavaProcess, http_request
 
 CHROMIUM = "/usr/bin/chromium"
@@ -66,23 +67,6 @@ def page(browser: Any) -> Iterator[Any]:
     # an error answer (401 without a token, 404 for an unknown table) is logged by the
     # browser as a failed resource load: the page handles those
     assert [p for p in problems if not p.startswith(_ERROR_ANSWER)] == []
-
-
-@bv.event
-class Card:
-    user_id: str
-    merchant: str
-    amount: float
-
-
-@bv.table(key="user_id")
-def CardSpend(c: Card) -> bv.Table:
-    return c.group_by("user_id").agg(spend=bv.sum("amount"), n=bv.count(window="1h"))
-
-
-@bv.table(key=["user_id", "merchant"])
-def CardMerchant(c: Card) -> bv.Table:
-    return c.group_by("user_id", "merchant").agg(visits=bv.count())
 
 
 PUSHES = ({"user_id": "u1", "merchant": "cafe", "amount": 4.5},
