@@ -2,9 +2,9 @@
 """The push pass: pushes accepted in one C loop (spec/wire.md §6, §10).
 
 For each push: check the body with its event's compiled checker, read the clock, assign the
-LSN, count it for its event (one C increment at the index its checker entry carries), then apply the push to every table it feeds (memory-only, periodic) or append its WAL
-record and the push to the pending batch (strict; periodic appends the record, then
-applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
+LSN, count it for its event (one C increment at the index its checker entry carries), then
+apply the push to every table it feeds (memory-only, periodic) or append its WAL record and
+the push to the pending batch (strict; periodic appends the record, then applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. No Python-level function runs per push on this path beyond the decoders and the
 table kernels; the durability log hears of a call's records once, at its end

@@ -58,6 +58,9 @@ PROBE_INTERVAL_S = 1.0
 # Durable pushes are applied at most this long per loop iteration (the rest on the next
 # ones), _APPLY_CHUNK pushes between two clock reads.
 APPLY_SLICE_SECONDS = 0.001
+# Durable pushes not applied yet above which client sockets stop being read, as for the
+# bytes pending durability (§6.5): intake never outruns the sliced apply for long.
+UNAPPLIED_LIMIT = 65_536
 _APPLY_CHUNK = 64
 _NO_ROWS: list[Any] = [None] * _APPLY_CHUNK
 
@@ -73,6 +76,18 @@ class Batch:
         self.rows: list[dict[str, Any]] = []
         self.nows: list[int] = []
         self.waiters: list[Waiter] = []
+
+    def add(self, lsn: int, event: str, row: dict[str, Any], now: int,
+            on_applied: Callback | None) -> None:
+        """One push (LSN ``lsn``, the next of the batch), and its callback as a waiter."""
+        events = self.events
+        if not events:
+            self.first_lsn = lsn
+        events.append(event)
+        self.rows.append(row)
+        self.nows.append(now)
+        if on_applied is not None:
+            self.waiters.append((len(events), on_applied))
 
 
 class Applying:
@@ -217,14 +232,21 @@ class _WorkerLog(ABC):
         """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
         return len(self.buf) + self._in_flight_bytes
 
+    @property
+    def unapplied(self) -> int:
+        """Pushes durable but not applied yet."""
+        return sum(len(entry.batch.events) - entry.done for entry in self._applying)
+
     def _check_pressure(self) -> None:
         limit = self.limit_bytes
         if limit is None or self.on_pressure is None:
             return
-        if not self.pressured and self.pending_bytes > limit:
+        if not self.pressured and (self.pending_bytes > limit
+                                   or self.unapplied > UNAPPLIED_LIMIT):
             self.pressured = True
             self.on_pressure(True)
-        elif self.pressured and self.pending_bytes < limit // 2:
+        elif (self.pressured and self.pending_bytes < limit // 2
+              and self.unapplied < UNAPPLIED_LIMIT // 2):
             self.pressured = False
             self.on_pressure(False)
 
@@ -340,6 +362,8 @@ class _WorkerLog(ABC):
         if not self._apply(perf_counter() + APPLY_SLICE_SECONDS) and not self._apply_scheduled:
             self._apply_scheduled = True
             self._loop.call_soon(self._apply_turn)
+        if self.pressured:
+            self._check_pressure()
 
     def _apply_turn(self) -> None:
         self._apply_scheduled = False
@@ -414,15 +438,7 @@ class GroupCommit(_WorkerLog):
                on_applied: Callback | None) -> bool:
         """Accept a push whose record is already appended to ``buf``; it is applied (and
         ``on_applied`` runs) after the fsync covering it. Returns False: not applied yet."""
-        batch = self.batch
-        events = batch.events
-        if not events:
-            batch.first_lsn = lsn
-        events.append(event)
-        batch.rows.append(row)
-        batch.nows.append(now)
-        if on_applied is not None:
-            batch.waiters.append((len(events), on_applied))
+        self.batch.add(lsn, event, row, now, on_applied)
         self.accepted()
         return False
 

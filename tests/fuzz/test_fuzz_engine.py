@@ -20,7 +20,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
-from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.durability.snapshots import read_snapshot, write_snapshot_file
 from beava.durability.wal_format import Record, parse_record
 from beava.engine.store import FeatureStore
@@ -50,6 +49,7 @@ from tests.fuzz.strategies import (
     fuzz_settings,
     values,
 )
+from tests.held_log import HeldLog
 
 _U = {"user": "str"}
 REGISTER: dict[str, Any] = {"nodes": [
@@ -87,44 +87,13 @@ REGISTER: dict[str, Any] = {"nodes": [
 TABLES = ("T", "K", "ST")
 
 
-class CaptureLog:
-    """A strict-mode durability log that keeps the WAL records it is given (the bytes the
-    store and the push pass append to ``buf``, in the WAL's own format) and applies the
-    pending batch on ``release``."""
-
-    mode = "strict"
-    acks_immediately = False
-    writable = True
+class CaptureLog(HeldLog):
+    """A held log that keeps the WAL records it is given (the bytes the store and the push
+    pass append to ``buf``, in the WAL's own format) before it applies the pending batch."""
 
     def __init__(self, store: FeatureStore) -> None:
-        self.store = store
-        self.batch = Batch()
-        self.buf = bytearray()
+        super().__init__(store)
         self.records: list[Record] = []
-
-    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
-               on_applied: Callback | None) -> bool:
-        batch = self.batch
-        if not batch.events:
-            batch.first_lsn = lsn
-        batch.events.append(event)
-        batch.rows.append(row)
-        batch.nows.append(now)
-        if on_applied is not None:
-            batch.waiters.append((len(batch.events), on_applied))
-        return False
-
-    def accepted(self) -> None:
-        pass
-
-    def after_pending(self, callback: Callback) -> bool:
-        if not (self.batch.events or self.batch.waiters):
-            return True
-        self.batch.waiters.append((len(self.batch.events), callback))
-        return False
-
-    def barrier(self) -> None:
-        self.release()
 
     def release(self) -> None:
         offset = 0
@@ -132,10 +101,7 @@ class CaptureLog:
             record = parse_record(self.buf, offset)
             self.records.append(record)
             offset += record.size
-        self.buf = bytearray()
-        batch, self.batch = self.batch, Batch()
-        if batch.events or batch.waiters:
-            apply_part(Applying(batch), self.store.apply_batch, None)
+        super().release()
 
 
 def registered_store() -> FeatureStore:

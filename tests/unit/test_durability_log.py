@@ -217,3 +217,32 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     log.barrier()
     assert applied == list(range(1, total + 2 + 2 * chunk))
     log.close()
+
+
+async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(monkeypatch):
+    """The sliced apply must not fall behind for long: past UNAPPLIED_LIMIT durable pushes
+    not applied yet, client sockets stop being read (on_pressure), and intake resumes once
+    fewer than half of that wait."""
+    from beava.durability import group_commit
+
+    monkeypatch.setattr(group_commit, "APPLY_SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(group_commit, "UNAPPLIED_LIMIT", 4 * group_commit._APPLY_CHUNK)
+    wal = HeldWal()
+    wal.release.set()
+    applied: list[int] = []
+    pressure: list[tuple[bool, int]] = []
+    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                      crash=CrashPoints(None), on_fatal=lambda exc: None,
+                      limit_bytes=1 << 30,
+                      on_pressure=lambda shut: pressure.append((shut, len(applied))))
+    total = 10 * group_commit._APPLY_CHUNK
+    for lsn in range(1, total + 1):
+        log.buf += b"r"
+        log.submit(lsn, "E", {}, 0, None)
+    await wait_until(lambda: len(applied) == total)
+    assert [shut for shut, _ in pressure] == [True, False]
+    shut_at, resumed_at = pressure[0][1], pressure[1][1]
+    assert shut_at < total - group_commit.UNAPPLIED_LIMIT  # shut while far behind
+    assert total - resumed_at < group_commit.UNAPPLIED_LIMIT // 2  # resumed once caught up
+    assert log.unapplied == 0
+    log.close()

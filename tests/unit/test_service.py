@@ -13,7 +13,6 @@ import pytest
 
 from beava._fast.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
-from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.engine.store import FeatureStore
 from beava.protocol import messages
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch
@@ -31,6 +30,7 @@ from beava_client.opcodes import (
     OP_PUSH,
     OP_PUSH_MANY,
 )
+from tests.held_log import HeldLog
 
 REGISTER = json.dumps({"nodes": [
     {"kind": "event", "name": "E", "schema": {"fields": {"k": "str", "id": "str"}},
@@ -38,44 +38,6 @@ REGISTER = json.dumps({"nodes": [
     {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
      "table_primary_key": ["k"],
      "ops": [{"op": "group_by", "keys": ["k"], "agg": {"n": {"op": "count"}}}]}]}).encode()
-
-
-class HeldLog:
-    """A strict-mode stand-in: accepted pushes wait until ``release``."""
-
-    mode = "strict"
-    acks_immediately = False
-    writable = True
-
-    def __init__(self, store: FeatureStore) -> None:
-        self.store = store
-        self.batch = Batch()
-        self.buf = bytearray()
-
-    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
-               on_applied: Callback | None) -> bool:
-        batch = self.batch
-        if not batch.events:
-            batch.first_lsn = lsn
-        batch.events.append(event)
-        batch.rows.append(row)
-        batch.nows.append(now)
-        if on_applied is not None:
-            batch.waiters.append((len(batch.events), on_applied))
-        return False
-
-    def after_pending(self, callback: Callback) -> bool:
-        if not (self.batch.events or self.batch.waiters):
-            return True
-        self.batch.waiters.append((len(self.batch.events), callback))
-        return False
-
-    def barrier(self) -> None:
-        self.release()
-
-    def release(self) -> None:
-        batch, self.batch = self.batch, Batch()
-        apply_part(Applying(batch), self.store.apply_batch, None)
 
 
 class Wire:

@@ -1,0 +1,43 @@
+"""A strict-mode durability log for tests that call the store directly: accepted pushes
+wait in the pending batch (the store and the push pass append to it as to the real log's)
+until ``release`` applies them, waiters after their pushes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beava.durability.group_commit import Applying, Batch, Callback, apply_part
+from beava.engine.store import FeatureStore
+
+
+class HeldLog:
+    mode = "strict"
+    acks_immediately = False
+    writable = True
+
+    def __init__(self, store: FeatureStore) -> None:
+        self.store = store
+        self.batch = Batch()
+        self.buf = bytearray()
+
+    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
+               on_applied: Callback | None) -> bool:
+        self.batch.add(lsn, event, row, now, on_applied)
+        return False
+
+    def accepted(self) -> None:
+        pass
+
+    def after_pending(self, callback: Callback) -> bool:
+        if not (self.batch.events or self.batch.waiters):
+            return True
+        self.batch.waiters.append((len(self.batch.events), callback))
+        return False
+
+    def barrier(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        self.buf = bytearray()
+        batch, self.batch = self.batch, Batch()
+        apply_part(Applying(batch), self.store.apply_batch, None)
