@@ -23,11 +23,12 @@ cdef class PushCounts:
     def __dealloc__(self):
         free(self.values)
 
-    def add(self, Py_ssize_t index):
-        """Count one accepted push of event ``names[index]``."""
+    def add(self, Py_ssize_t index, int64_t n=1):
+        """Count ``n`` accepted pushes of event ``names[index]`` (-1: one taken back, as
+        never written)."""
         if not 0 <= index < len(self.names):
             raise IndexError(f"event index {index} out of range")
-        self.values[index] += 1
+        self.values[index] += n
 
     def totals(self):
         """Event name -> accepted pushes, for every event."""

@@ -50,8 +50,9 @@ Waiter = tuple[int, Callback]
 # apply_batch(first_lsn, events, rows, nows, start, stop): apply pushes start..stop-1 of a
 # durable batch; push i has LSN first_lsn + i
 ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], int, int], None]
-# on_failed(first_lsn, waiters): the pushes from first_lsn on were not written (strict mode)
-OnFailed = Callable[[int, list[Waiter]], None]
+# on_failed(first_lsn, waiters, events): the pushes from first_lsn on (of these events, in
+# LSN order) were not written (strict mode)
+OnFailed = Callable[[int, list[Waiter], list[str]], None]
 # on_writable(writable, error): write-refusing mode ends (True) or begins (False, the error)
 OnWritable = Callable[[bool, str], None]
 PROBE_INTERVAL_S = 1.0
@@ -478,7 +479,8 @@ class GroupCommit(_WorkerLog):
             first = self.sealed_lsn + 1
         self.sealed_lsn = first - 1
         if self.on_failed is not None:
-            self.on_failed(first, batch.waiters + pending.waiters)
+            self.on_failed(first, batch.waiters + pending.waiters,
+                           batch.events + pending.events)
 
 
 class PeriodicLog(_WorkerLog):

@@ -204,14 +204,16 @@ class FeatureStore:
         self.hold_lsn = lsn
         return lsn, version, False, True
 
-    def unwritten(self, first_lsn: int) -> None:
-        """Strict mode, a full disk: the pushes from ``first_lsn`` on were accepted but
-        never written, nor applied. Forget them (their dedupe entries included) and give
-        their LSNs out again."""
+    def unwritten(self, first_lsn: int, events: list[str]) -> None:
+        """Strict mode, a full disk: the pushes from ``first_lsn`` on (of ``events``) were
+        accepted but never written, nor applied. Forget them (their dedupe entries and
+        their counts included) and give their LSNs out again."""
         dropped = self.last_lsn - first_lsn + 1
         if dropped <= 0:
             return
         self.pushes_total -= dropped
+        for event in events:
+            self.push_counts.add(self.checkers[event][2], -1)
         self.last_lsn = self.hold_lsn = first_lsn - 1
         self._dedupe = {key: entry for key, entry in self._dedupe.items()
                         if entry[0] < first_lsn}

@@ -122,8 +122,7 @@ class FramedTcpProtocol(ServerConnection):
             if (index % TURN_CHECK_EVERY == 0 and index and deadline is not None
                     and time.perf_counter() > deadline):  # cheapest test first: per frame
                 self._park(frames[index:])
-                self._turn_scheduled = True
-                self.state.turns.add(self)
+                self._schedule_turn()
                 break
             op, ct, payload = frames[index]
             if op == OP_PUSH and push_run is not None:
@@ -142,8 +141,7 @@ class FramedTcpProtocol(ServerConnection):
                             and time.perf_counter() > deadline):
                         # the pass stopped at the deadline: leave the rest for a later turn
                         self._park(frames[index:])
-                        self._turn_scheduled = True
-                        self.state.turns.add(self)
+                        self._schedule_turn()
                         break
                     continue
             index += 1
@@ -194,6 +192,11 @@ class FramedTcpProtocol(ServerConnection):
             self._parked.clear()
             self._resume_if_idle()
             self._process(frames, time.perf_counter(), deadline)
+
+    def _schedule_turn(self) -> None:
+        """Run the parked frames in a later round of the server's turn scheduler."""
+        self._turn_scheduled = True
+        self.state.turns.add(self)
 
     def _waiting_for_pending(self) -> bool:
         return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
@@ -256,8 +259,7 @@ class FramedTcpProtocol(ServerConnection):
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
             if self._parked and not self._turn_scheduled:
-                self._turn_scheduled = True
-                self.state.turns.add(self)
+                self._schedule_turn()
             self._resume_if_idle()
 
     def drain(self) -> bool:

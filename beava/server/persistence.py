@@ -62,9 +62,9 @@ class Persistence:
     def on_fatal(self, exc: BaseException) -> None:
         fatal_exit(self.log, exc)
 
-    def _on_failed(self, first_lsn: int, waiters: list[Waiter]) -> None:
+    def _on_failed(self, first_lsn: int, waiters: list[Waiter], events: list[str]) -> None:
         """Strict mode, disk full: the pushes from ``first_lsn`` on were not written."""
-        self.store.unwritten(first_lsn)
+        self.store.unwritten(first_lsn, events)
         if self.fail_replies is not None:
             self.fail_replies(first_lsn, waiters)
 

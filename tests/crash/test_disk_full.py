@@ -127,3 +127,6 @@ def test_pipelined_pushes_of_the_failed_batch_get_errors(
         assert result["acks"] + len(result["errors"]) == 40
         assert client.get("T", "u")["n"] == result["acks"]
         wait_for(lambda: lines_of(proc, "wal.write_refused"), 5, "wal.write_refused")
+        # the pushes never written are not counted, in total nor for their event
+        accepted = metric(proc, "beava_pushes_total")
+        assert metric(proc, 'beava_pushes_by_event_total{event="E2"}') == accepted
