@@ -4,8 +4,6 @@ until ``release`` applies them, waiters after their pushes."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.engine.store import FeatureStore
 
@@ -20,9 +18,8 @@ class HeldLog:
         self.batch = Batch()
         self.buf = bytearray()
 
-    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
-               on_applied: Callback | None) -> bool:
-        self.batch.add(lsn, event, row, now, on_applied)
+    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
+        self.batch.add(lsn, event, on_applied)
         return False
 
     def accepted(self) -> None:
@@ -38,6 +35,6 @@ class HeldLog:
         self.release()
 
     def release(self) -> None:
-        self.buf = bytearray()
         batch, self.batch = self.batch, Batch()
+        batch.data, self.buf = self.buf, bytearray()
         apply_part(Applying(batch), self.store.apply_batch, None)

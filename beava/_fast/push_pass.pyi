@@ -3,9 +3,10 @@
 from collections.abc import Callable
 from typing import Any
 
-def apply_rows(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
-               events: list[str], rows: list[dict[str, Any]], nows: list[int], start: int,
-               stop: int) -> int: ...
+def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
+                  events: list[str], data: bytearray, offset: int, start: int, stop: int,
+                  decode_msgpack: Callable[[bytes], Any],
+                  decode_json: Callable[[bytes], Any]) -> tuple[int, int]: ...
 
 class PushPass:
     def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],

@@ -4,7 +4,8 @@
 For each push: check the body with its event's compiled checker, read the clock, assign the
 LSN, count it for its event (one C increment at the index its checker entry carries), then
 apply the push to every table it feeds (memory-only, periodic) or append its WAL record and
-the push to the pending batch (strict; periodic appends the record, then applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
+its event to the pending batch (strict; periodic appends the record, then applies), and, for a
+framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. No Python-level function runs per push on this path beyond the decoders and the
 table kernels; the durability log hears of a call's records once, at its end
@@ -12,11 +13,13 @@ table kernels; the durability log hears of a call's records once, at its end
 
 Anything unusual goes to the store's Python path before any state is touched: a body that
 does not decode or does not pass its checks (which answers the exact error), an event with
-a ``dedupe_key`` (the store's dedupe cache). :func:`apply_rows` applies a durable batch.
+a ``dedupe_key`` (the store's dedupe cache). :func:`apply_records` applies a durable batch
+from its records: the rows decoded at intake are let go of at once, while they are fresh in
+the cache, instead of living until the fsync.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
@@ -47,6 +50,14 @@ cdef enum:
     CT_MSGPACK = 0x02
     RECORD_EVENT = 1
     BODY_MSGPACK = 2
+    # a WAL record (beava._fast.wal_record): its record_len counts REC_FIXED bytes besides
+    # its name and body; the offsets of its fields
+    REC_FIXED = 34
+    REC_TYPE = 16
+    REC_FORMAT = 17
+    REC_TIMESTAMP = 20
+    REC_NAME_LEN = 32
+    REC_NAME = 34
     HEADER = 7          # u32 length | u16 op | u8 ct
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
@@ -111,33 +122,56 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     PyByteArray_Resize(out, p - PyByteArray_AS_STRING(out))
 
 
-cdef inline int feed(tuple pushes, object row, int64_t now, object now_obj) except -1:
+cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
     """One push to the tables of its route: a kernel in C, a chain through its function."""
     for push in pushes:
         if type(push) is TableKernel:
             (<TableKernel>push).apply(<dict>row, now)
         else:
-            push(row, now_obj)
+            push(row, now)
     return 0
 
 
-def apply_rows(dict routes, list events, list rows, list nows, Py_ssize_t start,
-               Py_ssize_t stop):
+cdef inline uint64_t get_le(const uint8_t* p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int k
+    for k in range(n - 1, -1, -1):
+        v = (v << 8) | p[k]
+    return v
+
+
+def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
+                  Py_ssize_t start, Py_ssize_t stop, object decode_msgpack, object decode_json):
     """Apply pushes ``start..stop-1`` of a durable batch to the tables they feed
-    (``routes``: event -> the tables' push functions); returns the newest time applied."""
-    cdef Py_ssize_t i
+    (``routes``: event -> the tables' push functions), each from its event record in
+    ``data`` (push ``start``'s at byte ``offset``, the others following it): its body
+    decoded as recovery does, its time from the record. Returns ``(the newest time applied,
+    the offset after push stop-1's record)``."""
+    cdef Py_ssize_t i, size = PyByteArray_GET_SIZE(data)
+    cdef Py_ssize_t record_len, name_len, body_len
+    cdef const uint8_t* p
     cdef PyObject* found
     cdef int64_t newest = 0, now
     for i in range(start, stop):
+        if offset + 4 + REC_NAME + 4 > size:
+            raise ValueError(f"batch of {size} bytes ends before push {i}'s record")
+        p = <const uint8_t*>PyByteArray_AS_STRING(data) + offset
+        record_len = <Py_ssize_t>get_le(p, 4)
+        name_len = <Py_ssize_t>get_le(p + REC_NAME_LEN, 2)
+        body_len = <Py_ssize_t>get_le(p + REC_NAME + name_len, 4)
+        if (offset + 4 + record_len > size or REC_FIXED + name_len + body_len != record_len
+                or p[REC_TYPE] != RECORD_EVENT):
+            raise ValueError(f"push {i}'s record at byte {offset} is no event record")
+        now = <int64_t>get_le(p + REC_TIMESTAMP, 8)
+        body = PyBytes_FromStringAndSize(<const char*>p + REC_NAME + name_len + 4, body_len)
+        row = decode_msgpack(body) if p[REC_FORMAT] == BODY_MSGPACK else decode_json(body)
+        offset += 4 + record_len
         found = PyDict_GetItem(routes, events[i])
-        row = rows[i]
-        now_obj = nows[i]
-        now = now_obj
         if found is not NULL:
-            feed(<tuple>found, row, now, now_obj)
+            feed(<tuple>found, row, now)
         if now > newest:
             newest = now
-    return newest
+    return newest, offset
 
 
 cdef class PushPass:
@@ -171,7 +205,7 @@ cdef class PushPass:
     cdef bint writable          # False: the log refuses writes (a full disk)
     cdef bytearray buf
     cdef object batch
-    cdef list b_events, b_rows, b_nows
+    cdef list b_events
 
     def __init__(self, store, slow, failed, decode_msgpack, decode_json, decode_json_body,
                  encode_into, wall_clock, uint32_t reply_op):
@@ -220,8 +254,6 @@ cdef class PushPass:
         if self.mode == STRICT:
             self.batch = self.log.batch
             self.b_events = self.batch.events
-            self.b_rows = self.batch.rows
-            self.b_nows = self.batch.nows
 
     cdef void _save(self) except *:
         store = self.store
@@ -234,7 +266,7 @@ cdef class PushPass:
     cdef void _end(self) except *:
         self._save()
         self.buf = None
-        self.batch = self.b_events = self.b_rows = self.b_nows = None
+        self.batch = self.b_events = None
         if self.logged:
             self.logged = False
             self.log.accepted()
@@ -254,8 +286,7 @@ cdef class PushPass:
         if (<EventChecker>(<tuple>found)[1]).check(<dict>fields) is not None:
             return 0
         index = (<tuple>found)[2]
-        now_obj = wall_ms() if self.wall else self.clock()
-        cdef int64_t now = now_obj
+        cdef int64_t now = wall_ms() if self.wall else self.clock()
         self.last_lsn += 1
         self.pushes += 1
         self.counts.values[index] += 1
@@ -278,17 +309,15 @@ cdef class PushPass:
                 raise
             seal_body(self.buf, start, PyBytes_GET_SIZE(name))
             self.logged = True
-        if self.mode == STRICT:  # applied once the fsync covering it is done
+        if self.mode == STRICT:  # applied from its record once the fsync covering it is done
             if not self.b_events:
                 self.batch.first_lsn = self.last_lsn
             self.b_events.append(event)
-            self.b_rows.append(fields)
-            self.b_nows.append(now_obj)
             self.hold_lsn = self.last_lsn
             return 1
         found = PyDict_GetItem(self.routes, event)
         if found is not NULL:
-            feed(<tuple>found, fields, now, now_obj)
+            feed(<tuple>found, fields, now)
         self.applied_lsn = self.last_lsn
         if now > self.watermark:
             self.watermark = now

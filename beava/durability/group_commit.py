@@ -2,17 +2,18 @@
 (spec/durability.md §2, §6).
 
 The store appends every accepted push record to the log's pending batch (``buf``, a
-bytearray) and submits the push, ``submit(lsn, event, row, now_ms, on_applied)``; the
+bytearray) and submits the push, ``submit(lsn, event, on_applied)``; the
 framed-TCP push pass (beava._fast.push_pass) appends a run of pushes to ``buf`` and
 ``batch`` itself and calls ``accepted()`` once for the run.
 ``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
 buffers the record and has the store apply the push at once, fsyncing on a tick;
 ``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
 covers the record (one writer thread, one fsync per loop turn). A pending batch holds no
-object per push: the pushes' events, rows and times sit in parallel lists whose LSNs run
-consecutively from the batch's first, and callbacks apart as waiters ``(count, callback)``,
-run once the first ``count`` pushes of the batch are applied. A durable batch is applied
-through the log's ``apply_batch`` function (the store's) a part at a time, at most
+object per push beyond its event's name: the pushes' LSNs run consecutively from the batch's
+first, each has one event record in the batch's bytes (in order), and callbacks wait apart as
+waiters ``(count, callback)``, run once the first ``count`` pushes of the batch are applied.
+A durable batch is applied from its records, as recovery replays them, through the log's
+``apply_batch`` function (the store's) a part at a time, at most
 ``APPLY_SLICE_SECONDS`` per loop iteration, while the next batch is already being written:
 other requests are answered in between, and acknowledgements are released as their pushes
 are applied. ``barrier()`` makes every accepted record durable and applied before a
@@ -47,9 +48,10 @@ from beava.durability.wal_format import record_lsn_at
 Callback = Callable[[], None]
 # (count, callback): run callback once the batch's first ``count`` pushes are applied
 Waiter = tuple[int, Callback]
-# apply_batch(first_lsn, events, rows, nows, start, stop): apply pushes start..stop-1 of a
-# durable batch; push i has LSN first_lsn + i
-ApplyBatch = Callable[[int, list[str], list[dict[str, Any]], list[int], int, int], None]
+# apply_batch(first_lsn, events, data, offset, start, stop): apply pushes start..stop-1 of a
+# durable batch, push i (LSN first_lsn + i) from its event record in data, push start's at
+# byte offset; returns the offset of the record after push stop-1
+ApplyBatch = Callable[[int, list[str], bytearray, int, int, int], int]
 # on_failed(first_lsn, waiters, events): the pushes from first_lsn on (of these events, in
 # LSN order) were not written (strict mode)
 OnFailed = Callable[[int, list[Waiter], list[str]], None]
@@ -63,52 +65,49 @@ APPLY_SLICE_SECONDS = 0.001
 # bytes pending durability (§6.5): intake never outruns the sliced apply for long.
 UNAPPLIED_LIMIT = 65_536
 _APPLY_CHUNK = 64
-_NO_ROWS: list[Any] = [None] * _APPLY_CHUNK
 
 
 class Batch:
-    """Pushes accepted into one WAL batch, not applied yet, and the waiters among them."""
+    """Pushes accepted into one WAL batch, not applied yet, and the waiters among them;
+    ``data``: the batch's records, once it is taken from the pending buffer."""
 
-    __slots__ = ("first_lsn", "events", "rows", "nows", "waiters")
+    __slots__ = ("first_lsn", "events", "waiters", "data")
 
     def __init__(self) -> None:
         self.first_lsn = 0
         self.events: list[str] = []
-        self.rows: list[dict[str, Any]] = []
-        self.nows: list[int] = []
         self.waiters: list[Waiter] = []
+        self.data = bytearray()
 
-    def add(self, lsn: int, event: str, row: dict[str, Any], now: int,
-            on_applied: Callback | None) -> None:
-        """One push (LSN ``lsn``, the next of the batch), and its callback as a waiter."""
+    def add(self, lsn: int, event: str, on_applied: Callback | None) -> None:
+        """One push (LSN ``lsn``, the next of the batch; its record is in the pending
+        buffer), and its callback as a waiter."""
         events = self.events
         if not events:
             self.first_lsn = lsn
         events.append(event)
-        self.rows.append(row)
-        self.nows.append(now)
         if on_applied is not None:
             self.waiters.append((len(events), on_applied))
 
 
 class Applying:
-    """A durable batch being applied: its first ``done`` pushes are, and its waiters
-    before ``waiter`` have run."""
+    """A durable batch being applied: its first ``done`` pushes are (the next one's record
+    starts at byte ``offset``), and its waiters before ``waiter`` have run."""
 
-    __slots__ = ("batch", "done", "waiter")
+    __slots__ = ("batch", "done", "offset", "waiter")
 
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
         self.done = 0
+        self.offset = 0
         self.waiter = 0
 
 
 def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None) -> bool:
     """Apply ``entry``'s pushes with ``apply_batch``, running each waiter once its pushes
-    are, until ``deadline`` (perf_counter; None: to the end); True once the batch is done.
-    Applied rows are let go of at once."""
+    are, until ``deadline`` (perf_counter; None: to the end); True once the batch is done."""
     batch = entry.batch
-    events, rows, waiters = batch.events, batch.rows, batch.waiters
+    events, waiters = batch.events, batch.waiters
     total = len(events)
     while True:
         start = entry.done
@@ -117,8 +116,8 @@ def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None)
         if w < len(waiters) and waiters[w][0] < stop:
             stop = max(waiters[w][0], start)
         if stop > start:
-            apply_batch(batch.first_lsn, events, rows, batch.nows, start, stop)
-            rows[start:stop] = _NO_ROWS[:stop - start]
+            entry.offset = apply_batch(batch.first_lsn, events, batch.data, entry.offset,
+                                       start, stop)
             entry.done = stop
         while w < len(waiters) and waiters[w][0] <= stop:
             entry.waiter = w + 1
@@ -257,6 +256,7 @@ class _WorkerLog(ABC):
     def _take(self) -> tuple[bytearray, Batch]:
         data, batch = self.buf, self.batch
         self.buf, self.batch = bytearray(), Batch()
+        batch.data = data
         if batch.events:
             self.sealed_lsn = batch.first_lsn + len(batch.events) - 1
         return data, batch
@@ -435,11 +435,11 @@ class GroupCommit(_WorkerLog):
         super().__init__(*args, **kwargs)
         self._scheduled = False
 
-    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
-               on_applied: Callback | None) -> bool:
-        """Accept a push whose record is already appended to ``buf``; it is applied (and
-        ``on_applied`` runs) after the fsync covering it. Returns False: not applied yet."""
-        self.batch.add(lsn, event, row, now, on_applied)
+    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
+        """Accept a push whose record is already appended to ``buf``; it is applied from
+        the record (and ``on_applied`` runs) after the fsync covering it. Returns False:
+        not applied yet."""
+        self.batch.add(lsn, event, on_applied)
         self.accepted()
         return False
 
@@ -494,8 +494,7 @@ class PeriodicLog(_WorkerLog):
         self.tick_s = tick_ms / 1000.0
         self._timer = self._loop.call_later(self.tick_s, self._tick)
 
-    def submit(self, lsn: int, event: str, row: dict[str, Any], now: int,
-               on_applied: Callback | None) -> bool:
+    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
         """Accept a push whose record is already appended to ``buf``. Returns True: the
         caller applies it at once (its acknowledgement does not wait for the fsync)."""
         self.accepted()

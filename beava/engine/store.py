@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from beava._fast.push_counts import PushCounts
-from beava._fast.push_pass import apply_rows
+from beava._fast.push_pass import apply_records
 from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
@@ -198,7 +198,7 @@ class FeatureStore:
             return lsn, version, False, False
         append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
                       encode_wal_body(row))
-        if log.submit(lsn, event, row, now, on_durable):  # periodic: applied at once
+        if log.submit(lsn, event, on_durable):  # periodic: applied at once
             self._apply(lsn, event, row, now)
             return lsn, version, False, False
         self.hold_lsn = lsn
@@ -245,15 +245,18 @@ class FeatureStore:
             totals[name] = totals.get(name, 0) + count
         return totals
 
-    def apply_batch(self, first_lsn: int, events: list[str], rows: list[dict[str, Any]],
-                    nows: list[int], start: int, stop: int) -> None:
-        """Apply pushes ``start`` to ``stop - 1`` of a durable batch, in LSN order (called
-        by the durability log, a part of a batch at a time): push ``i`` has LSN
-        ``first_lsn + i``."""
-        newest = apply_rows(self.engine.routes, events, rows, nows, start, stop)
+    def apply_batch(self, first_lsn: int, events: list[str], data: bytearray, offset: int,
+                    start: int, stop: int) -> int:
+        """Apply pushes ``start`` to ``stop - 1`` of a durable batch, in LSN order, from
+        their event records in ``data`` (push ``start``'s at byte ``offset``), as recovery
+        replays them (called by the durability log, a part of a batch at a time): push
+        ``i`` has LSN ``first_lsn + i``. Returns the offset of the next push's record."""
+        newest, offset = apply_records(self.engine.routes, events, data, offset, start, stop,
+                                       _decode_msgpack, _decode_json)
         self.applied_lsn = first_lsn + stop - 1
         if newest > self.watermark_ms:
             self.watermark_ms = newest
+        return offset
 
     def _apply(self, lsn: int, event: str, row: dict[str, Any], now: int) -> None:
         self.engine.apply(event, row, now)

@@ -27,10 +27,11 @@ class HeldWal:
 
 def applier(applied: list[int]):
     """Like FeatureStore.apply_batch: records the LSNs of the pushes applied, in order."""
-    def apply_batch(first_lsn: int, events: list, rows: list, nows: list,
-                    start: int, stop: int) -> None:
-        assert len(events) == len(rows) == len(nows) and 0 <= start < stop <= len(events)
+    def apply_batch(first_lsn: int, events: list, data: bytearray, offset: int,
+                    start: int, stop: int) -> int:
+        assert 0 <= start < stop <= len(events)
         applied.extend(range(first_lsn + start, first_lsn + stop))
+        return offset
     return apply_batch
 
 
@@ -51,12 +52,12 @@ async def test_apply_after_fsync_and_pressure_on_pending_bytes():
                       limit_bytes=200, on_pressure=pressure.append)
     record = b"x" * 50
     log.buf += record
-    assert log.submit(1, "E", {}, 0, None) is False
+    assert log.submit(1, "E", None) is False
     await asyncio.sleep(0.01)  # the loop turn ends: batch 1 goes to the held worker
     assert applied == [] and log.pending_bytes == 50
     for lsn in range(2, 7):  # 250 bytes wait behind the held fsync
         log.buf += record
-        log.submit(lsn, "E", {}, 0, None)
+        log.submit(lsn, "E", None)
     assert log.pending_bytes == 300
     assert pressure == [True]  # above the limit: stop reading clients
     wal.release.set()
@@ -75,9 +76,9 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
     log = GroupCommit(wal, apply_batch=applier(applied),
                       fsync_bytes=1 << 20, crash=CrashPoints(None), on_fatal=lambda exc: None)
     log.buf += b"a"
-    log.submit(1, "E", {}, 0, None)
+    log.submit(1, "E", None)
     log.buf += b"b"
-    log.submit(2, "E", {}, 0, None)
+    log.submit(2, "E", None)
     assert log.after_pending(lambda: fired.append("replay")) is False
     log.barrier()
     assert applied == [1, 2] and fired == ["replay"]
@@ -149,18 +150,18 @@ async def test_one_writer_thread_and_fatal_errors_reach_the_loop_and_barrier():
                       crash=CrashPoints(None), on_fatal=fatal.append)
     for lsn in range(1, 6):
         log.buf += b"r"
-        log.submit(lsn, "E", {}, 0, None)
+        log.submit(lsn, "E", None)
         await wait_until(lambda lsn=lsn: applied[-1:] == [lsn])
     assert len(wal.batches) == 5
     assert len(wal.threads) == 1 and threading.get_ident() not in wal.threads
     wal.fail = True
     log.buf += b"x"
-    log.submit(6, "E", {}, 0, None)
+    log.submit(6, "E", None)
     await wait_until(lambda: len(fatal) == 1)
     assert isinstance(fatal[0], OSError) and applied[-1] == 5  # never applied
     wal.release.clear()  # the next batch stays with the writer until the barrier waits
     log.buf += b"y"
-    log.submit(7, "E", {}, 0, None)
+    log.submit(7, "E", None)
     await asyncio.sleep(0.01)
     assert log.pending_bytes == 1
     threading.Timer(0.05, wal.release.set).start()
@@ -194,7 +195,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     total = 3 * chunk + 5
     for lsn in range(1, total + 1):
         log.buf += b"r"
-        log.submit(lsn, "E", {}, 0, (lambda n=lsn: fired.append(("push", n)))
+        log.submit(lsn, "E", (lambda n=lsn: fired.append(("push", n)))
                    if lsn in (chunk, 2 * chunk + 3) else None)
     while not applied:  # one loop iteration at a time
         await asyncio.sleep(0)
@@ -202,7 +203,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     assert len(applied) == chunk and flushes == [chunk]  # one chunk, then the replies
     assert fired == [("push", chunk)]  # its waiter right after its push
     log.buf += b"n"  # a next batch meanwhile
-    log.submit(total + 1, "E", {}, 0, None)
+    log.submit(total + 1, "E", None)
     await asyncio.sleep(0)  # the turn ends: the writer takes it, the first is not applied
     assert not log.buf and len(applied) == 2 * chunk
     await wait_until(lambda: len(applied) == total + 1)
@@ -213,7 +214,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     # a barrier does not wait for loop iterations
     for lsn in range(total + 2, total + 2 + 2 * chunk):
         log.buf += b"r"
-        log.submit(lsn, "E", {}, 0, None)
+        log.submit(lsn, "E", None)
     log.barrier()
     assert applied == list(range(1, total + 2 + 2 * chunk))
     log.close()
@@ -238,7 +239,7 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
     total = 10 * group_commit._APPLY_CHUNK
     for lsn in range(1, total + 1):
         log.buf += b"r"
-        log.submit(lsn, "E", {}, 0, None)
+        log.submit(lsn, "E", None)
     await wait_until(lambda: len(applied) == total)
     assert [shut for shut, _ in pressure] == [True, False]
     shut_at, resumed_at = pressure[0][1], pressure[1][1]
