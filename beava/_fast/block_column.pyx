@@ -16,6 +16,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
+from beava._fast.column cimport prefetch_line
 from beava._fast.slot_buffers cimport check_dump_slots, grow_zeroed, release_blocks
 from beava._fast.snapshot_state cimport (
     RECORD_HEADER,
@@ -46,6 +47,12 @@ cdef class BlockColumn(Column):
     cdef int clear(self, Py_ssize_t slot) except -1:
         release_blocks(self.blocks + slot, 1, self.release)
         return 0
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0:
+            prefetch_line(&self.blocks[slot])
+        elif self.blocks[slot] != NULL:
+            prefetch_line(self.blocks[slot])
 
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         raise NotImplementedError(type(self).__name__)

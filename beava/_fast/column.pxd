@@ -1,6 +1,11 @@
 # Shared interface of every feature state column (DESIGN.md §3).
 from libc.stdint cimport int64_t
 
+cdef extern from *:
+    # Ask for the cache line at an address ahead of its use (gcc/clang; a hint, never a
+    # fault, whatever the address).
+    void prefetch_line "__builtin_prefetch"(const void* p) noexcept nogil
+
 
 cdef class Column:
     # The state of ONE feature for EVERY entity slot of a table, in typed buffers.
@@ -17,6 +22,11 @@ cdef class Column:
     # Apply one event: ``row`` is the post-chain row, ``matched`` the where verdict,
     # ``now`` the event's now_ms (never read the clock here).
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1
+    # Before an update of an existing ``slot`` (the table calls it for every state column,
+    # stage 0 then stage 1, so the cache misses of all its columns overlap): stage 0 asks
+    # for the slot's cell, stage 1 for what the cell points to (it may read the cell). Only
+    # hints: nothing changes. The default asks for nothing.
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept
     # The feature value at query time ``T`` (JSON-ready Python value; the op's empty value
     # when the slot has no data).
     cdef object read(self, Py_ssize_t slot, int64_t T)

@@ -24,6 +24,9 @@ cdef class Column:
     cdef object read(self, Py_ssize_t slot, int64_t T):
         raise NotImplementedError(type(self).__name__)
 
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        pass
+
     cpdef object dump(self, Py_ssize_t nslots):
         raise NotImplementedError(type(self).__name__)
 

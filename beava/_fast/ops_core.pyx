@@ -25,7 +25,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove, memset
 
-from beava._fast.column cimport Column
+from beava._fast.column cimport Column, prefetch_line
 from beava._fast.moments cimport Moments, moments_add
 from beava._fast.slot_buffers cimport grow_zeroed, row_number
 from beava._fast.snapshot_state cimport state_buffer, state_bytes, state_dict, state_list
@@ -477,6 +477,14 @@ cdef class BucketArena(Column):
 
     # -- Column state interface ------------------------------------------------------------
 
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        """Stage 1: the newest record, where an event usually lands."""
+        cdef SlotBlock* b = &self.blocks[slot]
+        if stage == 0:
+            prefetch_line(b)
+        elif b.n:
+            prefetch_line(self.block_base(b) + (b.n - 1) * self.rsize)
+
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         if capacity <= self.capacity:
             return 0
@@ -731,6 +739,10 @@ cdef class CoreColumn(Column):
 
     cdef object merged(self, Py_ssize_t slot, int64_t T):
         raise NotImplementedError(type(self).__name__)
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0 and self.data != NULL:
+            prefetch_line(self.data + slot * self.csize)
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         if self.arena is not None:

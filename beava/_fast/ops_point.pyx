@@ -12,6 +12,7 @@ from cpython.mem cimport PyMem_Free
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
+from beava._fast.column cimport prefetch_line
 from beava._fast.op_params cimport bounded_n, lifetime_only
 from beava._fast.snapshot_state cimport state_buffer, state_list
 from beava._fast.slot_buffers cimport (
@@ -51,6 +52,11 @@ cdef class ValueColumn(Column):
             value_release(self.tags[i], self.values[i])
         PyMem_Free(self.tags)
         PyMem_Free(self.values)
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0:
+            prefetch_line(&self.tags[slot])
+            prefetch_line(&self.values[slot])
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         cdef Py_ssize_t new

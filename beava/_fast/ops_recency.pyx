@@ -13,7 +13,7 @@ from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
 from beava._fast.block_column cimport BlockColumn
-from beava._fast.column cimport Column
+from beava._fast.column cimport Column, prefetch_line
 from beava._fast.op_params cimport bounded_n, lifetime_only
 from beava._fast.slot_buffers cimport (
     RingHead,
@@ -68,6 +68,10 @@ cdef class WordsColumn(Column):
                               self.fill)
         self.capacity = new
         return 0
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0:
+            prefetch_line(&self.words[slot * self.width])
 
     cdef int clear(self, Py_ssize_t slot) except -1:
         cdef Py_ssize_t i

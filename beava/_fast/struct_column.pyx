@@ -16,6 +16,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
+from beava._fast.column cimport prefetch_line
 from beava._fast.slot_buffers cimport (
     buffer_bytes,
     check_dump_slots,
@@ -62,6 +63,14 @@ cdef class StructColumn(Column):
 
     cdef Py_ssize_t block_capacity(self, Py_ssize_t slot, Py_ssize_t used) except -1:
         raise ValueError(f"{type(self).__name__} keeps no side blocks")
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0:
+            prefetch_line(self.buf + slot * self.itemsize)
+            if self.blocks != NULL:
+                prefetch_line(&self.blocks[slot])
+        elif self.blocks != NULL and self.blocks[slot] != NULL:
+            prefetch_line(self.blocks[slot])
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         cdef Py_ssize_t old = self.capacity

@@ -15,7 +15,7 @@ from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
-from beava._fast.column cimport Column
+from beava._fast.column cimport Column, prefetch_line
 from beava._fast.key_map cimport KeyMap
 from beava._fast.float_text cimport repr_double
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
@@ -180,6 +180,14 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             if self.touch != NULL:
                 self.touch[slot] = now
         else:
+            # the state of an existing entity is likely out of cache: ask for every
+            # column's lines at once (stage 1 follows the pointers stage 0 brought in)
+            for col in self.state_cols:
+                (<Column>col).prefetch(slot, 0)
+            if self.touch != NULL:
+                prefetch_line(&self.touch[slot])
+            for col in self.state_cols:
+                (<Column>col).prefetch(slot, 1)
             if self.touch != NULL:
                 if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
                     self.clear(slot)
