@@ -23,3 +23,5 @@ cdef class KeyMap:
     cdef Py_ssize_t lookup(self, str key) except -2
     # Give ``key`` (not in the map) the next slot; returns it.
     cdef Py_ssize_t insert(self, str key) except -1
+    # Ask for the cache line where a lookup of ``key`` starts (a hint; hashes the key).
+    cdef void prefetch(self, str key) noexcept

@@ -14,6 +14,8 @@ from libc.stdint cimport int32_t, uint32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 
+from beava._fast.column cimport prefetch_line
+
 
 cdef extern from "Python.h":
     int PyUnicode_IS_ASCII(object o)
@@ -95,6 +97,10 @@ cdef class KeyMap:
                 elif self.names[e.slot] == key:
                     return e.slot
             i = (i + 1) & self.mask
+
+    cdef void prefetch(self, str key) noexcept:
+        if self.entries != NULL:
+            prefetch_line(&self.entries[<size_t>PyObject_Hash(key) & <size_t>self.mask])
 
     cdef Py_ssize_t insert(self, str key) except -1:
         """Give ``key`` (not in the map) the next slot; returns it."""

@@ -123,7 +123,12 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
 
 
 cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
-    """One push to the tables of its route: a kernel in C, a chain through its function."""
+    """One push to the tables of its route: a kernel in C, a chain through its function.
+    With several tables, every kernel first asks for its key's line in its key map."""
+    if len(pushes) > 1:
+        for push in pushes:
+            if type(push) is TableKernel:
+                (<TableKernel>push).prefetch_key(<dict>row)
     for push in pushes:
         if type(push) is TableKernel:
             (<TableKernel>push).apply(<dict>row, now)

@@ -30,6 +30,7 @@ cdef class TableKernel:
 
     cdef int grow(self, Py_ssize_t need) except -1
     cpdef object key_of(self, dict row)
+    cdef void prefetch_key(self, dict row) noexcept
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2
     cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int clear(self, Py_ssize_t slot) except -1

@@ -166,6 +166,15 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         """``apply(row, now)``: a table without a chain is its own push function."""
         return self.apply(row, now)
 
+    cdef void prefetch_key(self, dict row) noexcept:
+        """Ask for the key map's line of ``row``'s key (one str key field: the usual case)
+        ahead of ``apply``, so the lookups of the tables an event feeds overlap."""
+        cdef PyObject* value
+        if len(self.key_fields) == 1:
+            value = dict_get(row, self.key_fields[0])
+            if value != NULL and type(<object>value) is str:
+                self.keys.prefetch(<str>value)
+
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2:
         """Apply one post-chain row (§3 steps 2-5); the slot it reached, -1 if skipped."""
         key = group_key(row, self.key_fields)
