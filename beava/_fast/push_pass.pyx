@@ -158,14 +158,15 @@ def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
     cdef PyObject* found
     cdef int64_t newest = 0, now
     for i in range(start, stop):
-        if offset + 4 + REC_NAME + 4 > size:
+        if offset + 4 + REC_FIXED > size:
             raise ValueError(f"batch of {size} bytes ends before push {i}'s record")
         p = <const uint8_t*>PyByteArray_AS_STRING(data) + offset
         record_len = <Py_ssize_t>get_le(p, 4)
         name_len = <Py_ssize_t>get_le(p + REC_NAME_LEN, 2)
+        if offset + 4 + record_len > size or REC_FIXED + name_len > record_len:
+            raise ValueError(f"push {i}'s record at byte {offset} is no event record")
         body_len = <Py_ssize_t>get_le(p + REC_NAME + name_len, 4)
-        if (offset + 4 + record_len > size or REC_FIXED + name_len + body_len != record_len
-                or p[REC_TYPE] != RECORD_EVENT):
+        if REC_FIXED + name_len + body_len != record_len or p[REC_TYPE] != RECORD_EVENT:
             raise ValueError(f"push {i}'s record at byte {offset} is no event record")
         now = <int64_t>get_le(p + REC_TIMESTAMP, 8)
         body = PyBytes_FromStringAndSize(<const char*>p + REC_NAME + name_len + 4, body_len)

@@ -1,0 +1,74 @@
+"""A durable batch applied from its records (beava._fast.push_pass.apply_records): each push
+decoded from its event record as recovery replays it, in slices that resume at the offset
+the previous slice returned, and a batch whose bytes are not its pushes' records refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from beava._fast.push_pass import apply_records
+from beava._fast.wal_record import append_record
+from beava.durability import wal_format as wf
+
+DECODE_MSGPACK = msgspec.msgpack.Decoder().decode
+DECODE_JSON = msgspec.json.Decoder().decode
+
+
+class Table:
+    """A chain-style push function: records what it is fed."""
+
+    def __init__(self) -> None:
+        self.fed: list[tuple[dict[str, Any], int]] = []
+
+    def __call__(self, row: dict[str, Any], now: int) -> None:
+        self.fed.append((row, now))
+
+
+def batch(pushes: list[tuple[str, dict[str, Any], int, int]]) -> bytearray:
+    """Event records (event, row, now, body format) as the push pass appends them."""
+    data = bytearray()
+    for lsn, (event, row, now, fmt) in enumerate(pushes, 1):
+        body = (msgspec.msgpack.encode(row) if fmt == wf.BODY_MSGPACK
+                else json.dumps(row).encode())
+        append_record(data, lsn, wf.RECORD_EVENT, fmt, now, 1, event.encode(), body)
+    return data
+
+
+def test_slices_apply_every_push_in_order_from_its_record() -> None:
+    a, b = Table(), Table()
+    routes = {"A": (a,), "B": (a, b)}
+    pushes = [("A", {"k": "x", "v": 1.5}, 1_000, wf.BODY_MSGPACK),
+              ("B", {"k": "y", "n": [1, 2]}, 1_007, wf.BODY_JSON),
+              ("C", {"k": "z"}, 990, wf.BODY_MSGPACK),  # an event no table takes
+              ("A", {"k": "x", "s": "é"}, 1_003, wf.BODY_MSGPACK)]
+    data = batch(pushes)
+    events = [event for event, *_ in pushes]
+    newest, offset = apply_records(routes, events, data, 0, 0, 2, DECODE_MSGPACK, DECODE_JSON)
+    assert newest == 1_007
+    assert offset == wf.record_size_at(data, 0, len(data)) + wf.record_size_at(
+        data, wf.record_size_at(data, 0, len(data)), len(data))
+    newest, end = apply_records(routes, events, data, offset, 2, 4, DECODE_MSGPACK,
+                                DECODE_JSON)
+    assert (newest, end) == (1_003, len(data))
+    assert a.fed == [({"k": "x", "v": 1.5}, 1_000), ({"k": "y", "n": [1, 2]}, 1_007),
+                     ({"k": "x", "s": "é"}, 1_003)]
+    assert b.fed == [({"k": "y", "n": [1, 2]}, 1_007)]
+
+
+def test_bytes_that_are_not_the_pushes_records_are_refused() -> None:
+    table = Table()
+    routes = {"A": (table,)}
+    data = batch([("A", {"k": "x"}, 5, wf.BODY_MSGPACK)])
+    with pytest.raises(ValueError, match="ends before push 1"):  # one record, two pushes
+        apply_records(routes, ["A", "A"], data, 0, 0, 2, DECODE_MSGPACK, DECODE_JSON)
+    registry = bytearray()
+    append_record(registry, 1, wf.RECORD_REGISTRY, wf.BODY_JSON, 5, 1, b"", b"{}")
+    with pytest.raises(ValueError, match="no event record"):
+        apply_records(routes, ["A"], registry, 0, 0, 1, DECODE_MSGPACK, DECODE_JSON)
+    with pytest.raises(ValueError, match="no event record"):  # cut short
+        apply_records(routes, ["A"], data[:-1], 0, 0, 1, DECODE_MSGPACK, DECODE_JSON)
+    assert table.fed == [({"k": "x"}, 5)]  # only the first call's record was whole
