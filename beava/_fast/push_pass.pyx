@@ -60,6 +60,7 @@ cdef enum:
     REC_NAME = 34
     HEADER = 7          # u32 length | u16 op | u8 ct
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
+    MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
 
 cdef const char* ACK_HEAD = b'{"ack_lsn":'
@@ -124,11 +125,27 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
 
 cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
     """One push to the tables of its route: a kernel in C, a chain through its function.
-    With several tables, every kernel first asks for its key's line in its key map."""
-    if len(pushes) > 1:
+    A route of several kernels and nothing else (the usual case) takes the event through
+    each step of TableKernel.apply for all of them before the next step, so the cache
+    misses of their key lookups and their entities' state overlap."""
+    cdef Py_ssize_t n = len(pushes), i
+    cdef Py_ssize_t slots[MAX_STEPPED]
+    if 1 < n <= MAX_STEPPED:
         for push in pushes:
-            if type(push) is TableKernel:
+            if type(push) is not TableKernel:
+                break
+        else:
+            for push in pushes:
                 (<TableKernel>push).prefetch_key(<dict>row)
+            for i in range(n):
+                slots[i] = (<TableKernel>pushes[i]).find(<dict>row, now)
+            for i in range(n):
+                if slots[i] >= 0:
+                    (<TableKernel>pushes[i]).follow(slots[i])
+            for i in range(n):
+                if slots[i] >= 0:
+                    (<TableKernel>pushes[i]).touch_update(slots[i], <dict>row, now)
+            return 0
     for push in pushes:
         if type(push) is TableKernel:
             (<TableKernel>push).apply(<dict>row, now)

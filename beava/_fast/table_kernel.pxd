@@ -32,5 +32,8 @@ cdef class TableKernel:
     cpdef object key_of(self, dict row)
     cdef void prefetch_key(self, dict row) noexcept
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2
+    cdef Py_ssize_t find(self, dict row, int64_t now) except -2
+    cdef void follow(self, Py_ssize_t slot) noexcept
+    cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int clear(self, Py_ssize_t slot) except -1

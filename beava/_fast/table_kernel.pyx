@@ -177,6 +177,20 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
 
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2:
         """Apply one post-chain row (§3 steps 2-5); the slot it reached, -1 if skipped."""
+        cdef Py_ssize_t slot = self.find(row, now)
+        if slot >= 0:
+            self.follow(slot)
+            self.touch_update(slot, row, now)
+        return slot
+
+    # apply() in three steps, so that the push pass can take an event through each step
+    # for all the tables it feeds before the next step: the cache misses of their state
+    # overlap (the state of an existing entity is likely out of cache).
+
+    cdef Py_ssize_t find(self, dict row, int64_t now) except -2:
+        """The slot of ``row``'s key, -1 if it has none; a new key gets the next slot (last
+        touched ``now``). For an existing one, every state column asks for its cell
+        (prefetch stage 0), and the last-touch line is asked for."""
         key = group_key(row, self.key_fields)
         if key is None:
             return -1
@@ -188,22 +202,27 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             self.keys.insert(<str>key)
             if self.touch != NULL:
                 self.touch[slot] = now
-        else:
-            # the state of an existing entity is likely out of cache: ask for every
-            # column's lines at once (stage 1 follows the pointers stage 0 brought in)
-            for col in self.state_cols:
-                (<Column>col).prefetch(slot, 0)
-            if self.touch != NULL:
-                prefetch_line(&self.touch[slot])
-            for col in self.state_cols:
-                (<Column>col).prefetch(slot, 1)
-            if self.touch != NULL:
-                if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
-                    self.clear(slot)
-                    self.cold_evictions += 1
-                self.touch[slot] = now
-        self.update(slot, row, now)
+            return slot
+        for col in self.state_cols:
+            (<Column>col).prefetch(slot, 0)
+        if self.touch != NULL:
+            prefetch_line(&self.touch[slot])
         return slot
+
+    cdef void follow(self, Py_ssize_t slot) noexcept:
+        """Every state column asks for what its cell of ``slot`` points to (stage 1)."""
+        for col in self.state_cols:
+            (<Column>col).prefetch(slot, 1)
+
+    cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1:
+        """The cold TTL (a slot idle longer starts empty again), the last touch, then
+        :meth:`update`."""
+        if self.touch != NULL:
+            if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
+                self.clear(slot)
+                self.cold_evictions += 1
+            self.touch[slot] = now
+        return self.update(slot, row, now)
 
     cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1:
         """Feed one event to every column of ``slot``: each distinct where runs once."""
