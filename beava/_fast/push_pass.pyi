@@ -5,8 +5,8 @@ from typing import Any
 
 def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
                   events: list[str], data: bytearray, offset: int, start: int, stop: int,
-                  decode_msgpack: Callable[[bytes], Any],
-                  decode_json: Callable[[bytes], Any]) -> tuple[int, int]: ...
+                  deadline: float, decode_msgpack: Callable[[bytes], Any],
+                  decode_json: Callable[[bytes], Any]) -> tuple[int, int, int]: ...
 
 class PushPass:
     def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],

@@ -163,18 +163,24 @@ cdef inline uint64_t get_le(const uint8_t* p, int n) noexcept nogil:
 
 
 def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
-                  Py_ssize_t start, Py_ssize_t stop, object decode_msgpack, object decode_json):
+                  Py_ssize_t start, Py_ssize_t stop, double deadline, object decode_msgpack,
+                  object decode_json):
     """Apply pushes ``start..stop-1`` of a durable batch to the tables they feed
     (``routes``: event -> the tables' push functions), each from its event record in
     ``data`` (push ``start``'s at byte ``offset``, the others following it): its body
-    decoded as recovery does, its time from the record. Returns ``(the newest time applied,
-    the offset after push stop-1's record)``."""
+    decoded as recovery does, its time from the record; when ``deadline`` (a
+    time.perf_counter() value; 0.0: none) passes, checked every CHECK_EVERY pushes, stop
+    early. Returns ``(the newest time applied, the offset after the last push applied's
+    record, the index after it)``."""
     cdef Py_ssize_t i, size = PyByteArray_GET_SIZE(data)
     cdef Py_ssize_t record_len, name_len, body_len
     cdef const uint8_t* p
     cdef PyObject* found
     cdef int64_t newest = 0, now
     for i in range(start, stop):
+        if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
+                and monotonic() > deadline):
+            return newest, offset, i
         if offset + 4 + REC_FIXED > size:
             raise ValueError(f"batch of {size} bytes ends before push {i}'s record")
         p = <const uint8_t*>PyByteArray_AS_STRING(data) + offset
@@ -194,7 +200,7 @@ def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
             feed(<tuple>found, row, now)
         if now > newest:
             newest = now
-    return newest, offset
+    return newest, offset, stop
 
 
 cdef class PushPass:

@@ -48,10 +48,12 @@ from beava.durability.wal_format import record_lsn_at
 Callback = Callable[[], None]
 # (count, callback): run callback once the batch's first ``count`` pushes are applied
 Waiter = tuple[int, Callback]
-# apply_batch(first_lsn, events, data, offset, start, stop): apply pushes start..stop-1 of a
-# durable batch, push i (LSN first_lsn + i) from its event record in data, push start's at
-# byte offset; returns the offset of the record after push stop-1
-ApplyBatch = Callable[[int, list[str], bytearray, int, int, int], int]
+# apply_batch(first_lsn, events, data, offset, start, stop, deadline): apply pushes
+# start..stop-1 of a durable batch, push i (LSN first_lsn + i) from its event record in data,
+# push start's at byte offset, stopping early (after at least one) once deadline
+# (perf_counter; 0.0: none) has passed; returns (the offset of the next record, the index of
+# the next push)
+ApplyBatch = Callable[[int, list[str], bytearray, int, int, int, float], tuple[int, int]]
 # on_failed(first_lsn, waiters, events): the pushes from first_lsn on (of these events, in
 # LSN order) were not written (strict mode)
 OnFailed = Callable[[int, list[Waiter], list[str]], None]
@@ -59,12 +61,11 @@ OnFailed = Callable[[int, list[Waiter], list[str]], None]
 OnWritable = Callable[[bool, str], None]
 PROBE_INTERVAL_S = 1.0
 # Durable pushes are applied at most this long per loop iteration (the rest on the next
-# ones), _APPLY_CHUNK pushes between two clock reads.
+# ones; the store's apply reads the clock every few pushes).
 APPLY_SLICE_SECONDS = 0.001
 # Durable pushes not applied yet above which client sockets stop being read, as for the
 # bytes pending durability (§6.5): intake never outruns the sliced apply for long.
 UNAPPLIED_LIMIT = 65_536
-_APPLY_CHUNK = 64
 
 
 class Batch:
@@ -109,15 +110,14 @@ def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None)
     batch = entry.batch
     events, waiters = batch.events, batch.waiters
     total = len(events)
+    until = 0.0 if deadline is None else deadline
     while True:
-        start = entry.done
-        stop = min(total, start + _APPLY_CHUNK)
+        start = stop = entry.done
         w = entry.waiter
-        if w < len(waiters) and waiters[w][0] < stop:
-            stop = max(waiters[w][0], start)
-        if stop > start:
-            entry.offset = apply_batch(batch.first_lsn, events, batch.data, entry.offset,
-                                       start, stop)
+        end = waiters[w][0] if w < len(waiters) and waiters[w][0] < total else total
+        if end > start:
+            entry.offset, stop = apply_batch(batch.first_lsn, events, batch.data,
+                                             entry.offset, start, end, until)
             entry.done = stop
         while w < len(waiters) and waiters[w][0] <= stop:
             entry.waiter = w + 1

@@ -246,17 +246,18 @@ class FeatureStore:
         return totals
 
     def apply_batch(self, first_lsn: int, events: list[str], data: bytearray, offset: int,
-                    start: int, stop: int) -> int:
+                    start: int, stop: int, deadline: float) -> tuple[int, int]:
         """Apply pushes ``start`` to ``stop - 1`` of a durable batch, in LSN order, from
         their event records in ``data`` (push ``start``'s at byte ``offset``), as recovery
-        replays them (called by the durability log, a part of a batch at a time): push
-        ``i`` has LSN ``first_lsn + i``. Returns the offset of the next push's record."""
-        newest, offset = apply_records(self.engine.routes, events, data, offset, start, stop,
-                                       _decode_msgpack, _decode_json)
-        self.applied_lsn = first_lsn + stop - 1
+        replays them (called by the durability log, a part of a batch at a time), stopping
+        early once ``deadline`` (perf_counter; 0.0: none) has passed: push ``i`` has LSN
+        ``first_lsn + i``. Returns the offset of the next push's record and its index."""
+        newest, offset, done = apply_records(self.engine.routes, events, data, offset, start,
+                                             stop, deadline, _decode_msgpack, _decode_json)
+        self.applied_lsn = first_lsn + done - 1
         if newest > self.watermark_ms:
             self.watermark_ms = newest
-        return offset
+        return offset, done
 
     def _apply(self, lsn: int, event: str, row: dict[str, Any], now: int) -> None:
         self.engine.apply(event, row, now)

@@ -5,6 +5,7 @@ the previous slice returned, and a batch whose bytes are not its pushes' records
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import msgspec
@@ -47,13 +48,15 @@ def test_slices_apply_every_push_in_order_from_its_record() -> None:
               ("A", {"k": "x", "s": "é"}, 1_003, wf.BODY_MSGPACK)]
     data = batch(pushes)
     events = [event for event, *_ in pushes]
-    newest, offset = apply_records(routes, events, data, 0, 0, 2, DECODE_MSGPACK, DECODE_JSON)
+    newest, offset, done = apply_records(routes, events, data, 0, 0, 2, 0.0, DECODE_MSGPACK,
+                                         DECODE_JSON)
+    assert done == 2
     assert newest == 1_007
     assert offset == wf.record_size_at(data, 0, len(data)) + wf.record_size_at(
         data, wf.record_size_at(data, 0, len(data)), len(data))
-    newest, end = apply_records(routes, events, data, offset, 2, 4, DECODE_MSGPACK,
-                                DECODE_JSON)
-    assert (newest, end) == (1_003, len(data))
+    newest, end, done = apply_records(routes, events, data, offset, 2, 4, 0.0,
+                                      DECODE_MSGPACK, DECODE_JSON)
+    assert (newest, end, done) == (1_003, len(data), 4)
     assert a.fed == [({"k": "x", "v": 1.5}, 1_000), ({"k": "y", "n": [1, 2]}, 1_007),
                      ({"k": "x", "s": "é"}, 1_003)]
     assert b.fed == [({"k": "y", "n": [1, 2]}, 1_007)]
@@ -64,11 +67,27 @@ def test_bytes_that_are_not_the_pushes_records_are_refused() -> None:
     routes = {"A": (table,)}
     data = batch([("A", {"k": "x"}, 5, wf.BODY_MSGPACK)])
     with pytest.raises(ValueError, match="ends before push 1"):  # one record, two pushes
-        apply_records(routes, ["A", "A"], data, 0, 0, 2, DECODE_MSGPACK, DECODE_JSON)
+        apply_records(routes, ["A", "A"], data, 0, 0, 2, 0.0, DECODE_MSGPACK, DECODE_JSON)
     registry = bytearray()
     append_record(registry, 1, wf.RECORD_REGISTRY, wf.BODY_JSON, 5, 1, b"", b"{}")
     with pytest.raises(ValueError, match="no event record"):
-        apply_records(routes, ["A"], registry, 0, 0, 1, DECODE_MSGPACK, DECODE_JSON)
+        apply_records(routes, ["A"], registry, 0, 0, 1, 0.0, DECODE_MSGPACK, DECODE_JSON)
     with pytest.raises(ValueError, match="no event record"):  # cut short
-        apply_records(routes, ["A"], data[:-1], 0, 0, 1, DECODE_MSGPACK, DECODE_JSON)
+        apply_records(routes, ["A"], data[:-1], 0, 0, 1, 0.0, DECODE_MSGPACK, DECODE_JSON)
     assert table.fed == [({"k": "x"}, 5)]  # only the first call's record was whole
+
+
+def test_a_deadline_that_has_passed_stops_after_a_few_pushes() -> None:
+    table = Table()
+    pushes = [("A", {"i": i}, 100 + i, wf.BODY_MSGPACK) for i in range(100)]
+    data = batch(pushes)
+    events = ["A"] * len(pushes)
+    passed = time.perf_counter()
+    newest, offset, done = apply_records({"A": (table,)}, events, data, 0, 0, 100, passed,
+                                         DECODE_MSGPACK, DECODE_JSON)
+    assert 0 < done < 100 and newest == 100 + done - 1
+    assert [row["i"] for row, _ in table.fed] == list(range(done))
+    _, end, rest = apply_records({"A": (table,)}, events, data, offset, done, 100,
+                                 time.perf_counter() + 60, DECODE_MSGPACK, DECODE_JSON)
+    assert (end, rest) == (len(data), 100)
+    assert [row["i"] for row, _ in table.fed] == list(range(100))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit
@@ -25,13 +26,20 @@ class HeldWal:
         return False
 
 
+# pushes the fake store's apply takes before it looks at the deadline
+CHUNK = 64
+
+
 def applier(applied: list[int]):
-    """Like FeatureStore.apply_batch: records the LSNs of the pushes applied, in order."""
+    """Like FeatureStore.apply_batch: records the LSNs of the pushes applied, in order; with
+    a deadline that has passed, stops after CHUNK pushes."""
     def apply_batch(first_lsn: int, events: list, data: bytearray, offset: int,
-                    start: int, stop: int) -> int:
+                    start: int, stop: int, deadline: float) -> tuple[int, int]:
         assert 0 <= start < stop <= len(events)
+        if deadline != 0.0 and time.perf_counter() > deadline:
+            stop = min(stop, start + CHUNK)
         applied.extend(range(first_lsn + start, first_lsn + stop))
-        return offset
+        return offset, stop
     return apply_batch
 
 
@@ -191,7 +199,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
                       crash=CrashPoints(None), on_fatal=lambda exc: None,
                       after_batch=lambda: flushes.append(len(applied)))
-    chunk = group_commit._APPLY_CHUNK
+    chunk = CHUNK
     total = 3 * chunk + 5
     for lsn in range(1, total + 1):
         log.buf += b"r"
@@ -227,7 +235,7 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
     from beava.durability import group_commit
 
     monkeypatch.setattr(group_commit, "APPLY_SLICE_SECONDS", 0.0)
-    monkeypatch.setattr(group_commit, "UNAPPLIED_LIMIT", 4 * group_commit._APPLY_CHUNK)
+    monkeypatch.setattr(group_commit, "UNAPPLIED_LIMIT", 4 * CHUNK)
     wal = HeldWal()
     wal.release.set()
     applied: list[int] = []
@@ -236,7 +244,7 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
                       crash=CrashPoints(None), on_fatal=lambda exc: None,
                       limit_bytes=1 << 30,
                       on_pressure=lambda shut: pressure.append((shut, len(applied))))
-    total = 10 * group_commit._APPLY_CHUNK
+    total = 10 * CHUNK
     for lsn in range(1, total + 1):
         log.buf += b"r"
         log.submit(lsn, "E", None)
