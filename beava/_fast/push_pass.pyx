@@ -22,13 +22,13 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.table_kernel cimport TableKernel
-from beava._fast.wal_record cimport append_to, seal_body
+from beava._fast.wal_record cimport append_to, event_record_at, seal_body
 
 
 cdef extern from "<time.h>" nogil:
@@ -50,14 +50,6 @@ cdef enum:
     CT_MSGPACK = 0x02
     RECORD_EVENT = 1
     BODY_MSGPACK = 2
-    # a WAL record (beava._fast.wal_record): its record_len counts REC_FIXED bytes besides
-    # its name and body; the offsets of its fields
-    REC_FIXED = 34
-    REC_TYPE = 16
-    REC_FORMAT = 17
-    REC_TIMESTAMP = 20
-    REC_NAME_LEN = 32
-    REC_NAME = 34
     HEADER = 7          # u32 length | u16 op | u8 ct
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
@@ -154,14 +146,6 @@ cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
     return 0
 
 
-cdef inline uint64_t get_le(const uint8_t* p, int n) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int k
-    for k in range(n - 1, -1, -1):
-        v = (v << 8) | p[k]
-    return v
-
-
 def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
                   Py_ssize_t start, Py_ssize_t stop, double deadline, object decode_msgpack,
                   object decode_json):
@@ -172,29 +156,17 @@ def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
     time.perf_counter() value; 0.0: none) passes, checked every CHECK_EVERY pushes, stop
     early. Returns ``(the newest time applied, the offset after the last push applied's
     record, the index after it)``."""
-    cdef Py_ssize_t i, size = PyByteArray_GET_SIZE(data)
-    cdef Py_ssize_t record_len, name_len, body_len
-    cdef const uint8_t* p
+    cdef Py_ssize_t i, at, size
     cdef PyObject* found
     cdef int64_t newest = 0, now
+    cdef bint msgpack
     for i in range(start, stop):
         if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
                 and monotonic() > deadline):
             return newest, offset, i
-        if offset + 4 + REC_FIXED > size:
-            raise ValueError(f"batch of {size} bytes ends before push {i}'s record")
-        p = <const uint8_t*>PyByteArray_AS_STRING(data) + offset
-        record_len = <Py_ssize_t>get_le(p, 4)
-        name_len = <Py_ssize_t>get_le(p + REC_NAME_LEN, 2)
-        if offset + 4 + record_len > size or REC_FIXED + name_len > record_len:
-            raise ValueError(f"push {i}'s record at byte {offset} is no event record")
-        body_len = <Py_ssize_t>get_le(p + REC_NAME + name_len, 4)
-        if REC_FIXED + name_len + body_len != record_len or p[REC_TYPE] != RECORD_EVENT:
-            raise ValueError(f"push {i}'s record at byte {offset} is no event record")
-        now = <int64_t>get_le(p + REC_TIMESTAMP, 8)
-        body = PyBytes_FromStringAndSize(<const char*>p + REC_NAME + name_len + 4, body_len)
-        row = decode_msgpack(body) if p[REC_FORMAT] == BODY_MSGPACK else decode_json(body)
-        offset += 4 + record_len
+        offset = event_record_at(data, offset, i, &at, &size, &now, &msgpack)
+        body = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + at, size)
+        row = decode_msgpack(body) if msgpack else decode_json(body)
         found = PyDict_GetItem(routes, events[i])
         if found is not NULL:
             feed(<tuple>found, row, now)

@@ -1,5 +1,5 @@
-# WAL records built in C (wal_record.pyx), for the push pass.
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+# WAL records built and read in C (wal_record.pyx), for the push pass.
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 
 # Append one record to the end of ``buf``; returns its size on disk. ValueError when the
@@ -14,3 +14,13 @@ cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t bo
 # appended after it: set its lengths and CRC; returns its size (ValueError, ``buf`` cut back
 # to ``start``, when over the limit).
 cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1
+
+
+# The event record at ``offset`` of ``data`` (push ``push``'s, named in errors): its body's
+# offset and length into ``body`` and ``body_len``, its timestamp into ``timestamp_ms``,
+# whether the body is MessagePack into ``msgpack``; returns the offset after the record.
+# ValueError when the bytes there are no whole event record. The CRC is not checked: the
+# bytes are the batch this process wrote and made durable.
+cdef Py_ssize_t event_record_at(bytearray data, Py_ssize_t offset, Py_ssize_t push,
+                                Py_ssize_t* body, Py_ssize_t* body_len,
+                                int64_t* timestamp_ms, bint* msgpack) except -1

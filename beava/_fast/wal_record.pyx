@@ -8,19 +8,27 @@ Record::
 
 little-endian; ``crc`` is zlib's CRC-32 (initial value 0) of every byte after itself.
 :func:`append_record` writes one record straight onto the end of a bytearray (the pending
-batch), so a push costs no intermediate bytes objects. The CRC is table driven (slicing by
+batch), so a push costs no intermediate bytes objects; :func:`event_record_at` reads an event
+record back (a durable batch is applied from its records). The CRC is table driven (slicing by
 8, the reflected polynomial 0xEDB88320 of zlib), so the module needs no zlib headers.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 # Bytes after record_len when name and body are empty; bytes before the name.
 DEF FIXED_LEN = 34
 DEF NAME_OFFSET = 34
 DEF MAX_RECORD_LEN = 1 << 30
+# Offsets of the other fields read back (the push pass applies a durable batch from them).
+DEF TYPE_OFFSET = 16
+DEF FORMAT_OFFSET = 17
+DEF TIMESTAMP_OFFSET = 20
+DEF NAME_LEN_OFFSET = 32
+DEF RECORD_EVENT = 1
+DEF BODY_MSGPACK = 2
 
 cdef uint32_t _table[8][256]
 
@@ -79,6 +87,15 @@ cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
 cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
     _put32(p, <uint32_t>v)
     _put32(p + 4, <uint32_t>(v >> 32))
+
+
+cdef inline uint64_t _get(const uint8_t* p, int n) noexcept nogil:
+    """The little-endian unsigned integer of ``n`` bytes at ``p``."""
+    cdef uint64_t v = 0
+    cdef int k
+    for k in range(n - 1, -1, -1):
+        v = (v << 8) | p[k]
+    return v
 
 
 def crc32(data, unsigned long value=0):
@@ -144,6 +161,27 @@ cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) 
     _put32(p + NAME_OFFSET + name_len, <uint32_t>body_len)
     _put32(p + 4, _crc32(0, p + 8, size - 8))
     return size
+
+
+cdef Py_ssize_t event_record_at(bytearray data, Py_ssize_t offset, Py_ssize_t push,
+                                Py_ssize_t* body, Py_ssize_t* body_len,
+                                int64_t* timestamp_ms, bint* msgpack) except -1:
+    cdef Py_ssize_t size = PyByteArray_GET_SIZE(data)
+    cdef Py_ssize_t record_len, name_len
+    if offset + 4 + FIXED_LEN > size:
+        raise ValueError(f"batch of {size} bytes ends before push {push}'s record")
+    cdef const uint8_t* p = <const uint8_t*>PyByteArray_AS_STRING(data) + offset
+    record_len = <Py_ssize_t>_get(p, 4)
+    name_len = <Py_ssize_t>_get(p + NAME_LEN_OFFSET, 2)
+    if offset + 4 + record_len > size or FIXED_LEN + name_len > record_len:
+        raise ValueError(f"push {push}'s record at byte {offset} is no event record")
+    body_len[0] = <Py_ssize_t>_get(p + NAME_OFFSET + name_len, 4)
+    if FIXED_LEN + name_len + body_len[0] != record_len or p[TYPE_OFFSET] != RECORD_EVENT:
+        raise ValueError(f"push {push}'s record at byte {offset} is no event record")
+    body[0] = offset + NAME_OFFSET + name_len + 4
+    timestamp_ms[0] = <int64_t>_get(p + TIMESTAMP_OFFSET, 8)
+    msgpack[0] = p[FORMAT_OFFSET] == BODY_MSGPACK
+    return offset + 4 + record_len
 
 
 def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
