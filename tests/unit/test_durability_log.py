@@ -96,8 +96,9 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
 
 
 async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
-    """A strict store keeps its pending pushes in the log's batch: nothing is applied
-    before the fsync; then each callback runs once exactly the pushes before it are."""
+    """A strict store keeps its pending pushes in the log's batch: nothing is applied, and
+    no read sees them, before the fsync (spec/durability.md G14); then they are applied
+    from their WAL records, and each callback runs once exactly the pushes before it are."""
     import json
 
     from beava.engine.store import FeatureStore
@@ -127,8 +128,11 @@ async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
     await asyncio.sleep(0.01)  # the batch is with the worker, its fsync held
     assert store.sealed_lsn == base + 4
     assert store.applied_lsn == base and seen == [] and store.watermark_ms == 0
+    assert store.table("T").row("a", 5_000) is None  # G14: not durable, not read
     wal.release.set()
     await wait_until(lambda: store.applied_lsn == base + 4)
+    assert store.table("T").row("a", 5_000) == {"n": 3}
+    assert store.table("T").row("b", 5_000) == {"n": 1}
     assert seen == [("p1", base + 1), ("w", base + 2), ("p3", base + 3)]
     assert store.watermark_ms == 4_000
     assert len(wal.batches) == 1
