@@ -37,4 +37,4 @@ class HeldLog:
     def release(self) -> None:
         batch, self.batch = self.batch, Batch()
         batch.data, self.buf = self.buf, bytearray()
-        apply_part(Applying(batch), self.store.apply_batch, None)
+        apply_part(Applying(batch), self.store.apply_batch)

@@ -104,20 +104,19 @@ class Applying:
         self.waiter = 0
 
 
-def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None) -> bool:
+def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float = 0.0) -> bool:
     """Apply ``entry``'s pushes with ``apply_batch``, running each waiter once its pushes
-    are, until ``deadline`` (perf_counter; None: to the end); True once the batch is done."""
+    are, until ``deadline`` (perf_counter; 0.0: to the end); True once the batch is done."""
     batch = entry.batch
     events, waiters = batch.events, batch.waiters
     total = len(events)
-    until = 0.0 if deadline is None else deadline
     while True:
         start = stop = entry.done
         w = entry.waiter
         end = waiters[w][0] if w < len(waiters) and waiters[w][0] < total else total
         if end > start:
             entry.offset, stop = apply_batch(batch.first_lsn, events, batch.data,
-                                             entry.offset, start, end, until)
+                                             entry.offset, start, end, deadline)
             entry.done = stop
         while w < len(waiters) and waiters[w][0] <= stop:
             entry.waiter = w + 1
@@ -125,7 +124,7 @@ def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float | None)
             w += 1
         if stop >= total and w >= len(waiters):
             return True
-        if deadline is not None and perf_counter() > deadline:
+        if deadline and perf_counter() > deadline:
             return False
 
 
@@ -148,12 +147,13 @@ class MemoryLog:
 
 
 class _Write:
-    """One batch handed to the writer thread; ``error`` is what its write or fsync raised."""
+    """One batch handed to the writer thread (its records: ``batch.data``); ``error`` is
+    what its write or fsync raised."""
 
-    __slots__ = ("data", "error")
+    __slots__ = ("batch", "error")
 
-    def __init__(self, data: bytearray) -> None:
-        self.data = data
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
         self.error: BaseException | None = None
 
 
@@ -185,7 +185,6 @@ class _WorkerLog(ABC):
         self.limit_bytes = limit_bytes
         self.on_pressure = on_pressure
         self.pressured = False
-        self._in_flight_bytes = 0
         self.apply_batch = apply_batch
         self.fsync_bytes = fsync_bytes
         self.crash = crash
@@ -198,7 +197,6 @@ class _WorkerLog(ABC):
         # call accepted())
         self.batch = Batch()
         self._in_flight: _Write | None = None
-        self._in_flight_batch: Batch | None = None
         self._applying: deque[Applying] = deque()  # durable, not all applied yet
         self._apply_scheduled = False
         self._loop = asyncio.get_event_loop()
@@ -219,7 +217,7 @@ class _WorkerLog(ABC):
             if write is None:
                 return
             try:
-                write_and_sync(write.data)
+                write_and_sync(write.batch.data)
             except BaseException as exc:  # reported on the loop
                 write.error = exc
             self._idle.release()  # a barrier waiting for this batch may go on
@@ -230,7 +228,8 @@ class _WorkerLog(ABC):
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
-        return len(self.buf) + self._in_flight_bytes
+        write = self._in_flight
+        return len(self.buf) + (0 if write is None else len(write.batch.data))
 
     @property
     def unapplied(self) -> int:
@@ -253,26 +252,25 @@ class _WorkerLog(ABC):
     def _has_pending(self) -> bool:
         return bool(self.buf or self.batch.waiters)
 
-    def _take(self) -> tuple[bytearray, Batch]:
-        data, batch = self.buf, self.batch
+    def _take(self) -> Batch:
+        """The pending batch, its records in ``data``; a new one is pending from now on."""
+        batch = self.batch
+        batch.data = self.buf
         self.buf, self.batch = bytearray(), Batch()
-        batch.data = data
         if batch.events:
             self.sealed_lsn = batch.first_lsn + len(batch.events) - 1
-        return data, batch
+        return batch
 
     def _start(self) -> None:
         """Hand the pending batch to the worker (at most one batch in flight)."""
         if self._in_flight is not None or not self._has_pending():
             return
-        data, batch = self._take()
-        if not data:
+        batch = self._take()
+        if not batch.data:
             self._complete(batch)
             return
-        write = _Write(data)
+        write = _Write(batch)
         self._in_flight = write
-        self._in_flight_batch = batch
-        self._in_flight_bytes = len(data)
         self._idle.acquire()  # free: released before the previous batch's _finish
         self._writes.put(write)
 
@@ -280,11 +278,10 @@ class _WorkerLog(ABC):
         if write is not self._in_flight:
             return  # already completed synchronously by a barrier
         self._in_flight = None
-        self._in_flight_bytes = 0
-        batch, self._in_flight_batch = self._in_flight_batch, None
+        batch = write.batch
         exc = write.error
         if isinstance(exc, WalUnavailable):
-            self._refuse(write.data, batch if batch is not None else Batch(), exc)
+            self._refuse(batch, exc)
             self._check_pressure()
             return
         if exc is not None:
@@ -292,19 +289,18 @@ class _WorkerLog(ABC):
             return
         if not self.writable:
             self._resume()
-        if batch is not None:
-            self._durable(batch)
+        self._durable(batch)
         self._start()  # the next batch is written while this one is applied
         self._apply_slice()
         self._check_pressure()
 
     # -- write-refusing mode (§6.6) -----------------------------------------------------------
 
-    def _refuse(self, data: bytearray, batch: Batch, exc: WalUnavailable) -> None:
+    def _refuse(self, batch: Batch, exc: WalUnavailable) -> None:
         """A batch could not be written for lack of space (the segment is back to its
         previous length): hand its pushes over (strict) or keep its records (periodic),
         and refuse writes until a probe succeeds."""
-        self._requeue(data, batch)
+        self._requeue(batch)
         if self.writable:
             self.writable = False
             if self.on_writable is not None:
@@ -313,7 +309,7 @@ class _WorkerLog(ABC):
             self._probe_timer = self._loop.call_later(PROBE_INTERVAL_S, self._probe)
 
     @abstractmethod
-    def _requeue(self, data: bytearray, batch: Batch) -> None:
+    def _requeue(self, batch: Batch) -> None:
         """What becomes of a batch the disk did not take (strict: failed; periodic: kept)."""
 
     def _probe(self) -> None:
@@ -370,8 +366,8 @@ class _WorkerLog(ABC):
         self._apply_scheduled = False
         self._apply_slice()
 
-    def _apply(self, deadline: float | None) -> bool:
-        """Apply the durable batches in order until ``deadline`` (None: all of them);
+    def _apply(self, deadline: float = 0.0) -> bool:
+        """Apply the durable batches in order until ``deadline`` (0.0: all of them);
         True once none is left. The replies released are flushed at the end (which may
         run a barrier that applies the rest at once)."""
         applying = self._applying
@@ -397,22 +393,22 @@ class _WorkerLog(ABC):
                     pass
                 self._finish(write)  # may hand the next batch to the writer thread
                 continue
-            self._apply(None)
+            self._apply()
             if not self._has_pending() or not self.writable:
                 self._check_pressure()
                 return
-            data, batch = self._take()
-            if data:
+            batch = self._take()
+            if batch.data:
                 try:
-                    self.wal.write_and_sync(data)
+                    self.wal.write_and_sync(batch.data)
                 except WalUnavailable as exc:
-                    self._refuse(data, batch, exc)
+                    self._refuse(batch, exc)
                     return
                 except WalFatal as exc:
                     self.on_fatal(exc)
                     return
             self._complete(batch)
-            self._apply(None)
+            self._apply()
 
     def stop_probing(self) -> None:
         if self._probe_timer is not None:
@@ -470,10 +466,10 @@ class GroupCommit(_WorkerLog):
         self._scheduled = False
         self._start()
 
-    def _requeue(self, data: bytearray, batch: Batch) -> None:
+    def _requeue(self, batch: Batch) -> None:
         """The failed batch and the pending one (its records follow) are not applied: their
         pushes and waiters go to ``on_failed``, their LSNs are given out again."""
-        _, pending = self._take()
+        pending = self._take()
         first = batch.first_lsn if batch.events else pending.first_lsn
         if not (batch.events or pending.events):
             first = self.sealed_lsn + 1
@@ -515,10 +511,10 @@ class PeriodicLog(_WorkerLog):
             self._start()
         self._timer = self._loop.call_later(self.tick_s, self._tick)
 
-    def _requeue(self, data: bytearray, batch: Batch) -> None:
+    def _requeue(self, batch: Batch) -> None:
         """The batch's pushes were applied and acknowledged already: its records go back
         in front of the buffer, to be written first once space returns."""
-        self.buf[:0] = data
+        self.buf[:0] = batch.data
 
     def close(self) -> None:
         self._timer.cancel()
