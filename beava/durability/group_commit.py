@@ -198,6 +198,7 @@ class _WorkerLog(ABC):
         self.batch = Batch()
         self._in_flight: _Write | None = None
         self._applying: deque[Applying] = deque()  # durable, not all applied yet
+        self.unapplied = 0  # pushes durable but not applied yet (of the batches in _applying)
         self._apply_scheduled = False
         self._loop = asyncio.get_event_loop()
         self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
@@ -230,11 +231,6 @@ class _WorkerLog(ABC):
         """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
         write = self._in_flight
         return len(self.buf) + (0 if write is None else len(write.batch.data))
-
-    @property
-    def unapplied(self) -> int:
-        """Pushes durable but not applied yet."""
-        return sum(len(entry.batch.events) - entry.done for entry in self._applying)
 
     def _check_pressure(self) -> None:
         limit = self.limit_bytes
@@ -353,6 +349,7 @@ class _WorkerLog(ABC):
             except WalFatal as exc:
                 self.on_fatal(exc)
         self._applying.append(Applying(batch))
+        self.unapplied += len(batch.events)
 
     def _apply_slice(self) -> None:
         """Apply durable batches for at most one slice; the rest on later iterations."""
@@ -373,13 +370,20 @@ class _WorkerLog(ABC):
         applying = self._applying
         finished = True
         while applying and finished:
-            finished = apply_part(applying[0], self.apply_batch, deadline)
+            finished = apply_part(applying[0], self._apply_counted, deadline)
             if finished:
                 applying.popleft()
                 self.crash.hit("wal_after_apply")
         if self.after_batch is not None:
             self.after_batch()
         return finished and not applying
+
+    def _apply_counted(self, first_lsn: int, events: list[str], data: bytearray, offset: int,
+                       start: int, stop: int, deadline: float) -> tuple[int, int]:
+        """``apply_batch``, counting the pushes it applied off ``unapplied``."""
+        offset, done = self.apply_batch(first_lsn, events, data, offset, start, stop, deadline)
+        self.unapplied -= done - start
+        return offset, done
 
     def barrier(self) -> None:
         """Synchronously: wait for the batch in flight, then write and fsync the rest, and
