@@ -224,10 +224,12 @@ cdef class EventChecker:
                 undeclared = True
         if undeclared:
             return "unknown_field_event_time_v0" if event_time else "unknown_field_v0"
+        self.changed = widen  # a nested value may be widened (not told apart from none)
         for name, default in self.defaults:
             found = PyDict_GetItem(fields, name)
             if found is NULL or <object>found is None:
                 PyDict_SetItem(fields, name, default)
+                self.changed = True
         for name, code in self.required:
             found = PyDict_GetItem(fields, name)
             if found is NULL:

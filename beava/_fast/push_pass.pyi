@@ -11,7 +11,8 @@ def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], 
 class PushPass:
     def __init__(self, store: Any, slow: Callable[[int, bytes], bytes],
                  failed: Callable[[Exception], bytes], decode_msgpack: Callable[[bytes], Any],
-                 decode_json: Callable[[bytes], Any], decode_json_body: Callable[[Any], Any],
+                 decode_body: Callable[[bytes], Any], decode_json: Callable[[bytes], Any],
+                 decode_json_body: Callable[[Any], Any],
                  encode_into: Callable[[Any, bytearray, int], None],
                  wall_clock: Callable[[], int],
                  reply_op: int) -> None: ...

@@ -7,7 +7,9 @@ apply the push to every table it feeds (memory-only, periodic) or append its WAL
 its event to the pending batch (strict; periodic appends the record, then applies), and, for a
 framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
-PUSH_MANY. No Python-level function runs per push on this path beyond the decoders and the
+PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
+...}`` in that order) is split here and only its body decoded; when the checks change
+nothing, the WAL record's body is the pushed body's own bytes. No Python-level function runs per push on this path beyond the decoders and the
 table kernels; the durability log hears of a call's records once, at its end
 (``accepted()``).
 
@@ -22,8 +24,9 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
@@ -54,9 +57,13 @@ cdef enum:
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
+    KNOWN_NAMES = 8     # event names remembered as bytes by the envelope split
 
 cdef const char* ACK_HEAD = b'{"ack_lsn":'
 cdef const char* ACK_MID = b',"idempotent_replay":false,"registry_version":'
+# MessagePack: fixmap(2), fixstr(5) "event"; fixstr(4) "body"
+cdef const char* ENVELOPE_HEAD = b'\x82\xa5event'
+cdef const char* BODY_KEY = b'\xa4body'
 
 
 cdef inline int64_t wall_ms() noexcept nogil:
@@ -185,6 +192,7 @@ cdef class PushPass:
     cdef object slow            # (ct, payload) -> reply frame: the Python push handler
     cdef object failed          # exception -> error frame
     cdef object decode_msgpack  # payload -> envelope with .event and .body
+    cdef object decode_body     # a MessagePack body -> its value (as recovery decodes it)
     cdef object decode_json     # payload -> envelope with .event and a raw JSON .body
     cdef object decode_json_body
     cdef object encode_into     # (row, bytearray, -1): the row as MessagePack onto its end
@@ -192,6 +200,7 @@ cdef class PushPass:
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the cached event names belong to
     cdef dict names             # event -> its UTF-8 bytes
+    cdef list known             # (UTF-8 bytes, event) of up to KNOWN_NAMES checked events
     # set by _begin for one call
     cdef object log
     cdef dict checkers          # event -> (spec, checker, index into counts)
@@ -208,12 +217,13 @@ cdef class PushPass:
     cdef object batch
     cdef list b_events
 
-    def __init__(self, store, slow, failed, decode_msgpack, decode_json, decode_json_body,
-                 encode_into, wall_clock, uint32_t reply_op):
+    def __init__(self, store, slow, failed, decode_msgpack, decode_body, decode_json,
+                 decode_json_body, encode_into, wall_clock, uint32_t reply_op):
         self.store = store
         self.slow = slow
         self.failed = failed
         self.decode_msgpack = decode_msgpack
+        self.decode_body = decode_body
         self.decode_json = decode_json
         self.decode_json_body = decode_json_body
         self.encode_into = encode_into
@@ -221,6 +231,7 @@ cdef class PushPass:
         self.reply_op = reply_op
         self.names_for = None
         self.names = {}
+        self.known = []
 
     cdef void _begin(self) except *:
         store = self.store
@@ -231,6 +242,7 @@ cdef class PushPass:
         if self.checkers is not self.names_for:
             self.names_for = self.checkers
             self.names = {}
+            self.known = []
         self.clock = store.clock
         self.wall = self.clock is self.wall_clock
         mode_name = self.log.mode
@@ -272,19 +284,62 @@ cdef class PushPass:
             self.logged = False
             self.log.accepted()
 
-    cdef int _accept(self, object event, object fields) except -1:
+    cdef object _split(self, bytes payload, Py_ssize_t* body_at):
+        """The event of a MessagePack envelope laid out ``{"event": name, "body": ...}``
+        (in that order, the name at most 255 bytes), its body from byte ``body_at[0]`` to
+        the end; None when it is laid out otherwise or names no registered event (msgspec
+        decodes the envelope then, and the handler answers what is wrong with it)."""
+        cdef const char* p = PyBytes_AS_STRING(payload)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(payload)
+        cdef Py_ssize_t at, name_len
+        cdef unsigned char c
+        cdef bytes known_name
+        if n < 9 or memcmp(p, ENVELOPE_HEAD, 7) != 0:
+            return None
+        c = <unsigned char>p[7]
+        if 0xa0 <= c <= 0xbf:  # fixstr
+            name_len = c & 0x1f
+            at = 8
+        elif c == 0xd9:  # str 8
+            name_len = <unsigned char>p[8]
+            at = 9
+        else:
+            return None
+        if at + name_len + 5 >= n or memcmp(p + at + name_len, BODY_KEY, 5) != 0:
+            return None
+        body_at[0] = at + name_len + 5
+        for entry in self.known:
+            known_name = <bytes>(<tuple>entry)[0]
+            if (PyBytes_GET_SIZE(known_name) == name_len
+                    and memcmp(PyBytes_AS_STRING(known_name), p + at, name_len) == 0):
+                return (<tuple>entry)[1]
+        try:
+            event = PyUnicode_DecodeUTF8(p + at, name_len, NULL)
+        except UnicodeDecodeError:
+            return None
+        if PyDict_GetItem(self.checkers, event) is NULL:
+            return None
+        if len(self.known) < KNOWN_NAMES:
+            self.known.append((PyBytes_FromStringAndSize(p + at, name_len), event))
+        return event
+
+    cdef int _accept(self, object event, object fields, const char* raw,
+                     Py_ssize_t raw_len) except -1:
         """Accept one push: 1 when done (``self.last_lsn`` is its LSN), 0 when it must go
         to the store's Python path instead (not a map, unknown event, a dedupe key, a check
-        that fails, writes refused): nothing has been touched then."""
+        that fails, writes refused): nothing has been touched then. ``raw`` (or NULL): the
+        MessagePack bytes ``fields`` were decoded from."""
         cdef PyObject* found
         cdef bytes name
         cdef Py_ssize_t start, index
+        cdef EventChecker checker
         if type(fields) is not dict or not self.writable:
             return 0
         found = PyDict_GetItem(self.checkers, event)
         if found is NULL or (<tuple>found)[0].dedupe_key is not None:
             return 0
-        if (<EventChecker>(<tuple>found)[1]).check(<dict>fields) is not None:
+        checker = <EventChecker>(<tuple>found)[1]
+        if checker.check(<dict>fields) is not None:
             return 0
         index = (<tuple>found)[2]
         cdef int64_t now = wall_ms() if self.wall else self.clock()
@@ -298,17 +353,21 @@ cdef class PushPass:
                 self.names[event] = name
             else:
                 name = <bytes>found
-            # the record's body is the row encoded straight onto the pending batch
-            start = PyByteArray_GET_SIZE(self.buf)
-            append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
-                      <uint64_t>now, <uint32_t>self.version,
-                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL, 0)
-            try:
-                self.encode_into(fields, self.buf, -1)
-            except BaseException:
-                PyByteArray_Resize(self.buf, start)
-                raise
-            seal_body(self.buf, start, PyBytes_GET_SIZE(name))
+            if raw != NULL and not checker.changed:  # the pushed bytes decode to the row
+                append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
+                          <uint64_t>now, <uint32_t>self.version,
+                          PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len)
+            else:  # the row encoded straight onto the pending batch
+                start = PyByteArray_GET_SIZE(self.buf)
+                append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
+                          <uint64_t>now, <uint32_t>self.version,
+                          PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL, 0)
+                try:
+                    self.encode_into(fields, self.buf, -1)
+                except BaseException:
+                    PyByteArray_Resize(self.buf, start)
+                    raise
+                seal_body(self.buf, start, PyBytes_GET_SIZE(name))
             self.logged = True
         if self.mode == STRICT:  # applied from its record once the fsync covering it is done
             if not self.b_events:
@@ -335,6 +394,8 @@ cdef class PushPass:
         cdef int op, ct
         cdef int taken
         cdef int64_t lsn
+        cdef Py_ssize_t body_at
+        cdef const char* raw
         self._begin()
         try:
             while i < stop:
@@ -348,18 +409,29 @@ cdef class PushPass:
                     break
                 payload = frame[2]
                 i += 1
+                raw = NULL
                 try:
-                    if ct == CT_MSGPACK:
+                    event = None
+                    if ct == CT_MSGPACK and type(payload) is bytes:
+                        event = self._split(<bytes>payload, &body_at)
+                    if event is not None:
+                        raw = PyBytes_AS_STRING(payload) + body_at
+                        fields = self.decode_body(PyBytes_FromStringAndSize(
+                            raw, PyBytes_GET_SIZE(payload) - body_at))
+                    elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
+                        event = envelope.event
                     else:
                         envelope = self.decode_json(payload)
                         fields = self.decode_json_body(envelope.body)
-                    event = envelope.event
+                        event = envelope.event
                 except Exception:  # the handler answers what is wrong with it
                     event = fields = None
+                    raw = NULL
                 try:
-                    taken = self._accept(event, fields)
+                    taken = self._accept(event, fields, raw,
+                                         PyBytes_GET_SIZE(payload) - body_at if raw else 0)
                 except Exception as exc:  # a bug: this push answers internal_error
                     out += self.failed(exc)
                     continue
@@ -392,7 +464,7 @@ cdef class PushPass:
         try:
             for index in range(len(bodies)):
                 body = bodies[index]
-                if self._accept(event, body):
+                if self._accept(event, body, NULL, 0):
                     acks += 1
                     newest = self.last_lsn
                 else:

@@ -259,7 +259,8 @@ class Service:
         # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
         # to _tcp_push (a frame) or store.push (a body)
         self.push_pass = PushPass(store, self._tcp_push, FrameDispatch.failed,
-                                  messages.tcp_push_msgpack, messages.tcp_push_json,
+                                  messages.tcp_push_msgpack, messages.msgpack_any,
+                                  messages.tcp_push_json,
                                   messages.json_any, WAL_BODY_ENCODER.encode_into, wall_clock_ms,
                                   _PUSH_OP)
         self.backfills = BackfillUploads(store)  # admin: staged table states (docs/wire.md)

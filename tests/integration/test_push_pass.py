@@ -6,12 +6,21 @@ would give, in every durability mode, and what was acked must be what a restart 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from beava.durability.wal_format import (
+    RECORD_EVENT,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_SUFFIX,
+    Record,
+    parse_record,
+    parse_segment_name,
+)
 from beava_client.opcodes import OP_GET_RESPONSE, OP_PUSH_MANY
 from tests.support import BeavaProcess, FrameConn, frame, http_request
 
@@ -191,3 +200,69 @@ def test_push_many_bodies_mixed_with_errors_and_replays(server: BeavaProcess) ->
     assert (spend["n"], spend["total"]) == (3, 7.0)
     assert pay == {"paid": 3.0}
     conn.close()
+
+
+def event_records(data_dir: Path) -> list[Record]:
+    """Every event record in the WAL segments under ``data_dir``, in LSN order."""
+    out = []
+    for path in sorted(data_dir.rglob(f"*{SEGMENT_SUFFIX}")):
+        if parse_segment_name(path.name) is None:
+            continue
+        buf = path.read_bytes()
+        offset = SEGMENT_HEADER_SIZE
+        while offset < len(buf):
+            record = parse_record(buf, offset)
+            offset += record.size
+            if record.type == RECORD_EVENT:
+                out.append(record)
+    return sorted(out, key=lambda record: record.lsn)
+
+
+def test_envelope_layouts(server: BeavaProcess, tmp_path: Path) -> None:
+    """The pass splits a MessagePack envelope written event first (every client's layout);
+    any other layout is decoded whole, with the same result. A durable record's body is the
+    pushed body's bytes when the checks changed nothing (a float32 stays as pushed), else
+    the checked row (a default filled in); a restart recovers the same state either way."""
+    body32 = (b"\x83\xa4user\xa2u5\xa4note\xa1n\xa6amount\xca"  # a float 32
+              + struct.pack(">f", 1.5))
+    plain = msgspec.msgpack.encode({"user": "u5", "amount": 2.0, "note": "n"})
+    defaulted = msgspec.msgpack.encode({"user": "u5", "amount": 4.0})
+    frames = [
+        frame(OP_PUSH, 2, b"\x82\xa5event\xa3Txn\xa4body" + body32),          # split
+        frame(OP_PUSH, 2, b"\x82\xa4body" + plain + b"\xa5event\xa3Txn"),      # body first
+        frame(OP_PUSH, 2, b"\x82\xa5event\xd9\x03Txn\xa4body" + defaulted),   # str 8 name
+        frame(OP_PUSH, 2, b"\x82\xa5event\xa3T\xffn\xa4body" + plain),         # not UTF-8
+        frame(OP_PUSH, 2, b"\x82\xa5event\xa3Txn\xa4body" + plain + b"\xc0"),  # trailing
+        frame(OP_PUSH, 2, b"\x82\xa5event\xa3Txx\xa4body" + plain),            # no such event
+        frame(OP_PUSH, 2, b"\x82\xa5event\xa3Txn\xa4body"),                    # no body
+        get("Spend", "u5"),
+    ]
+    conn = FrameConn(server.tcp)
+    conn.send(b"".join(frames))
+    got = replies(conn, len(frames))
+    conn.close()
+    assert [op for op, _ in got[:3]] == [OP_PUSH] * 3
+    assert [body["ack_lsn"] for _, body in got[:3]] == [2, 3, 4]
+    # an envelope that does not decode is refused as in any layout (as the \xc1 above)
+    assert [got[i][1] for i in (3, 4, 6)] == [{"code": "unsupported"}] * 3
+    assert got[5][1]["error"]["code"] == "event_not_found"
+    want = {"n": 3, "total": 7.5, "notes": "none"}  # the last push's note: the default
+    assert got[7][1] == want
+    data_dir = tmp_path / "data"
+    if not data_dir.exists():
+        return
+    server.terminate()
+    records = event_records(data_dir)
+    assert [record.lsn for record in records] == [2, 3, 4]
+    assert records[0].body == body32
+    assert msgspec.msgpack.decode(records[1].body) == {"user": "u5", "amount": 2.0, "note": "n"}
+    assert msgspec.msgpack.decode(records[2].body) == {"user": "u5", "amount": 4.0,
+                                                        "note": "none"}
+    restarted = BeavaProcess("--data-dir", str(data_dir), memory_only=False)
+    try:
+        fresh = FrameConn(restarted.tcp)
+        fresh.send(get("Spend", "u5"))
+        assert replies(fresh, 1)[0][1] == want
+        fresh.close()
+    finally:
+        restarted.terminate()
