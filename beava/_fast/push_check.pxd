@@ -2,7 +2,7 @@
 # without a Python-level call.
 
 cdef class EventChecker:
-    cdef dict declared      # every pushable name -> True
+    cdef dict declared      # every pushable name -> its type code and flags (push_check.pyx)
     cdef tuple required     # ((name, type code), ...)
     cdef tuple defaults     # ((name, value), ...)
     cdef bint changed       # the last accepted body was changed (a default, a widening)

@@ -33,6 +33,12 @@ cdef enum:
 
 _CODES = {"str": T_STR, "i64": T_NUM, "f64": T_NUM, "bool": T_BOOL}
 
+# flags of a declared name beside its type code (EventChecker.declared)
+cdef enum:
+    TYPE_BITS = 3
+    REQUIRED = 4    # a required field
+    CONTROL = 8     # the name holds a control character (pushing it is refused)
+
 
 cdef inline bint _cc(Py_UCS4 ch) noexcept:
     return ch < 0x20 or (0x7F <= ch <= 0x9F)
@@ -170,16 +176,32 @@ cdef void _widen_list(list items) except *:
         items[i] = _widen(items[i])
 
 
+cdef inline bint _of_type(int code, type t, object value) noexcept:
+    """Whether ``value`` (of type ``t``) is a value a field of type ``code`` takes."""
+    if code == T_STR:
+        return t is str
+    if code == T_NUM:
+        return t is int or t is float
+    if code == T_BOOL:
+        return t is bool
+    return value is not None
+
+
 cdef class EventChecker:
     """Compiled push checks for one event schema (attributes in push_check.pxd)."""
 
     def __init__(self, fields, optional, required, defaults):
-        self.declared = {name: True for name in fields}
-        for name in optional:
-            self.declared[name] = True
         self.required = tuple((name, _CODES.get(fields[name], T_ANY)) for name in
                               sorted(required))
         self.defaults = tuple(defaults.items())
+        self.declared = {}
+        for name in [*fields, *optional]:
+            code = _CODES.get(fields.get(name), T_ANY)
+            if name in required:
+                code |= REQUIRED
+            if str_has_control(name):
+                code |= CONTROL
+            self.declared[name] = code
 
     cpdef object check(self, dict fields):
         """Steps 3 (keys and values), 5 and 6 of spec/wire.md §6.2; None when accepted."""
@@ -194,9 +216,27 @@ cdef class EventChecker:
         cdef int overflow = 0
         cdef int scanned
         cdef int code
+        cdef Py_ssize_t required_ok = 0  # required fields present with a value of their type
         cdef type t
         while PyDict_Next(fields, &pos, &key, &val):
             t = type(<object>val)
+            found = NULL
+            if type(<object>key) is str:
+                found = PyDict_GetItem(self.declared, <object>key)
+                if found is NULL:
+                    if str_has_control(<str><object>key):
+                        return "control_character_in_string"
+                    undeclared = True
+                    if <object>key == "event_time" or <object>key == "event_time_ms":
+                        event_time = True
+                else:
+                    code = <object>found
+                    if code & CONTROL:
+                        return "control_character_in_string"
+                    if code & REQUIRED and _of_type(code & TYPE_BITS, t, <object>val):
+                        required_ok += 1
+            else:
+                undeclared = True
             if t is str:
                 if str_has_control(<str><object>val):
                     return "control_character_in_string"
@@ -213,15 +253,6 @@ cdef class EventChecker:
                 if overflow:
                     widen = True
                     unstorable = unstorable or int_unstorable(<object>val)
-            if type(<object>key) is str:
-                if str_has_control(<str><object>key):
-                    return "control_character_in_string"
-                if PyDict_GetItem(self.declared, <object>key) is NULL:
-                    undeclared = True
-                    if <object>key == "event_time" or <object>key == "event_time_ms":
-                        event_time = True
-            else:
-                undeclared = True
         if undeclared:
             return "unknown_field_event_time_v0" if event_time else "unknown_field_v0"
         self.changed = widen  # a nested value may be widened (not told apart from none)
@@ -230,22 +261,11 @@ cdef class EventChecker:
             if found is NULL or <object>found is None:
                 PyDict_SetItem(fields, name, default)
                 self.changed = True
-        for name, code in self.required:
-            found = PyDict_GetItem(fields, name)
-            if found is NULL:
-                return "invalid_event"
-            t = type(<object>found)
-            if code == T_STR:
-                if t is not str:
+        if required_ok != len(self.required):  # one is missing or not of its type (unless a
+            for name, code in self.required:   # default filled it in)
+                found = PyDict_GetItem(fields, name)
+                if found is NULL or not _of_type(code, type(<object>found), <object>found):
                     return "invalid_event"
-            elif code == T_NUM:
-                if t is not int and t is not float:
-                    return "invalid_event"
-            elif code == T_BOOL:
-                if t is not bool:
-                    return "invalid_event"
-            elif <object>found is None:
-                return "invalid_event"
         if unstorable:
             return "invalid_event"
         if widen:

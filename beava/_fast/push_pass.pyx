@@ -203,7 +203,7 @@ cdef class PushPass:
     cdef list known             # (UTF-8 bytes, event) of up to KNOWN_NAMES checked events
     # set by _begin for one call
     cdef object log
-    cdef dict checkers          # event -> (spec, checker, index into counts)
+    cdef dict checkers          # event -> (spec, checker, index into counts, deduped)
     cdef PushCounts counts
     cdef dict routes
     cdef object clock
@@ -336,7 +336,7 @@ cdef class PushPass:
         if type(fields) is not dict or not self.writable:
             return 0
         found = PyDict_GetItem(self.checkers, event)
-        if found is NULL or (<tuple>found)[0].dedupe_key is not None:
+        if found is NULL or (<tuple>found)[3] is True:  # deduped: the store's path
             return 0
         checker = <EventChecker>(<tuple>found)[1]
         if checker.check(<dict>fields) is not None:

@@ -22,14 +22,16 @@ _ACCEPTS = {"str": "a string", "i64": "a number", "f64": "a number", "bool": "a 
 _LONGEST_SHOWN = 40
 
 
-# (spec, its compiled checker, its index among the registry's events: the push counters')
-CheckerEntry = tuple[EventSpec, EventChecker, int]
+# (spec, its compiled checker, its index among the registry's events: the push counters',
+# whether it has a dedupe key: the push pass leaves those pushes to the store)
+CheckerEntry = tuple[EventSpec, EventChecker, int, bool]
 
 
 def build_checkers(events: Mapping[str, EventSpec]) -> dict[str, CheckerEntry]:
-    """Event name -> (EventSpec, its compiled checker, its index in ``events``)."""
+    """Event name -> (EventSpec, its compiled checker, its index in ``events``, whether
+    it has a dedupe key)."""
     return {name: (spec, EventChecker(spec.fields, spec.optional, spec.required, spec.defaults),
-                   index)
+                   index, spec.dedupe_key is not None)
             for index, (name, spec) in enumerate(events.items())}
 
 
