@@ -342,7 +342,11 @@ cdef class PushPass:
         if checker.check(<dict>fields) is not None:
             return 0
         index = (<tuple>found)[2]
-        cdef int64_t now = wall_ms() if self.wall else self.clock()
+        cdef int64_t now
+        if self.wall:  # two statements: a conditional expression would box wall_ms()
+            now = wall_ms()
+        else:
+            now = self.clock()
         self.last_lsn += 1
         self.pushes += 1
         self.counts.values[index] += 1
