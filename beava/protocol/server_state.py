@@ -8,6 +8,7 @@ shutdown). Nothing here is module-global, so two servers in one process keep apa
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
@@ -21,7 +22,11 @@ if TYPE_CHECKING:
 
 # At most this much work per loop iteration for connections with frames left over from
 # an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
-ROUND_SECONDS = 0.001
+ROUND_SECONDS = 0.0005
+# At most this much work per loop iteration started by socket reads, all connections
+# together: the pushes of a read after that wait for a round, so a loop iteration stays
+# short however many pipelines became readable at once.
+READS_SECONDS = 0.0005
 
 
 class AckSource(Protocol):
@@ -68,11 +73,30 @@ class IntakeGate:
 
 class TurnScheduler:
     """Round-robin over connections with frames left from an earlier turn: one call per
-    loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets."""
+    loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets; and
+    the budget of the work socket reads start in one loop iteration (READS_SECONDS)."""
 
     def __init__(self) -> None:
         self._queue: deque[FramedTcpProtocol] = deque()
         self._scheduled = False
+        self._reads_end = 0.0  # end of this loop iteration's read budget; 0.0: not begun
+
+    def reads_deadline(self, now: float) -> float:
+        """When the work of this loop iteration's socket reads must end (its first read,
+        at ``now``, starts the budget)."""
+        end = self._reads_end
+        if end == 0.0:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside a loop (synchronously): no iterations
+                return math.inf
+            end = self._reads_end = now + READS_SECONDS
+            # runs once this iteration's I/O callbacks are done: the next one starts afresh
+            loop.call_soon(self._end_reads)
+        return end
+
+    def _end_reads(self) -> None:
+        self._reads_end = 0.0
 
     def add(self, conn: FramedTcpProtocol) -> None:
         self._queue.append(conn)

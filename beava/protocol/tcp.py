@@ -95,7 +95,18 @@ class FramedTcpProtocol(ServerConnection):
             if self.held_back():  # nor a request still evaluated in slices
                 self._park(frames)
                 return
-            self._process(frames, started, started + TURN_SECONDS)
+            deadline = started + TURN_SECONDS
+            reads_end = self.state.turns.reads_deadline(started)
+            if started > reads_end:  # this loop iteration's reads have had their time
+                if frames[0][0] == OP_PUSH:  # a pipeline: its turn comes in a round
+                    self._park(frames)
+                    if not self._turn_scheduled:
+                        self._schedule_turn()
+                    return
+                deadline = started  # a request (a GET, say) is answered: a few frames
+            elif reads_end < deadline:
+                deadline = reads_end
+            self._process(frames, started, deadline)
 
     def _process(self, frames: list[Frame], started: float,
                  deadline: float | None = None) -> None:

@@ -105,6 +105,29 @@ async def test_turn_schedulers_are_per_server() -> None:
     assert len(one.turns._queue) == 0
 
 
+async def test_reads_after_the_loop_iterations_budget_wait_for_a_round() -> None:
+    """Once the reads of a loop iteration have used its budget, a pipeline read later in
+    it is parked (its socket no longer read) and run by a round of the turn scheduler; a
+    request at the head of a read is still answered at once."""
+    handlers: dict[str, FrameHandler] = {c.name: (lambda ct, payload: b"<reply>") for c in FRAMED}
+    handlers["push"] = lambda ct, payload: b"<ack " + payload + b">"
+    dispatch = FrameDispatch(handlers)
+    state = ServerState()
+    pipeline, pipeline_out = _connect(dispatch, state)
+    reader, reader_out = _connect(dispatch, state)
+    state.turns.reads_deadline(0.0)  # this iteration's budget began long ago
+    pipeline.data_received(b"".join(frame(0x0010, CT_JSON, b"%d" % i) for i in range(3)))
+    assert pipeline_out.take() == b"" and not pipeline_out.reading
+    reader.data_received(frame(0x0000, CT_JSON, b"") + frame(0x0010, CT_JSON, b"r"))
+    assert reader_out.take() == b"<reply><ack r>"
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert pipeline_out.take() == b"<ack 0><ack 1><ack 2>" and pipeline_out.reading
+    # a later loop iteration has a budget of its own: a read is run at once
+    pipeline.data_received(frame(0x0010, CT_JSON, b"3"))
+    assert pipeline_out.take() == b"<ack 3>"
+
+
 def test_no_module_of_the_protocol_package_holds_mutable_state() -> None:
     state_types = (list, dict, set, bytearray, deque, ServerState, IntakeGate, TurnScheduler,
                    PendingReply)
