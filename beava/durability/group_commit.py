@@ -62,7 +62,7 @@ OnWritable = Callable[[bool, str], None]
 PROBE_INTERVAL_S = 1.0
 # Durable pushes are applied at most this long per loop iteration (the rest on the next
 # ones; the store's apply reads the clock every few pushes).
-APPLY_SLICE_SECONDS = 0.0005
+APPLY_SLICE_SECONDS = 0.00025
 # Durable pushes not applied yet above which client sockets stop being read, as for the
 # bytes pending durability (§6.5): intake never outruns the sliced apply for long.
 UNAPPLIED_LIMIT = 65_536
