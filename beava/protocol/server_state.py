@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 # At most this much work per loop iteration for connections with frames left over from
 # an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
 ROUND_SECONDS = 0.0005
-# At most this much work per loop iteration started by socket reads, all connections
-# together: the pushes of a read after that wait for a round, so a loop iteration stays
-# short however many pipelines became readable at once.
+# At most this much work per loop iteration started by socket reads that begin with a
+# push, all connections together: the pushes of such a read after that wait for a round,
+# so a loop iteration stays short however many pipelines became readable at once.
 READS_SECONDS = 0.0005
 
 
@@ -94,6 +94,11 @@ class TurnScheduler:
             # runs once this iteration's I/O callbacks are done: the next one starts afresh
             loop.call_soon(self._end_reads)
         return end
+
+    def reads_spent(self, now: float) -> bool:
+        """Whether pipelines read in this loop iteration have used up its budget (a read
+        of other requests does not start one: an idle server schedules nothing more)."""
+        return 0.0 < self._reads_end < now
 
     def _end_reads(self) -> None:
         self._reads_end = 0.0

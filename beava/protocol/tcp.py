@@ -96,16 +96,17 @@ class FramedTcpProtocol(ServerConnection):
                 self._park(frames)
                 return
             deadline = started + TURN_SECONDS
-            reads_end = self.state.turns.reads_deadline(started)
-            if started > reads_end:  # this loop iteration's reads have had their time
-                if frames[0][0] == OP_PUSH:  # a pipeline: its turn comes in a round
+            turns = self.state.turns
+            if frames[0][0] == OP_PUSH:  # a pipeline: it shares this iteration's budget
+                reads_end = turns.reads_deadline(started)
+                if started > reads_end:  # spent: its turn comes in a round
                     self._park(frames)
                     if not self._turn_scheduled:
                         self._schedule_turn()
                     return
+                deadline = min(deadline, reads_end)
+            elif turns.reads_spent(started):
                 deadline = started  # a request (a GET, say) is answered: a few frames
-            elif reads_end < deadline:
-                deadline = reads_end
             self._process(frames, started, deadline)
 
     def _process(self, frames: list[Frame], started: float,
