@@ -31,7 +31,8 @@ from libc.string cimport memcmp, memcpy
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.table_kernel cimport TableKernel
-from beava._fast.wal_record cimport append_to, event_record_at, seal_body
+from beava._fast.wal_record cimport (BODY_MSGPACK, RECORD_EVENT, append_to, event_record_at,
+                                     seal_body)
 
 
 cdef extern from "<time.h>" nogil:
@@ -51,8 +52,6 @@ cdef enum:
     OP_PUSH = 0x0010
     CT_JSON = 0x01
     CT_MSGPACK = 0x02
-    RECORD_EVENT = 1
-    BODY_MSGPACK = 2
     HEADER = 7          # u32 length | u16 op | u8 ct
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
@@ -200,7 +199,7 @@ cdef class PushPass:
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the cached event names belong to
     cdef dict names             # event -> its UTF-8 bytes
-    cdef list known             # (UTF-8 bytes, event) of up to KNOWN_NAMES checked events
+    cdef list known             # (names[event], event) of up to KNOWN_NAMES events split
     # set by _begin for one call
     cdef object log
     cdef dict checkers          # event -> (spec, checker, index into counts, deduped)
@@ -284,6 +283,15 @@ cdef class PushPass:
             self.logged = False
             self.log.accepted()
 
+    cdef bytes _name(self, str event):
+        """``event``'s UTF-8 bytes (kept per registry)."""
+        cdef PyObject* found = PyDict_GetItem(self.names, event)
+        if found is not NULL:
+            return <bytes>found
+        name = event.encode()
+        self.names[event] = name
+        return name
+
     cdef object _split(self, bytes payload, Py_ssize_t* body_at):
         """The event of a MessagePack envelope laid out ``{"event": name, "body": ...}``
         (in that order, the name at most 255 bytes), its body from byte ``body_at[0]`` to
@@ -320,7 +328,7 @@ cdef class PushPass:
         if PyDict_GetItem(self.checkers, event) is NULL:
             return None
         if len(self.known) < KNOWN_NAMES:
-            self.known.append((PyBytes_FromStringAndSize(p + at, name_len), event))
+            self.known.append((self._name(event), event))
         return event
 
     cdef int _accept(self, object event, object fields, const char* raw,
@@ -351,21 +359,15 @@ cdef class PushPass:
         self.pushes += 1
         self.counts.values[index] += 1
         if self.mode != MEMORY:
-            found = PyDict_GetItem(self.names, event)
-            if found is NULL:
-                name = (<str>event).encode()
-                self.names[event] = name
-            else:
-                name = <bytes>found
-            if raw != NULL and not checker.changed:  # the pushed bytes decode to the row
-                append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
-                          <uint64_t>now, <uint32_t>self.version,
-                          PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len)
-            else:  # the row encoded straight onto the pending batch
-                start = PyByteArray_GET_SIZE(self.buf)
-                append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
-                          <uint64_t>now, <uint32_t>self.version,
-                          PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL, 0)
+            name = self._name(event)
+            if checker.changed:  # the pushed bytes are not the row any more
+                raw = NULL
+                raw_len = 0
+            start = PyByteArray_GET_SIZE(self.buf)
+            append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
+                      <uint64_t>now, <uint32_t>self.version,
+                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len)
+            if raw == NULL:  # the row encoded straight onto the pending batch
                 try:
                     self.encode_into(fields, self.buf, -1)
                 except BaseException:
@@ -398,7 +400,7 @@ cdef class PushPass:
         cdef int op, ct
         cdef int taken
         cdef int64_t lsn
-        cdef Py_ssize_t body_at
+        cdef Py_ssize_t body_at, raw_len
         cdef const char* raw
         self._begin()
         try:
@@ -414,14 +416,15 @@ cdef class PushPass:
                 payload = frame[2]
                 i += 1
                 raw = NULL
+                raw_len = 0
                 try:
                     event = None
                     if ct == CT_MSGPACK and type(payload) is bytes:
                         event = self._split(<bytes>payload, &body_at)
                     if event is not None:
                         raw = PyBytes_AS_STRING(payload) + body_at
-                        fields = self.decode_body(PyBytes_FromStringAndSize(
-                            raw, PyBytes_GET_SIZE(payload) - body_at))
+                        raw_len = PyBytes_GET_SIZE(payload) - body_at
+                        fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
@@ -433,9 +436,9 @@ cdef class PushPass:
                 except Exception:  # the handler answers what is wrong with it
                     event = fields = None
                     raw = NULL
+                    raw_len = 0
                 try:
-                    taken = self._accept(event, fields, raw,
-                                         PyBytes_GET_SIZE(payload) - body_at if raw else 0)
+                    taken = self._accept(event, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error
                     out += self.failed(exc)
                     continue

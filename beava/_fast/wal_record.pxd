@@ -1,6 +1,11 @@
 # WAL records built and read in C (wal_record.pyx), for the push pass.
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
+# a record's type and body format (spec/durability.md §5; beava.durability.wal_format)
+cdef enum:
+    RECORD_EVENT = 1
+    BODY_MSGPACK = 2
+
 
 # Append one record to the end of ``buf``; returns its size on disk. ValueError when the
 # name or the record is over its limit.

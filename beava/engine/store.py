@@ -40,12 +40,13 @@ from beava.engine.state.keys import dedupe_keystr
 from beava.engine.state.push_validation import CheckerEntry, build_checkers, validate_push
 
 # the body of an EVENT record: the accepted row as MessagePack (the push pass encodes it
-# straight onto the pending batch with this encoder's encode_into)
+# straight onto the pending batch with this encoder's encode_into, or copies the pushed
+# bytes, which it decodes with decode_wal_body: the live row is what replay decodes)
 WAL_BODY_ENCODER = msgspec.msgpack.Encoder()
 encode_wal_body = WAL_BODY_ENCODER.encode
+decode_wal_body = msgspec.msgpack.Decoder().decode
 _encode_json = msgspec.json.Encoder(order="sorted").encode
 _decode_json = msgspec.json.Decoder().decode
-_decode_msgpack = msgspec.msgpack.Decoder().decode
 # Longest reason quoted from a snapshot that does not load (it may echo the file's data).
 _MAX_REASON = 300
 
@@ -253,7 +254,7 @@ class FeatureStore:
         early once ``deadline`` (perf_counter; 0.0: none) has passed: push ``i`` has LSN
         ``first_lsn + i``. Returns the offset of the next push's record and its index."""
         newest, offset, done = apply_records(self.engine.routes, events, data, offset, start,
-                                             stop, deadline, _decode_msgpack, _decode_json)
+                                             stop, deadline, decode_wal_body, _decode_json)
         self.applied_lsn = first_lsn + done - 1
         if newest > self.watermark_ms:
             self.watermark_ms = newest
@@ -349,7 +350,7 @@ class FeatureStore:
         if spec is None:
             raise Unapplicable(f"unknown event {record.name!r}")
         try:
-            row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
+            row = (decode_wal_body(record.body) if record.body_format == BODY_MSGPACK
                    else _decode_json(record.body))
         except msgspec.DecodeError as exc:
             raise Unapplicable(f"undecodable body: {exc}") from None

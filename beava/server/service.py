@@ -23,7 +23,7 @@ from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
 from beava.engine.state import reads, scan
 from beava.engine.state.push_validation import event_not_found_error, has_control_character
-from beava.engine.store import WAL_BODY_ENCODER, FeatureStore, wall_clock_ms
+from beava.engine.store import WAL_BODY_ENCODER, FeatureStore, decode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
 from beava.protocol.commands import FRAMED
@@ -259,7 +259,7 @@ class Service:
         # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
         # to _tcp_push (a frame) or store.push (a body)
         self.push_pass = PushPass(store, self._tcp_push, FrameDispatch.failed,
-                                  messages.tcp_push_msgpack, messages.msgpack_any,
+                                  messages.tcp_push_msgpack, decode_wal_body,
                                   messages.tcp_push_json,
                                   messages.json_any, WAL_BODY_ENCODER.encode_into, wall_clock_ms,
                                   _PUSH_OP)
