@@ -100,9 +100,7 @@ class FramedTcpProtocol(ServerConnection):
             if frames[0][0] == OP_PUSH:  # a pipeline: it shares this iteration's budget
                 reads_end = turns.reads_deadline(started)
                 if started > reads_end:  # spent: its turn comes in a round
-                    self._park(frames)
-                    if not self._turn_scheduled:
-                        self._schedule_turn()
+                    self._defer(frames)
                     return
                 deadline = min(deadline, reads_end)
             elif turns.reads_spent(started):
@@ -133,8 +131,7 @@ class FramedTcpProtocol(ServerConnection):
         while index < count:
             if (index % TURN_CHECK_EVERY == 0 and index and deadline is not None
                     and time.perf_counter() > deadline):  # cheapest test first: per frame
-                self._park(frames[index:])
-                self._schedule_turn()
+                self._defer(frames[index:])
                 break
             op, ct, payload = frames[index]
             if op == OP_PUSH and push_run is not None:
@@ -152,8 +149,7 @@ class FramedTcpProtocol(ServerConnection):
                     if (index < count and deadline is not None and frames[index][0] == OP_PUSH
                             and time.perf_counter() > deadline):
                         # the pass stopped at the deadline: leave the rest for a later turn
-                        self._park(frames[index:])
-                        self._schedule_turn()
+                        self._defer(frames[index:])
                         break
                     continue
             index += 1
@@ -206,9 +202,15 @@ class FramedTcpProtocol(ServerConnection):
             self._process(frames, time.perf_counter(), deadline)
 
     def _schedule_turn(self) -> None:
-        """Run the parked frames in a later round of the server's turn scheduler."""
-        self._turn_scheduled = True
-        self.state.turns.add(self)
+        """Run the parked frames in a later round of the server's turn scheduler (once)."""
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self.state.turns.add(self)
+
+    def _defer(self, frames: Iterable[Frame]) -> None:
+        """Leave ``frames`` for a later turn of this connection."""
+        self._park(frames)
+        self._schedule_turn()
 
     def _waiting_for_pending(self) -> bool:
         return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
@@ -270,7 +272,7 @@ class FramedTcpProtocol(ServerConnection):
     def resume_writing(self) -> None:
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
-            if self._parked and not self._turn_scheduled:
+            if self._parked:
                 self._schedule_turn()
             self._resume_if_idle()
 
