@@ -266,3 +266,25 @@ def test_envelope_layouts(server: BeavaProcess, tmp_path: Path) -> None:
         fresh.close()
     finally:
         restarted.terminate()
+
+
+def test_a_widened_integer_is_recorded_as_applied(server: BeavaProcess, tmp_path: Path) -> None:
+    """An integer beyond 64-bit signed (a MessagePack uint 64) is widened to float by the
+    checks: the record holds the row as applied, not the pushed bytes (spec/durability.md
+    §5: the record is the field map exactly as it was applied)."""
+    body = msgspec.msgpack.encode({"user": "w", "amount": 2 ** 64 - 1, "note": "n"})
+    assert b"\xcf" in body  # sent as a uint 64
+    conn = FrameConn(server.tcp)
+    conn.send(frame(OP_PUSH, 2, b"\x82\xa5event\xa3Txn\xa4body" + body) + get("Spend", "w"))
+    (op, ack), (_, spend) = replies(conn, 2)
+    conn.close()
+    assert op == OP_PUSH and spend["total"] == float(2 ** 64 - 1)
+    data_dir = tmp_path / "data"
+    if not data_dir.exists():
+        return
+    server.terminate()
+    (record,) = event_records(data_dir)
+    assert record.lsn == ack["ack_lsn"] and record.body != body
+    row = msgspec.msgpack.decode(record.body)
+    assert row == {"user": "w", "amount": float(2 ** 64 - 1), "note": "n"}
+    assert type(row["amount"]) is float
