@@ -1,6 +1,16 @@
 # Compiled push checks of one event schema (push_check.pyx); the push pass calls check()
 # without a Python-level call.
 
+from libc.stdint cimport uint64_t
+
+
+cdef struct RawName:
+    const char* name        # NULL: an empty slot of the table
+    Py_ssize_t size
+    int code                # type code and flags, as in ``declared``
+    int bit                 # the name's bit in a body's seen-names mask
+
+
 cdef class EventChecker:
     cdef dict declared      # every pushable name -> its type code and flags (push_check.pyx)
     cdef tuple required     # ((name, type code), ...)
@@ -11,3 +21,17 @@ cdef class EventChecker:
     # widened, in place): None when accepted, else the error code. ``changed`` says whether
     # an accepted body differs from what was pushed.
     cpdef object check(self, dict fields)
+
+    # for check_msgpack: the declared names' UTF-8 bytes in an open-addressing table
+    cdef tuple raw_names    # the bytes the table points into
+    cdef RawName* table
+    cdef Py_ssize_t mask    # table size - 1
+    cdef uint64_t required_bits
+    cdef uint64_t default_bits
+    cdef bint takes_msgpack  # False: every body goes through check() (over 64 names)
+
+    # Whether a MessagePack body (``n`` bytes at ``p``) is one that check() would accept
+    # unchanged, read from its bytes without decoding it. False means "decode it and ask
+    # check()": an error, a default to fill, a value to widen, or only something this scan
+    # leaves to check() (nested values, nil, binary, non-ASCII text).
+    cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept

@@ -6,6 +6,11 @@ walks the pushed map once: control characters in keys and strings at any depth, 
 fields, defaults, required fields and their types, and integers beyond 64 bits (widened to
 float; one beyond the range of a double is not storable). It returns None when the body is
 accepted, else the error code.
+
+``check_msgpack`` answers the same question from a MessagePack body's bytes, without
+decoding it, for the bodies check() would accept unchanged (flat maps of declared names to
+numbers, booleans and ASCII text): the strict push pass then logs the pushed bytes and
+decodes them once, when it applies them. Anything else it leaves to check().
 """
 
 from datetime import datetime
@@ -13,9 +18,13 @@ from datetime import datetime
 from msgspec.msgpack import Ext
 
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
+from libc.stdint cimport uint64_t
+from libc.string cimport memcmp, memset
 
 cdef extern from "Python.h":
     int PyUnicode_KIND(object o)
@@ -38,6 +47,11 @@ cdef enum:
     TYPE_BITS = 3
     REQUIRED = 4    # a required field
     CONTROL = 8     # the name holds a control character (pushing it is refused)
+
+
+# Bits of a body's seen-names mask: check_msgpack takes schemas of at most this many names.
+cdef enum:
+    MAX_RAW_NAMES = 64
 
 
 cdef inline bint _cc(Py_UCS4 ch) noexcept:
@@ -176,6 +190,64 @@ cdef void _widen_list(list items) except *:
         items[i] = _widen(items[i])
 
 
+# Bytes after the tag of float 32, float 64, uint 8-64, int 8-64 (tags 0xca..0xd3).
+cdef Py_ssize_t[10] _NUMBER_SIZE = [4, 8, 1, 2, 4, 8, 1, 2, 4, 8]
+
+
+cdef inline uint64_t _fnv(const char* p, Py_ssize_t n) noexcept:
+    """FNV-1a of ``n`` bytes."""
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 1099511628211ULL
+    return h
+
+
+cdef inline uint64_t _get_be(const unsigned char* p, int n) noexcept:
+    cdef uint64_t v = 0
+    cdef int k
+    for k in range(n):
+        v = (v << 8) | p[k]
+    return v
+
+
+cdef inline Py_ssize_t _text_size(const unsigned char* b, Py_ssize_t n,
+                                  Py_ssize_t* at) noexcept:
+    """The size of the MessagePack string at ``b[at[0]]`` (``at[0]`` moved past its header
+    to its bytes), or -1 when it is not a string or runs past ``n``."""
+    cdef Py_ssize_t i = at[0], size
+    if i >= n:
+        return -1
+    cdef unsigned char c = b[i]
+    if 0xa0 <= c <= 0xbf:
+        size = c & 0x1f
+        i += 1
+    elif c == 0xd9 and i + 2 <= n:
+        size = b[i + 1]
+        i += 2
+    elif c == 0xda and i + 3 <= n:
+        size = <Py_ssize_t>_get_be(b + i + 1, 2)
+        i += 3
+    elif c == 0xdb and i + 5 <= n:
+        size = <Py_ssize_t>_get_be(b + i + 1, 4)
+        i += 5
+    else:
+        return -1
+    if i + size > n:
+        return -1
+    at[0] = i
+    return size
+
+
+cdef inline bint _plain_ascii(const unsigned char* p, Py_ssize_t n) noexcept:
+    """Whether every byte is printable ASCII (no control character, nothing to decode)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] < 0x20 or p[i] >= 0x7f:
+            return False
+    return True
+
+
 cdef inline bint _of_type(int code, type t, object value) noexcept:
     """Whether ``value`` (of type ``t``) is a value a field of type ``code`` takes."""
     if code == T_STR:
@@ -202,6 +274,113 @@ cdef class EventChecker:
             if str_has_control(name):
                 code |= CONTROL
             self.declared[name] = code
+        # check_msgpack's table of the declared names
+        names = list(self.declared)
+        self.takes_msgpack = (len(names) <= MAX_RAW_NAMES
+                              and all(name in self.declared for name in defaults))
+        if not self.takes_msgpack:
+            return
+        cdef Py_ssize_t size = 4, slot, bit
+        while size < 2 * len(names):
+            size *= 2
+        self.table = <RawName*>PyMem_Malloc(size * sizeof(RawName))
+        if self.table is NULL:
+            raise MemoryError()
+        memset(self.table, 0, size * sizeof(RawName))
+        self.mask = size - 1
+        self.raw_names = tuple(name.encode() for name in names)
+        for bit in range(len(names)):
+            raw = <bytes>self.raw_names[bit]
+            slot = _fnv(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) & self.mask
+            while self.table[slot].name is not NULL:
+                slot = (slot + 1) & self.mask
+            self.table[slot].name = PyBytes_AS_STRING(raw)
+            self.table[slot].size = PyBytes_GET_SIZE(raw)
+            self.table[slot].code = self.declared[names[bit]]
+            self.table[slot].bit = bit
+            if self.table[slot].code & REQUIRED:
+                self.required_bits |= (<uint64_t>1) << bit
+            if names[bit] in defaults:
+                self.default_bits |= (<uint64_t>1) << bit
+
+    def __dealloc__(self):
+        PyMem_Free(self.table)
+
+    def accepts_unchanged(self, bytes body):
+        """check_msgpack on ``body``: whether it is accepted unchanged, read from its
+        bytes (False: check() must decide)."""
+        return self.check_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+
+    cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept:
+        """See push_check.pxd."""
+        cdef const unsigned char* b = <const unsigned char*>p
+        cdef Py_ssize_t at, entries, size, slot
+        cdef uint64_t seen = 0, typed = 0, bit, v
+        cdef unsigned char c
+        cdef int code, kind
+        if not self.takes_msgpack or n < 1:
+            return False
+        c = b[0]
+        if 0x80 <= c <= 0x8f:
+            entries = c & 0x0f
+            at = 1
+        elif c == 0xde and n >= 3:
+            entries = (<Py_ssize_t>b[1] << 8) | b[2]
+            at = 3
+        else:
+            return False
+        while entries > 0:
+            entries -= 1
+            # the key: ASCII text without control characters, a declared name, once
+            size = _text_size(b, n, &at)
+            if size < 0 or not _plain_ascii(b + at, size):
+                return False
+            slot = _fnv(p + at, size) & self.mask
+            while True:
+                if self.table[slot].name is NULL:
+                    return False  # undeclared
+                if (self.table[slot].size == size
+                        and memcmp(self.table[slot].name, p + at, size) == 0):
+                    break
+                slot = (slot + 1) & self.mask
+            at += size
+            code = self.table[slot].code
+            bit = (<uint64_t>1) << self.table[slot].bit
+            if code & CONTROL or seen & bit:
+                return False
+            seen |= bit
+            # the value: a number, a boolean or ASCII text without control characters
+            if at >= n:
+                return False
+            c = b[at]
+            if c <= 0x7f or c >= 0xe0:  # positive and negative fixint
+                kind = T_NUM
+                at += 1
+            elif c == 0xc2 or c == 0xc3:
+                kind = T_BOOL
+                at += 1
+            elif 0xa0 <= c <= 0xbf or 0xd9 <= c <= 0xdb:
+                size = _text_size(b, n, &at)
+                if size < 0 or not _plain_ascii(b + at, size):
+                    return False
+                kind = T_STR
+                at += size
+            elif 0xca <= c <= 0xd3:
+                size = _NUMBER_SIZE[c - 0xca]
+                if at + 1 + size > n:
+                    return False
+                if c == 0xcf:  # uint 64 beyond int64: widened by check()
+                    v = _get_be(b + at + 1, 8)
+                    if v >> 63:
+                        return False
+                kind = T_NUM
+                at += 1 + size
+            else:  # nil, binary, extensions, arrays, maps, 0xc1
+                return False
+            if code & REQUIRED and (kind == code & TYPE_BITS or code & TYPE_BITS == T_ANY):
+                typed |= bit
+        return (at == n and typed & self.required_bits == self.required_bits
+                and seen & self.default_bits == self.default_bits)
 
     cpdef object check(self, dict fields):
         """Steps 3 (keys and values), 5 and 6 of spec/wire.md §6.2; None when accepted."""

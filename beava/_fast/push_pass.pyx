@@ -9,7 +9,9 @@ framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
-nothing, the WAL record's body is the pushed body's own bytes. No Python-level function runs per push on this path beyond the decoders and the
+nothing, the WAL record's body is the pushed body's own bytes. In strict mode such a body
+is not decoded at intake at all when its checker can settle it from its bytes
+(``EventChecker.check_msgpack``): it is decoded once, when its durable record is applied. No Python-level function runs per push on this path beyond the decoders and the
 table kernels; the durability log hears of a call's records once, at its end
 (``accepted()``).
 
@@ -331,38 +333,54 @@ cdef class PushPass:
             self.known.append((self._name(event), event))
         return event
 
+    cdef tuple _entry(self, object event):
+        """``event``'s checker entry when the pass takes its pushes, else None (not a
+        registered event, a dedupe key: the store's path; writes refused)."""
+        if not self.writable:
+            return None
+        cdef PyObject* found = PyDict_GetItem(self.checkers, event)
+        if found is NULL or (<tuple>found)[3] is True:  # deduped: the store's path
+            return None
+        return <tuple>found
+
     cdef int _accept(self, object event, object fields, const char* raw,
                      Py_ssize_t raw_len) except -1:
         """Accept one push: 1 when done (``self.last_lsn`` is its LSN), 0 when it must go
         to the store's Python path instead (not a map, unknown event, a dedupe key, a check
         that fails, writes refused): nothing has been touched then. ``raw`` (or NULL): the
         MessagePack bytes ``fields`` were decoded from."""
-        cdef PyObject* found
-        cdef bytes name
-        cdef Py_ssize_t start, index
-        cdef EventChecker checker
-        if type(fields) is not dict or not self.writable:
+        if type(fields) is not dict:
             return 0
-        found = PyDict_GetItem(self.checkers, event)
-        if found is NULL or (<tuple>found)[3] is True:  # deduped: the store's path
+        entry = self._entry(event)
+        if entry is None:
             return 0
-        checker = <EventChecker>(<tuple>found)[1]
+        checker = <EventChecker>entry[1]
         if checker.check(<dict>fields) is not None:
             return 0
-        index = (<tuple>found)[2]
+        if checker.changed:  # the pushed bytes are not the row any more
+            raw = NULL
+            raw_len = 0
+        self._take(event, entry, fields, raw, raw_len)
+        return 1
+
+    cdef void _take(self, object event, tuple entry, object fields, const char* raw,
+                    Py_ssize_t raw_len) except *:
+        """Give an accepted push its LSN, count it, log it (its record's body: ``raw``, or
+        ``fields`` encoded when ``raw`` is NULL) and apply it (strict: once durable, from its
+        record; ``fields`` is None then when the checks read ``raw``)."""
+        cdef bytes name
+        cdef Py_ssize_t start
         cdef int64_t now
+        cdef PyObject* found
         if self.wall:  # two statements: a conditional expression would box wall_ms()
             now = wall_ms()
         else:
             now = self.clock()
         self.last_lsn += 1
         self.pushes += 1
-        self.counts.values[index] += 1
+        self.counts.values[<Py_ssize_t>entry[2]] += 1
         if self.mode != MEMORY:
             name = self._name(event)
-            if checker.changed:  # the pushed bytes are not the row any more
-                raw = NULL
-                raw_len = 0
             start = PyByteArray_GET_SIZE(self.buf)
             append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
                       <uint64_t>now, <uint32_t>self.version,
@@ -380,14 +398,13 @@ cdef class PushPass:
                 self.batch.first_lsn = self.last_lsn
             self.b_events.append(event)
             self.hold_lsn = self.last_lsn
-            return 1
+            return
         found = PyDict_GetItem(self.routes, event)
         if found is not NULL:
             feed(<tuple>found, fields, now)
         self.applied_lsn = self.last_lsn
         if now > self.watermark:
             self.watermark = now
-        return 1
 
     def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
             double deadline=0.0):
@@ -402,6 +419,8 @@ cdef class PushPass:
         cdef int64_t lsn
         cdef Py_ssize_t body_at, raw_len
         cdef const char* raw
+        cdef bint checked
+        cdef tuple entry = None
         self._begin()
         try:
             while i < stop:
@@ -417,6 +436,7 @@ cdef class PushPass:
                 i += 1
                 raw = NULL
                 raw_len = 0
+                checked = False
                 try:
                     event = None
                     if ct == CT_MSGPACK and type(payload) is bytes:
@@ -424,7 +444,12 @@ cdef class PushPass:
                     if event is not None:
                         raw = PyBytes_AS_STRING(payload) + body_at
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
-                        fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
+                        if self.mode == STRICT:  # checked from its bytes: no row to decode
+                            entry = self._entry(event)
+                            checked = entry is not None and (
+                                <EventChecker>entry[1]).check_msgpack(raw, raw_len)
+                        if not checked:
+                            fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
@@ -438,7 +463,11 @@ cdef class PushPass:
                     raw = NULL
                     raw_len = 0
                 try:
-                    taken = self._accept(event, fields, raw, raw_len)
+                    if checked:
+                        self._take(event, entry, None, raw, raw_len)
+                        taken = 1
+                    else:
+                        taken = self._accept(event, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error
                     out += self.failed(exc)
                     continue

@@ -7,6 +7,8 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beava.catalogue.errors import BeavaError
 from beava.engine.registry import empty_registry, register
@@ -144,3 +146,103 @@ def test_map_keys_inside_values_must_be_strings(events):
 def test_control_characters_win_over_unstorable_values(events):
     assert code_of(events, "Txn", {**good(), "blob": {7: "x\n"}}) == "control_character_in_string"
     assert code_of(events, "Txn", {**good(), "blob": nested(70), "zz": 1}) == "unknown_field_v0"
+
+
+# -- check_msgpack: the strict push pass's check from a body's bytes ------------------------
+
+NAMES = ["user", "amount", "qty", "ok", "blob", "currency", "note", "extra", "zz", "event_time",
+         "us\ter", ""]
+PLAIN_VALUES = st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False),
+                         st.booleans(), st.text(alphabet=st.characters(min_codepoint=0x20,
+                                                                       max_codepoint=0x7e)))
+WIRE_INTS = st.integers(-(2**63), 2**64 - 1)  # what MessagePack can carry
+ANY_VALUES = st.one_of(PLAIN_VALUES, st.none(), WIRE_INTS, st.binary(), st.text(),
+                       st.lists(WIRE_INTS, max_size=2),
+                       st.dictionaries(st.text(max_size=3), WIRE_INTS, max_size=2))
+
+
+def checker_of(events):
+    return events["Txn"][1]
+
+
+def settled_unchanged(checker, body: bytes) -> bool:
+    """What check() says of the decoded body: accepted, and nothing filled in or widened."""
+    try:
+        fields = msgspec.msgpack.decode(body)
+    except msgspec.DecodeError:
+        return False
+    if type(fields) is not dict:
+        return False
+    before = msgspec.msgpack.encode(fields)
+    return checker.check(fields) is None and msgspec.msgpack.encode(fields) == before
+
+
+def raw_map(pairs: list[tuple[bytes, bytes]], header: bytes | None = None) -> bytes:
+    """A MessagePack map of already encoded keys and values (duplicates allowed)."""
+    head = header if header is not None else bytes([0x80 | len(pairs)])
+    return head + b"".join(k + v for k, v in pairs)
+
+
+@given(st.dictionaries(st.sampled_from(NAMES), ANY_VALUES, max_size=9))
+@settings(max_examples=400, deadline=None)
+def test_bytes_check_accepts_only_what_check_accepts_unchanged(events, body):
+    checker = checker_of(events)
+    encoded = msgspec.msgpack.encode(body)
+    if checker.accepts_unchanged(encoded):
+        assert settled_unchanged(checker, encoded)
+
+
+@given(st.fixed_dictionaries({"user": st.text(alphabet="abc", min_size=1),
+                              "amount": st.floats(allow_nan=False) | st.integers(-5, 2**63 - 1),
+                              "qty": st.integers(-(2**63), 2**63 - 1),
+                              "ok": st.booleans(), "blob": PLAIN_VALUES,
+                              "currency": st.sampled_from(["USD", "EUR"])},
+                             optional={"note": PLAIN_VALUES, "extra": PLAIN_VALUES}))
+@settings(max_examples=200, deadline=None)
+def test_bytes_check_settles_flat_bodies_of_declared_names(events, body):
+    checker = checker_of(events)
+    encoded = msgspec.msgpack.encode(body)
+    assert settled_unchanged(checker, encoded)
+    assert checker.accepts_unchanged(encoded)
+
+
+def test_bytes_check_leaves_the_rest_to_check(events):
+    checker = checker_of(events)
+    pack = msgspec.msgpack.encode
+    base = {**good(), "blob": 1, "currency": "USD"}
+    assert checker.accepts_unchanged(pack(base))
+    pairs = [(pack(k), pack(v)) for k, v in base.items()]
+    refused = {
+        "a default to fill": pack({k: v for k, v in base.items() if k != "currency"}),
+        "a default for nil": pack({**base, "currency": None}),
+        "a required field missing": pack({k: v for k, v in base.items() if k != "qty"}),
+        "a required field of another type": pack({**base, "user": 5}),
+        "a bool for a number": pack({**base, "qty": True}),
+        "an undeclared field": pack({**base, "zz": 1}),
+        "a control character": pack({**base, "note": "a\tb"}),
+        "DEL": pack({**base, "note": "a\x7f"}),
+        "non-ASCII text (decoded and checked by check())": pack({**base, "note": "é"}),
+        "a nested value": pack({**base, "blob": [1]}),
+        "binary": pack({**base, "blob": b"x"}),
+        "an extension": pack({**base, "blob": msgspec.msgpack.Ext(1, b"x")}),
+        "uint 64 beyond int 64 (widened)": pack({**base, "qty": 2**63}),
+        "a duplicate key": raw_map(pairs + [(pack("note"), pack(1)), (pack("note"), pack(2))]),
+        "a duplicate key, same value": raw_map(pairs + [pairs[0]]),
+        "trailing bytes": pack(base) + b"\x01",
+        "cut short": pack(base)[:-1],
+        "not a map": pack([1, 2]),
+        "a key that is not a string": raw_map(pairs + [(pack(1), pack(1))]),
+        "an empty body": b"",
+    }
+    for why, body in refused.items():
+        assert not checker.accepts_unchanged(body), why
+    # other layouts of the same map: map 16, str 8 keys and values, float 32, every int width
+    assert checker.accepts_unchanged(raw_map(pairs, b"\xde\x00" + bytes([len(pairs)])))
+    long_key = [(b"\xd9\x04user", b"\xd9\x02u1")] + pairs[1:]
+    assert checker.accepts_unchanged(raw_map(long_key))
+    for number in (b"\xca\x3f\xc0\x00\x00", b"\xcc\x05", b"\xcd\x01\x00", b"\xce\0\0\1\0",
+                   b"\xcf" + (2**63 - 1).to_bytes(8, "big"), b"\xd0\xfb", b"\xd1\xff\x00",
+                   b"\xd2\xff\0\0\0", b"\xd3" + (1).to_bytes(8, "big"), b"\xe0", b"\x7f"):
+        varied = [(k, number if k == pack("qty") else v) for k, v in pairs]
+        assert checker.accepts_unchanged(raw_map(varied)), number
+        assert settled_unchanged(checker, raw_map(varied)), number
