@@ -80,6 +80,15 @@ class TurnScheduler:
         self._queue: deque[FramedTcpProtocol] = deque()
         self._scheduled = False
         self._reads_end = 0.0  # end of this loop iteration's read budget; 0.0: not begun
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (RuntimeError outside one), kept: asyncio.get_running_loop()
+        makes a getpid() system call each time."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def reads_deadline(self, now: float) -> float:
         """When the work of this loop iteration's socket reads must end (its first read,
@@ -87,7 +96,7 @@ class TurnScheduler:
         end = self._reads_end
         if end == 0.0:
             try:
-                loop = asyncio.get_running_loop()
+                loop = self._running_loop()
             except RuntimeError:  # called outside a loop (synchronously): no iterations
                 return math.inf
             end = self._reads_end = now + READS_SECONDS
@@ -107,7 +116,7 @@ class TurnScheduler:
         self._queue.append(conn)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._round)
+            self._running_loop().call_soon(self._round)
 
     def _round(self) -> None:
         self._scheduled = False
@@ -119,7 +128,7 @@ class TurnScheduler:
                 break
         if queue and not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._round)
+            self._running_loop().call_soon(self._round)
 
 
 class ConnectionLimits:
