@@ -30,6 +30,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from beava._fast.byte_buffers cimport resize_growing
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.table_kernel cimport TableKernel
@@ -100,9 +101,7 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
                          uint64_t version) except *:
     """Append the ack frame ``{"ack_lsn":lsn,"idempotent_replay":false,
     "registry_version":version}`` (spec/wire.md §6.6) to ``out``."""
-    cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
-    PyByteArray_Resize(out, start + ACK_ROOM)
-    cdef char* frame = PyByteArray_AS_STRING(out) + start
+    cdef char frame[ACK_ROOM]
     cdef char* p = frame + HEADER
     memcpy(p, ACK_HEAD, 11)
     p += 11
@@ -120,7 +119,9 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     frame[4] = <char>(reply_op >> 8)
     frame[5] = <char>(reply_op & 0xFF)
     frame[6] = <char>CT_JSON
-    PyByteArray_Resize(out, p - PyByteArray_AS_STRING(out))
+    cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
+    resize_growing(out, start + (p - frame))
+    memcpy(PyByteArray_AS_STRING(out) + start, frame, p - frame)
 
 
 cdef inline int feed(tuple pushes, object row, int64_t now) except -1:

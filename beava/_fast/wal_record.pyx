@@ -18,6 +18,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from beava._fast.byte_buffers cimport resize_growing
+
 # Bytes after record_len when name and body are empty; bytes before the name.
 DEF FIXED_LEN = 34
 DEF NAME_OFFSET = 34
@@ -138,7 +140,7 @@ cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t bo
                           const char* body, Py_ssize_t body_len) except -1:
     _check(name_len, body_len)
     cdef Py_ssize_t start = PyByteArray_GET_SIZE(buf)
-    PyByteArray_Resize(buf, start + 4 + FIXED_LEN + name_len + body_len)
+    resize_growing(buf, start + 4 + FIXED_LEN + name_len + body_len)
     return _write(<uint8_t*>PyByteArray_AS_STRING(buf) + start, lsn, rtype, body_format,
                   timestamp_ms, registry_version, name, name_len, body, body_len)
 
