@@ -18,6 +18,7 @@ from beava import __version__
 from beava._fast.frame_splitter import encode_frame
 from beava._fast.json_items import JsonItems
 from beava._fast.push_pass import PushPass
+from beava._fast.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
@@ -76,7 +77,7 @@ def _read_frame(command: str, ct: int, value: Any) -> bytes:
     """GET, MGET and GET_MULTI answer in the request's content type (spec/wire.md §2.3)."""
     if ct == CT_MSGPACK:
         return encode_frame(_REPLY_OP[command], CT_MSGPACK,
-                            messages.encode_msgpack(reads.finite_or_none(value)))
+                            messages.encode_msgpack(finite_or_none(value)))
     return encode_frame(_REPLY_OP[command], CT_JSON, _encode(value))
 
 
@@ -90,7 +91,7 @@ def _decode_scan(ct: int, payload: bytes, version: int) -> Any:
 
 
 def _encode_msgpack_row(row: dict[str, Any]) -> bytes:
-    return messages.encode_msgpack(reads.finite_or_none(row))
+    return messages.encode_msgpack(finite_or_none(row))
 
 
 def _msgpack_count(small: int, count: int) -> bytes:

@@ -426,14 +426,3 @@ def legacy_get(tables: TableLookup, registry: Registry, feature: str, key: str, 
     if row is None:
         raise BeavaError("key_not_found")
     return {"value": row[feature]} if projection is not None else row
-
-
-def finite_or_none(value: Any) -> Any:
-    """Non-finite floats as null at any depth (MessagePack replies; JSON does it itself)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite_or_none(v) for v in value]
-    return value
