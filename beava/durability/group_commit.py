@@ -8,7 +8,8 @@ framed-TCP push pass (beava._fast.push_pass) appends a run of pushes to ``buf`` 
 ``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
 buffers the record and has the store apply the push at once, fsyncing on a tick;
 ``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
-covers the record (one writer thread, one fsync per loop turn). A pending batch holds no
+covers the record (one writer thread, in C, that never takes the GIL: it tells the event
+loop of a durable batch through an eventfd; one batch in flight at a time). A pending batch holds no
 object per push beyond its event's name: the pushes' LSNs run consecutively from the batch's
 first, each has one event record in the batch's bytes (in order), and callbacks wait apart as
 waiters ``(count, callback)``, run once the first ``count`` pushes of the batch are applied.
@@ -31,16 +32,14 @@ writing the queued records); the first write that succeeds ends the mode.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import queue
-import threading
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, NoReturn
 
+from beava._fast.batch_writer import BatchWriter
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal import EventLog, WalFatal, WalUnavailable, WalWriter
 from beava.durability.wal_format import record_lsn_at
@@ -146,24 +145,14 @@ class MemoryLog:
         pass
 
 
-class _Write:
-    """One batch handed to the writer thread (its records: ``batch.data``); ``error`` is
-    what its write or fsync raised."""
-
-    __slots__ = ("batch", "error")
-
-    def __init__(self, batch: Batch) -> None:
-        self.batch = batch
-        self.error: BaseException | None = None
-
-
 class _WorkerLog(ABC):
-    """Shared machinery: one long-lived writer thread writes and fsyncs batches, in order.
+    """Shared machinery: one writer thread (beava._fast.batch_writer, no GIL) writes and
+    fsyncs batches, in order.
 
-    At most one batch is in flight. The loop hands it over through a queue and takes the
-    ``_idle`` lock; the writer thread writes and fsyncs it, releases ``_idle`` (which a
-    synchronous ``barrier()`` waits on), then schedules ``_finish`` on the loop: one
-    wake-up per batch."""
+    At most one batch is in flight (``_in_flight``). The loop hands it to the writer
+    thread with the WAL's target file and offset; the thread writes and fdatasyncs it and
+    signals its eventfd, which the loop watches: ``_written`` then completes the batch on
+    the loop (``_finish``). A synchronous ``barrier()`` waits for the thread instead."""
 
     acks_immediately = False
 
@@ -174,7 +163,8 @@ class _WorkerLog(ABC):
                  limit_bytes: int | None = None,
                  on_pressure: Callable[[bool], None] | None = None,
                  on_failed: OnFailed | None = None,
-                 on_writable: OnWritable | None = None) -> None:
+                 on_writable: OnWritable | None = None,
+                 writer: BatchWriter | None = None) -> None:
         self.wal = wal
         self.writable = True  # False in write-refusing mode (a full disk, §6.6)
         self.on_failed = on_failed
@@ -196,41 +186,26 @@ class _WorkerLog(ABC):
         # the pushes of the pending batch (the store and the push pass append to it, then
         # call accepted())
         self.batch = Batch()
-        self._in_flight: _Write | None = None
+        self._in_flight: Batch | None = None  # with the writer thread
         self._applying: deque[Applying] = deque()  # durable, not all applied yet
         self.unapplied = 0  # pushes durable but not applied yet (of the batches in _applying)
         self._apply_scheduled = False
         self._loop = asyncio.get_event_loop()
-        self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
-        self._idle = threading.Lock()  # held while a batch is with the writer thread
-        self._writer = threading.Thread(target=self._write_batches, name="wal-writer",
-                                        daemon=True)
-        self._writer.start()
+        self._writer = writer if writer is not None else BatchWriter()
+        self._loop.add_reader(self._writer.fileno(), self._written)
 
-    def _write_batches(self) -> None:
-        """The writer thread: write and fsync each batch handed over, in order."""
-        writes = self._writes
-        write_and_sync = self.wal.write_and_sync
-        call_soon_threadsafe = self._loop.call_soon_threadsafe
-        finish = self._finish
-        while True:
-            write = writes.get()
-            if write is None:
-                return
-            try:
-                write_and_sync(write.batch.data)
-            except BaseException as exc:  # reported on the loop
-                write.error = exc
-            self._idle.release()  # a barrier waiting for this batch may go on
-            # a no-op if a barrier finished the batch; the loop may be closed after one
-            with contextlib.suppress(RuntimeError):
-                call_soon_threadsafe(finish, write)
+    def _written(self) -> None:
+        """The writer thread's eventfd is readable: complete the batch it is done with."""
+        batch = self._in_flight
+        result = self._writer.result()
+        if batch is not None and result is not None:
+            self._finish(batch, result)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet durable: the pending batch plus the one in flight."""
-        write = self._in_flight
-        return len(self.buf) + (0 if write is None else len(write.batch.data))
+        batch = self._in_flight
+        return len(self.buf) + (0 if batch is None else len(batch.data))
 
     def _check_pressure(self) -> None:
         limit = self.limit_bytes
@@ -258,29 +233,28 @@ class _WorkerLog(ABC):
         return batch
 
     def _start(self) -> None:
-        """Hand the pending batch to the worker (at most one batch in flight)."""
+        """Hand the pending batch to the writer thread (at most one batch in flight)."""
         if self._in_flight is not None or not self._has_pending():
             return
         batch = self._take()
         if not batch.data:
             self._complete(batch)
             return
-        write = _Write(batch)
-        self._in_flight = write
-        self._idle.acquire()  # free: released before the previous batch's _finish
-        self._writes.put(write)
+        fd, offset = self.wal.batch_target()
+        self._in_flight = batch
+        self._writer.submit(fd, batch.data, offset, self.crash.due("wal_after_write"))
 
-    def _finish(self, write: _Write) -> None:
-        if write is not self._in_flight:
-            return  # already completed synchronously by a barrier
+    def _finish(self, batch: Batch, result: tuple[int, int, float]) -> None:
+        """The writer thread is done with ``batch`` (its ``result``: errno, stage, fsync
+        seconds)."""
         self._in_flight = None
-        batch = write.batch
-        exc = write.error
-        if isinstance(exc, WalUnavailable):
+        try:
+            self.wal.batch_done(len(batch.data), *result)
+        except WalUnavailable as exc:
             self._refuse(batch, exc)
             self._check_pressure()
             return
-        if exc is not None:
+        except BaseException as exc:  # noqa: BLE001 - a WAL failure ends the server
             self.on_fatal(exc)
             return
         if not self.writable:
@@ -391,11 +365,12 @@ class _WorkerLog(ABC):
         callers refuse their operation, or, at shutdown, the queued records stay
         unwritten)."""
         while True:
-            write = self._in_flight
-            if write is not None:
-                with self._idle:  # the writer thread is done with it
-                    pass
-                self._finish(write)  # may hand the next batch to the writer thread
+            batch = self._in_flight
+            if batch is not None:
+                self._writer.wait()
+                result = self._writer.result()
+                assert result is not None
+                self._finish(batch, result)  # may hand the next batch to the writer thread
                 continue
             self._apply()
             if not self._has_pending() or not self.writable:
@@ -422,8 +397,9 @@ class _WorkerLog(ABC):
     def close(self) -> None:
         self.stop_probing()
         self.barrier()
-        self._writes.put(None)
-        self._writer.join()
+        if not self._loop.is_closed():
+            self._loop.remove_reader(self._writer.fileno())
+        self._writer.close()
 
 
 class GroupCommit(_WorkerLog):

@@ -14,8 +14,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
+from beava._fast.batch_writer import STAGE_SYNC, STAGE_WRITE
 from beava._fast.histogram import Histogram
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal_format import (
@@ -219,10 +220,13 @@ class WalWriter:
     def _timed_sync(self, f: SegmentFile) -> None:
         started = time.perf_counter()
         f.sync()
-        elapsed = time.perf_counter() - started
-        self.fsync_durations.observe(elapsed)
+        self._synced(time.perf_counter() - started)
+
+    def _synced(self, seconds: float) -> None:
+        """Count one fsync of a segment file that took ``seconds``."""
+        self.fsync_durations.observe(seconds)
         self.fsyncs_total += 1
-        self.last_fsync_seconds = elapsed
+        self.last_fsync_seconds = seconds
 
     def _active(self) -> SegmentFile:
         if self._file is None:
@@ -248,7 +252,7 @@ class WalWriter:
             raise WalFatal("fsync", f.path, exc) from exc
 
     def write_and_sync(self, data: bytes | bytearray | memoryview) -> None:
-        """Append an event batch and fsync it (WAL worker thread).
+        """Append an event batch and fsync it, synchronously.
 
         A full disk or quota (ENOSPC, EDQUOT) while writing: the segment is truncated back
         to its previous length and WalUnavailable raised. Any other failure, a failed
@@ -259,14 +263,39 @@ class WalWriter:
         try:
             f.write_at(data, before)
         except OSError as exc:
-            if exc.errno not in SPACE_ERRORS:
-                raise WalFatal("write", f.path, exc) from exc
-            self._truncate_back(f, before)
-            raise WalUnavailable("write", f.path, exc) from exc
-        self.active_size = before + len(data)
-        self.bytes_written_total += len(data)
+            self._write_failed(f, before, exc)
+        self._written(len(data))
         self.crash.hit("wal_after_write")
         self._fsync(f)
+
+    def batch_target(self) -> tuple[int, int]:
+        """``(fd, offset)`` where the next event batch goes: the end of the active segment
+        (for the writer thread, which writes and fdatasyncs it; then batch_done)."""
+        return self._active().fd, self.active_size
+
+    def batch_done(self, size: int, err: int, stage: int, seconds: float) -> None:
+        """The writer thread's outcome of a batch of ``size`` bytes sent to batch_target():
+        counted, or raised as write_and_sync raises it (``stage``: where ``err`` happened,
+        beava._fast.batch_writer)."""
+        f = self._active()
+        if stage == STAGE_WRITE:
+            self._write_failed(f, self.active_size, OSError(err, os.strerror(err)))
+        self._written(size)
+        if stage == STAGE_SYNC:
+            raise WalFatal("fsync", f.path, OSError(err, os.strerror(err)))
+        self._synced(seconds)
+
+    def _written(self, size: int) -> None:
+        self.active_size += size
+        self.bytes_written_total += size
+
+    def _write_failed(self, f: SegmentFile, before: int, exc: OSError) -> NoReturn:
+        """A batch write to ``f`` at ``before`` failed: WalUnavailable for a full disk or
+        quota (the segment cut back to ``before`` first), else WalFatal."""
+        if exc.errno not in SPACE_ERRORS:
+            raise WalFatal("write", f.path, exc) from exc
+        self._truncate_back(f, before)
+        raise WalUnavailable("write", f.path, exc) from exc
 
     def _truncate_back(self, f: SegmentFile, size: int) -> None:
         try:

@@ -1,29 +1,98 @@
 """Strict group commit and its backpressure (spec/durability.md §6.2, §6.5), with a WAL
-whose fsync the test holds back."""
+whose writes the test holds back (a stand-in for the C writer thread, same interface; the
+real one is tested in test_batch_writer.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
 import threading
 import time
 
+from beava._fast.batch_writer import STAGE_NONE, STAGE_WRITE
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit
+from beava.durability.wal import WalFatal
 
 
 class HeldWal:
-    """Records each batch; ``write_and_sync`` blocks until the test releases it."""
+    """A WAL whose writer (``writer``) lets a batch through only while ``release`` is set;
+    the batches written, in order, in ``batches``; ``fail``: the errno every batch fails
+    with from now on (0: none)."""
 
     def __init__(self) -> None:
         self.batches: list[bytes] = []
         self.release = threading.Event()
+        self.fail = 0
+        self.writer = HeldWriter(self)
 
-    def write_and_sync(self, data: bytes) -> None:
+    def batch_target(self) -> tuple[int, int]:
+        return -1, sum(map(len, self.batches))
+
+    def batch_done(self, size: int, err: int, stage: int, seconds: float) -> None:
+        if stage != STAGE_NONE:
+            raise WalFatal("write", "held", OSError(err, os.strerror(err)))
+
+    def write_and_sync(self, data: bytes) -> None:  # a barrier's own writes
         self.release.wait(10)
         self.batches.append(bytes(data))
+        if self.fail:
+            raise WalFatal("write", "held", OSError(self.fail, os.strerror(self.fail)))
 
     def maybe_rotate(self, next_lsn: int) -> bool:
         return False
+
+
+class HeldWriter:
+    """BatchWriter's interface: each batch is written by a thread that waits for the
+    WAL's ``release``, then tells the loop through a pipe."""
+
+    def __init__(self, wal: HeldWal) -> None:
+        self.wal = wal
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._thread: threading.Thread | None = None
+        self._result: tuple[int, int, float] | None = None
+
+    def fileno(self) -> int:
+        return self._read
+
+    def submit(self, fd: int, batch: bytearray, offset: int,
+               kill_after_write: bool = False) -> None:
+        assert self._thread is None, "one batch in flight at a time"
+        self._thread = threading.Thread(target=self._run, args=(bytes(batch),))
+        self._thread.start()
+
+    def _run(self, batch: bytes) -> None:
+        self.wal.release.wait(10)
+        self.wal.batches.append(batch)
+        fail = self.wal.fail
+        self._result = (fail, STAGE_WRITE if fail else STAGE_NONE, 0.0)
+        os.write(self._write, b"x")
+
+    def result(self) -> tuple[int, int, float] | None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 64)
+        if self._thread is None or self._result is None:
+            return None
+        self._thread.join()
+        result, self._thread, self._result = self._result, None, None
+        return result
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        self.wait()
+        os.close(self._read)
+        os.close(self._write)
+
+
+def held_log(wal: HeldWal, **kwargs) -> GroupCommit:
+    return GroupCommit(wal, crash=CrashPoints(None), writer=wal.writer, **kwargs)
 
 
 # pushes the fake store's apply takes before it looks at the deadline
@@ -55,9 +124,8 @@ async def test_apply_after_fsync_and_pressure_on_pending_bytes():
     wal = HeldWal()
     applied: list[int] = []
     pressure: list[bool] = []
-    log = GroupCommit(wal, apply_batch=applier(applied),
-                      fsync_bytes=64, crash=CrashPoints(None), on_fatal=lambda exc: None,
-                      limit_bytes=200, on_pressure=pressure.append)
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=64,
+                   on_fatal=lambda exc: None, limit_bytes=200, on_pressure=pressure.append)
     record = b"x" * 50
     log.buf += record
     assert log.submit(1, "E", None) is False
@@ -81,8 +149,8 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
     wal.release.set()
     applied: list[int] = []
     fired: list[str] = []
-    log = GroupCommit(wal, apply_batch=applier(applied),
-                      fsync_bytes=1 << 20, crash=CrashPoints(None), on_fatal=lambda exc: None)
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                   on_fatal=lambda exc: None)
     log.buf += b"a"
     log.submit(1, "E", None)
     log.buf += b"b"
@@ -106,8 +174,8 @@ async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
     wal = HeldWal()
     wal.release.set()
     store = FeatureStore(clock=iter([1_000, 3_000, 2_000, 4_000]).__next__)
-    store.log = GroupCommit(wal, apply_batch=store.apply_batch, fsync_bytes=1 << 20,
-                            crash=CrashPoints(None), on_fatal=lambda exc: None)
+    store.log = held_log(wal, apply_batch=store.apply_batch, fsync_bytes=1 << 20,
+                         on_fatal=lambda exc: None)
     status, _ = store.register(json.dumps({"nodes": [
         {"kind": "event", "name": "E", "schema": {"fields": {"k": "str"}}},
         {"kind": "derivation", "name": "T", "output_kind": "table", "upstreams": ["E"],
@@ -139,38 +207,25 @@ async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
     store.log.close()
 
 
-async def test_one_writer_thread_and_fatal_errors_reach_the_loop_and_barrier():
-    """Every batch is written by the same long-lived thread (not the loop's); a failing
-    write or fsync reaches on_fatal on the loop, and through a barrier synchronously."""
-    class FailingWal(HeldWal):
-        def __init__(self) -> None:
-            super().__init__()
-            self.threads: set[int] = set()
-            self.fail = False
-
-        def write_and_sync(self, data: bytes) -> None:
-            self.threads.add(threading.get_ident())
-            super().write_and_sync(data)
-            if self.fail:
-                raise OSError("disk gone")
-
-    wal = FailingWal()
+async def test_fatal_errors_reach_the_loop_and_barrier():
+    """A failing write or fsync reaches on_fatal on the loop, and through a barrier
+    synchronously; the failed pushes are never applied."""
+    wal = HeldWal()
     wal.release.set()
     applied: list[int] = []
     fatal: list[BaseException] = []
-    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
-                      crash=CrashPoints(None), on_fatal=fatal.append)
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                   on_fatal=fatal.append)
     for lsn in range(1, 6):
         log.buf += b"r"
         log.submit(lsn, "E", None)
         await wait_until(lambda lsn=lsn: applied[-1:] == [lsn])
     assert len(wal.batches) == 5
-    assert len(wal.threads) == 1 and threading.get_ident() not in wal.threads
-    wal.fail = True
+    wal.fail = errno.EIO
     log.buf += b"x"
     log.submit(6, "E", None)
     await wait_until(lambda: len(fatal) == 1)
-    assert isinstance(fatal[0], OSError) and applied[-1] == 5  # never applied
+    assert isinstance(fatal[0], WalFatal) and applied[-1] == 5  # never applied
     wal.release.clear()  # the next batch stays with the writer until the barrier waits
     log.buf += b"y"
     log.submit(7, "E", None)
@@ -179,9 +234,8 @@ async def test_one_writer_thread_and_fatal_errors_reach_the_loop_and_barrier():
     threading.Timer(0.05, wal.release.set).start()
     log.barrier()  # waits for the write in flight, synchronously
     assert len(fatal) == 2 and applied[-1] == 5 and log.pending_bytes == 0
-    wal.fail = False
+    wal.fail = 0
     log.close()
-    assert not log._writer.is_alive()
     await asyncio.sleep(0.01)  # the writer's own wake-up for the batch is a no-op
     assert len(fatal) == 2
 
@@ -200,9 +254,9 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     applied: list[int] = []
     flushes: list[int] = []  # how many pushes were applied at each flush of replies
     fired: list[tuple[str, int]] = []
-    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
-                      crash=CrashPoints(None), on_fatal=lambda exc: None,
-                      after_batch=lambda: flushes.append(len(applied)))
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                   on_fatal=lambda exc: None,
+                   after_batch=lambda: flushes.append(len(applied)))
     chunk = CHUNK
     total = 3 * chunk + 5
     for lsn in range(1, total + 1):
@@ -244,10 +298,9 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
     wal.release.set()
     applied: list[int] = []
     pressure: list[tuple[bool, int]] = []
-    log = GroupCommit(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
-                      crash=CrashPoints(None), on_fatal=lambda exc: None,
-                      limit_bytes=1 << 30,
-                      on_pressure=lambda shut: pressure.append((shut, len(applied))))
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                   on_fatal=lambda exc: None, limit_bytes=1 << 30,
+                   on_pressure=lambda shut: pressure.append((shut, len(applied))))
     total = 10 * CHUNK
     for lsn in range(1, total + 1):
         log.buf += b"r"
