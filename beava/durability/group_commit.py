@@ -260,9 +260,13 @@ class _WorkerLog(ABC):
         if not self.writable:
             self._resume()
         self._durable(batch)
-        self._start()  # the next batch is written while this one is applied
+        self._start_next()
         self._apply_slice()
         self._check_pressure()
+
+    @abstractmethod
+    def _start_next(self) -> None:
+        """The writer thread is free again: hand it the pending batch now or later."""
 
     # -- write-refusing mode (§6.6) -----------------------------------------------------------
 
@@ -446,6 +450,9 @@ class GroupCommit(_WorkerLog):
         self._scheduled = False
         self._start()
 
+    def _start_next(self) -> None:
+        self._start()  # the next batch is written while this one is applied
+
     def _requeue(self, batch: Batch) -> None:
         """The failed batch and the pending one (its records follow) are not applied: their
         pushes and waiters go to ``on_failed``, their LSNs are given out again."""
@@ -482,6 +489,12 @@ class PeriodicLog(_WorkerLog):
         if len(self.buf) >= self.fsync_bytes:
             self._start()
             self._check_pressure()
+
+    def _start_next(self) -> None:
+        """Only a full batch goes at once; the rest waits for the tick (one fsync per tick,
+        or per ``fsync_bytes``)."""
+        if len(self.buf) >= self.fsync_bytes:
+            self._start()
 
     def after_pending(self, callback: Callback) -> bool:
         return True

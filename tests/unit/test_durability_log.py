@@ -13,7 +13,7 @@ import time
 
 from beava._fast.batch_writer import STAGE_NONE, STAGE_WRITE
 from beava.durability.crash_points import CrashPoints
-from beava.durability.group_commit import GroupCommit
+from beava.durability.group_commit import GroupCommit, PeriodicLog
 from beava.durability.wal import WalFatal
 
 
@@ -311,4 +311,30 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
     assert shut_at < total - group_commit.UNAPPLIED_LIMIT  # shut while far behind
     assert total - resumed_at < group_commit.UNAPPLIED_LIMIT // 2  # resumed once caught up
     assert log.unapplied == 0
+    log.close()
+
+
+async def test_periodic_writes_a_full_batch_at_once_and_the_rest_on_its_tick():
+    """Periodic mode fsyncs per ``fsync_bytes`` or per tick: a finished batch does not send
+    the few records that came meanwhile straight after it (that would be strict's fsync
+    per loop turn)."""
+    wal = HeldWal()
+    log = PeriodicLog(wal, apply_batch=applier([]), fsync_bytes=100, crash=CrashPoints(None),
+                      on_fatal=lambda exc: None, writer=wal.writer, tick_ms=300)
+    log.buf += b"x" * 150
+    log.accepted()  # full: to the writer at once (held)
+    log.buf += b"y" * 10
+    log.accepted()
+    wal.release.set()
+    await wait_until(lambda: len(wal.batches) == 1)
+    await asyncio.sleep(0.05)
+    assert [len(b) for b in wal.batches] == [150] and len(log.buf) == 10
+    log.buf += b"z" * 90
+    log.accepted()  # full again
+    await wait_until(lambda: len(wal.batches) == 2)
+    assert wal.batches[1] == b"y" * 10 + b"z" * 90
+    log.buf += b"t"
+    log.accepted()
+    await wait_until(lambda: len(wal.batches) == 3)  # on the tick
+    assert wal.batches[2] == b"t"
     log.close()
