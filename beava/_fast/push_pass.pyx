@@ -9,9 +9,11 @@ framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
-nothing, the WAL record's body is the pushed body's own bytes. In strict mode such a body
-is not decoded at intake at all when its checker can settle it from its bytes
-(``EventChecker.check_msgpack``): it is decoded once, when its durable record is applied. No Python-level function runs per push on this path beyond the decoders and the
+nothing, the WAL record's body is the pushed body's own bytes. When the event's checker can
+settle such a body from its bytes (``EventChecker.check_msgpack``: a flat map of declared
+names to numbers, booleans and ASCII text), the checks on the decoded row are skipped, and
+in strict mode the body is not decoded at intake at all: it is decoded once, when its
+durable record is applied. No Python-level function runs per push on this path beyond the decoders and the
 table kernels; the durability log hears of a call's records once, at its end
 (``accepted()``).
 
@@ -445,11 +447,12 @@ cdef class PushPass:
                     if event is not None:
                         raw = PyBytes_AS_STRING(payload) + body_at
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
-                        if self.mode == STRICT:  # checked from its bytes: no row to decode
-                            entry = self._entry(event)
-                            checked = entry is not None and (
-                                <EventChecker>entry[1]).check_msgpack(raw, raw_len)
-                        if not checked:
+                        entry = self._entry(event)
+                        checked = entry is not None and (
+                            <EventChecker>entry[1]).check_msgpack(raw, raw_len)
+                        if checked and self.mode == STRICT:  # no row to decode until applied
+                            fields = None
+                        else:
                             fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
@@ -463,9 +466,10 @@ cdef class PushPass:
                     event = fields = None
                     raw = NULL
                     raw_len = 0
+                    checked = False
                 try:
-                    if checked:
-                        self._take(event, entry, None, raw, raw_len)
+                    if checked:  # check() would accept it unchanged: not asked
+                        self._take(event, entry, fields, raw, raw_len)
                         taken = 1
                     else:
                         taken = self._accept(event, fields, raw, raw_len)
