@@ -261,7 +261,8 @@ class _WorkerLog(ABC):
             self._resume()
         self._durable(batch)
         self._start_next()
-        self._apply_slice()
+        if not self._apply_scheduled:  # else the turn already due applies it: one slice
+            self._apply_slice()
         self._check_pressure()
 
     @abstractmethod

@@ -338,3 +338,38 @@ async def test_periodic_writes_a_full_batch_at_once_and_the_rest_on_its_tick():
     await wait_until(lambda: len(wal.batches) == 3)  # on the tick
     assert wal.batches[2] == b"t"
     log.close()
+
+
+async def test_a_batch_made_durable_mid_apply_adds_no_slice_to_the_loop_iteration(monkeypatch):
+    """While a durable batch is applied a slice per loop iteration, the next batch's fsync
+    completing does not apply a second slice in the same iteration (a read waiting for the
+    loop would wait for both): the apply turn already due takes it."""
+    from beava.durability import group_commit
+
+    monkeypatch.setattr(group_commit, "APPLY_SLICE_SECONDS", 0.0)
+    wal = HeldWal()
+    wal.release.set()
+    applied: list[int] = []
+    iteration = [0]
+    slices: list[int] = []  # the loop iteration of each slice applied
+    log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
+                   on_fatal=lambda exc: None, after_batch=lambda: slices.append(iteration[0]))
+    total = 200 * CHUNK
+    for lsn in range(1, total + 1):
+        log.buf += b"r"
+        log.submit(lsn, "E", None)
+    while not applied:
+        await asyncio.sleep(0)
+    wal.release.clear()
+    log.buf += b"n"  # the next batch
+    log.submit(total + 1, "E", None)
+    await asyncio.sleep(0)  # the turn ends: it goes to the (held) writer
+    wal.release.set()
+    time.sleep(0.05)  # the writer writes it and signals the loop, which is not running
+    assert len(wal.batches) == 2 and len(applied) < total  # durable mid-apply
+    slices.clear()
+    while len(applied) < total + 1:
+        await asyncio.sleep(0)
+        iteration[0] += 1
+    assert len(slices) == len(set(slices))  # one slice per loop iteration
+    log.close()
