@@ -13,6 +13,8 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport EINTR, ENOSPC, errno
 from libc.stdint cimport uint64_t
 
+from beava._fast.clocks cimport monotonic
+
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef unsigned long pthread_t
@@ -50,15 +52,6 @@ cdef extern from "<signal.h>" nogil:
     int kill(int pid, int sig)
     int SIGKILL
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_MONOTONIC
-
-
 # where a batch failed (result()[1])
 cpdef enum:
     STAGE_NONE = 0
@@ -89,12 +82,6 @@ cdef struct Shared:
     double seconds
 
 
-cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
-
-
 cdef void _write_batch(Shared* s) noexcept nogil:
     """Write and fdatasync the batch in ``s``; its outcome into ``s``."""
     cdef Py_ssize_t done = 0
@@ -118,11 +105,11 @@ cdef void _write_batch(Shared* s) noexcept nogil:
         done += n
     if s.kill_after_write:  # crash injection (wal_after_write): written, not synced
         kill(getpid(), SIGKILL)
-    started = _now()
+    started = monotonic()
     if fdatasync(s.fd) != 0:
         s.err = errno
         s.stage = STAGE_SYNC
-    s.seconds = _now() - started
+    s.seconds = monotonic() - started
 
 
 cdef void* _run(void* arg) noexcept nogil:

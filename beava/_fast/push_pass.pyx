@@ -33,21 +33,12 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from beava._fast.byte_buffers cimport resize_growing
+from beava._fast.clocks cimport monotonic, wall_ms
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.table_kernel cimport TableKernel
 from beava._fast.wal_record cimport (BODY_MSGPACK, RECORD_EVENT, append_to, event_record_at,
                                      seal_body)
-
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_REALTIME
-    int CLOCK_MONOTONIC
 
 
 cdef enum:
@@ -68,20 +59,6 @@ cdef const char* ACK_MID = b',"idempotent_replay":false,"registry_version":'
 # MessagePack: fixmap(2), fixstr(5) "event"; fixstr(4) "body"
 cdef const char* ENVELOPE_HEAD = b'\x82\xa5event'
 cdef const char* BODY_KEY = b'\xa4body'
-
-
-cdef inline int64_t wall_ms() noexcept nogil:
-    """time.time_ns() // 1_000_000, without the call."""
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-
-
-cdef inline double monotonic() noexcept nogil:
-    """time.perf_counter() (CLOCK_MONOTONIC on Linux), without the call."""
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
 cdef inline Py_ssize_t put_uint(char* p, uint64_t v) noexcept nogil:
