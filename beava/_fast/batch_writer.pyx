@@ -201,6 +201,9 @@ cdef class BatchWriter:
 
     def close(self):
         """Stop the thread once the batch in flight is done; idempotent."""
+        self._stop()
+
+    cdef void _stop(self) noexcept:
         if not self.running:
             return
         with nogil:
@@ -213,12 +216,6 @@ cdef class BatchWriter:
         close(self.s.efd)
 
     def __dealloc__(self):
-        if self.running:
-            self.s.stopping = True
-            pthread_mutex_lock(&self.s.lock)
-            pthread_cond_broadcast(&self.s.cond)
-            pthread_mutex_unlock(&self.s.lock)
-            pthread_join(self.thread, NULL)
-            close(self.s.efd)
+        self._stop()
         pthread_cond_destroy(&self.s.cond)
         pthread_mutex_destroy(&self.s.lock)

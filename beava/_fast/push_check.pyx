@@ -9,8 +9,9 @@ accepted, else the error code.
 
 ``check_msgpack`` answers the same question from a MessagePack body's bytes, without
 decoding it, for the bodies check() would accept unchanged (flat maps of declared names to
-numbers, booleans and ASCII text): the strict push pass then logs the pushed bytes and
-decodes them once, when it applies them. Anything else it leaves to check().
+numbers, booleans and ASCII text): the push pass then skips check(), and in strict mode
+logs the pushed bytes and decodes them only when it applies them. Anything else it leaves
+to check().
 """
 
 from datetime import datetime

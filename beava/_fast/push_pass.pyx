@@ -323,16 +323,13 @@ cdef class PushPass:
             return None
         return <tuple>found
 
-    cdef int _accept(self, object event, object fields, const char* raw,
+    cdef int _accept(self, object event, tuple entry, object fields, const char* raw,
                      Py_ssize_t raw_len) except -1:
-        """Accept one push: 1 when done (``self.last_lsn`` is its LSN), 0 when it must go
-        to the store's Python path instead (not a map, unknown event, a dedupe key, a check
-        that fails, writes refused): nothing has been touched then. ``raw`` (or NULL): the
-        MessagePack bytes ``fields`` were decoded from."""
-        if type(fields) is not dict:
-            return 0
-        entry = self._entry(event)
-        if entry is None:
+        """Accept one push of ``event`` (``entry``: its ``_entry``): 1 when done
+        (``self.last_lsn`` is its LSN), 0 when it must go to the store's Python path instead
+        (not a map, no entry, a check that fails): nothing has been touched then. ``raw``
+        (or NULL): the MessagePack bytes ``fields`` were decoded from."""
+        if entry is None or type(fields) is not dict:
             return 0
         checker = <EventChecker>entry[1]
         if checker.check(<dict>fields) is not None:
@@ -435,12 +432,14 @@ cdef class PushPass:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
                         event = envelope.event
+                        entry = self._entry(event)
                     else:
                         envelope = self.decode_json(payload)
                         fields = self.decode_json_body(envelope.body)
                         event = envelope.event
+                        entry = self._entry(event)
                 except Exception:  # the handler answers what is wrong with it
-                    event = fields = None
+                    event = fields = entry = None
                     raw = NULL
                     raw_len = 0
                     checked = False
@@ -449,7 +448,7 @@ cdef class PushPass:
                         self._take(event, entry, fields, raw, raw_len)
                         taken = 1
                     else:
-                        taken = self._accept(event, fields, raw, raw_len)
+                        taken = self._accept(event, entry, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error
                     out += self.failed(exc)
                     continue
@@ -480,9 +479,10 @@ cdef class PushPass:
         cdef int64_t newest = 0
         self._begin()
         try:
+            entry = self._entry(event)  # one event for the whole call
             for index in range(len(bodies)):
                 body = bodies[index]
-                if self._accept(event, body, NULL, 0):
+                if self._accept(event, entry, body, NULL, 0):
                     acks += 1
                     newest = self.last_lsn
                 else:

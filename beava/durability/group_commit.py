@@ -266,8 +266,9 @@ class _WorkerLog(ABC):
         self._check_pressure()
 
     @abstractmethod
-    def _start_next(self) -> None:
-        """The writer thread is free again: hand it the pending batch now or later."""
+    def _start_next(self) -> bool:
+        """The writer thread is free again: hand it the pending batch now (True) or
+        later."""
 
     # -- write-refusing mode (§6.6) -----------------------------------------------------------
 
@@ -451,8 +452,9 @@ class GroupCommit(_WorkerLog):
         self._scheduled = False
         self._start()
 
-    def _start_next(self) -> None:
+    def _start_next(self) -> bool:
         self._start()  # the next batch is written while this one is applied
+        return True
 
     def _requeue(self, batch: Batch) -> None:
         """The failed batch and the pending one (its records follow) are not applied: their
@@ -487,15 +489,16 @@ class PeriodicLog(_WorkerLog):
     def accepted(self) -> None:
         """Records were appended to ``buf``: hand them to the writer once they reach
         ``fsync_bytes`` (else at the next tick)."""
-        if len(self.buf) >= self.fsync_bytes:
-            self._start()
+        if self._start_next():
             self._check_pressure()
 
-    def _start_next(self) -> None:
-        """Only a full batch goes at once; the rest waits for the tick (one fsync per tick,
-        or per ``fsync_bytes``)."""
-        if len(self.buf) >= self.fsync_bytes:
-            self._start()
+    def _start_next(self) -> bool:
+        """Only a full batch goes at once (True); the rest waits for the tick (one fsync
+        per tick, or per ``fsync_bytes``)."""
+        if len(self.buf) < self.fsync_bytes:
+            return False
+        self._start()
+        return True
 
     def after_pending(self, callback: Callback) -> bool:
         return True

@@ -107,10 +107,12 @@ def test_wal_writer_counts_a_batch_or_raises_as_write_and_sync(tmp_path: Path) -
         fd, offset = wal.batch_target()
         start = wal.active_size
         assert offset == start
+        fsyncs = wal.fsyncs_total
         writer.submit(fd, bytearray(b"r" * 100), offset)
         writer.wait()
         wal.batch_done(100, *writer.result())
-        assert wal.active_size == start + 100 and wal.fsyncs_total >= 1
+        assert wal.active_size == start + 100 and wal.fsyncs_total == fsyncs + 1
+        assert os.path.getsize(wal.active_path) == start + 100
         fsyncs = wal.fsyncs_total
         with pytest.raises(WalUnavailable):  # back to the previous length
             wal.batch_done(50, errno.ENOSPC, STAGE_WRITE, 0.0)
