@@ -30,6 +30,10 @@ cdef class Column:
     # The feature value at query time ``T`` (JSON-ready Python value; the op's empty value
     # when the slot has no data).
     cdef object read(self, Py_ssize_t slot, int64_t T)
+    # The same value appended to ``out`` as MessagePack, the bytes the reply encoder gives
+    # read()'s value (msgpack_out.pyx); the default encodes read()'s value. A column whose
+    # value is a big map or array writes it from its state instead.
+    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1
     # Snapshot support: the state of slots [0, nslots) as plain data (None, bool, int, float,
     # str, bytes, list, dict with str keys: values MessagePack encodes and decodes back to the
     # same thing; typed buffers as bytes, never tuples or other objects), and its inverse.

@@ -3,6 +3,8 @@
 
 from libc.stdint cimport int64_t
 
+from beava._fast.msgpack_out cimport put_value
+
 
 cdef class Column:
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -23,6 +25,9 @@ cdef class Column:
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         raise NotImplementedError(type(self).__name__)
+
+    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1:
+        return put_value(out, self.read(slot, T))
 
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
         pass

@@ -22,6 +22,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
+from beava._fast.msgpack_out cimport put_int, put_map_header, put_raw
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
 from beava._fast.snapshot_state cimport (
@@ -186,24 +187,34 @@ cdef CountBlock* count_block_add(CountBlock* b, int32_t cell) except NULL:
     return b
 
 
-cdef list count_block_cells(CountBlock* b, int32_t ncells):
-    # Every cell's count (zeros included); b may be NULL.
-    cdef list out = [0] * ncells
+cdef void count_block_fill(const CountBlock* b, int64_t* out, int32_t ncells) noexcept:
+    # Every cell's count (zeros included) into out[0:ncells]; b may be NULL.
     cdef int32_t i
-    cdef SparseCell* e
-    if b == NULL:
-        return out
-    if b.mode == SPARSE:
-        e = sparse_cells(b)
-        for i in range(b.used):
-            out[e[i].cell] = e[i].count
+    cdef const SparseCell* e
+    if b == NULL or b.mode == SPARSE:
+        memset(out, 0, ncells * sizeof(int64_t))
+        if b != NULL:
+            e = sparse_cells(<CountBlock*>b)
+            for i in range(b.used):
+                out[e[i].cell] = e[i].count
     elif b.mode == DENSE32:
         for i in range(ncells):
-            out[i] = dense32(b)[i]
+            out[i] = dense32(<CountBlock*>b)[i]
     else:
-        for i in range(ncells):
-            out[i] = dense64(b)[i]
-    return out
+        memcpy(out, dense64(<CountBlock*>b), ncells * sizeof(int64_t))
+
+
+cdef list count_block_cells(CountBlock* b, int32_t ncells):
+    # Every cell's count (zeros included); b may be NULL.
+    cdef int64_t* counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
+    cdef int32_t i
+    if counts == NULL:
+        raise MemoryError()
+    count_block_fill(b, counts, ncells)
+    try:
+        return [counts[i] for i in range(ncells)]
+    finally:
+        PyMem_Free(counts)
 
 
 cdef class CountColumn(BlockColumn):
@@ -351,6 +362,12 @@ DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 # (key, cell) in ascending key order; cell = weekday * 24 + hour.
 DOW_HOUR_CELLS = sorted((f"{DAY_NAMES[d]}-{h:02d}", d * 24 + h)
                         for d in range(7) for h in range(24))
+# The same keys as MessagePack text (fixstr of 6 bytes: 7 each), and their cells, in order.
+DEF DOW_HOUR_KEY_BYTES = 7
+cdef bytes DOW_HOUR_KEYS = b"".join(b"\xa6" + key.encode() for key, _ in DOW_HOUR_CELLS)
+cdef int32_t DOW_HOUR_ORDER[168]
+for _i, (_key, _cell) in enumerate(DOW_HOUR_CELLS):
+    DOW_HOUR_ORDER[_i] = _cell
 
 
 cdef class DowHourHistogramColumn(CountColumn):
@@ -369,6 +386,18 @@ cdef class DowHourHistogramColumn(CountColumn):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef list counts = self.cells(slot)
         return {key: counts[cell] for key, cell in DOW_HOUR_CELLS}
+
+    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1:
+        # read()'s map written from the counts: 168 keys, already in sorted order
+        cdef int64_t counts[168]
+        cdef const char* keys = DOW_HOUR_KEYS
+        cdef int i
+        count_block_fill(<CountBlock*>self.blocks[slot], counts, 168)
+        put_map_header(out, 168)
+        for i in range(168):
+            put_raw(out, keys + DOW_HOUR_KEY_BYTES * i, DOW_HOUR_KEY_BYTES)
+            put_int(out, counts[DOW_HOUR_ORDER[i]])
+        return 0
 
 
 # ---- seasonal_deviation ---------------------------------------------------------------

@@ -526,10 +526,12 @@ class Service:
 
     def _tcp_get(self, ct: int, payload: bytes) -> bytes:
         store = self.store
-        # A MessagePack body cannot carry the legacy shapes: it fails on `table` instead.
-        value = reads.get(store.table, _decode_read(ct, payload), store.query_time(),
-                          legacy_shape_check=ct == CT_JSON, registry=store.registry)
-        return _read_frame("get", ct, value)
+        body = _decode_read(ct, payload)
+        if ct == CT_MSGPACK:
+            return encode_frame(_REPLY_OP["get"], CT_MSGPACK, reads.get_msgpack(
+                store.table, body, store.query_time(), registry=store.registry))
+        return _read_frame("get", ct, reads.get(store.table, body, store.query_time(),
+                                                registry=store.registry))
 
     def _tcp_mget(self, ct: int, payload: bytes) -> bytes:
         store = self.store

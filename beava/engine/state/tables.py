@@ -111,17 +111,29 @@ class TableState:
     ) -> dict[str, Any] | None:
         """The entity row at query time ``T`` (keys sorted), narrowed to ``features``;
         None when the entity has no row. Unknown feature names raise UnknownFeatures."""
-        if features is None:
-            names: Sequence[str] = self._names
-        else:
-            missing = [name for name in features if name not in self._name_set]
-            if missing:
-                raise UnknownFeatures(self.spec.name, missing)
-            names = sorted(set(features))
+        names = self._projection(features)
         slot = self._kernel.keys.get(stored_key)
         if slot is None:
             return None
         return self._kernel.read(slot, T, names)
+
+    def row_msgpack(self, stored_key: str, T: int, features: Sequence[str] | None = None
+                    ) -> bytes | None:
+        """``row`` as the MessagePack bytes a reply carries (written from the columns)."""
+        names = self._projection(features)
+        slot = self._kernel.keys.get(stored_key)
+        if slot is None:
+            return None
+        return self._kernel.read_msgpack(slot, T, names)
+
+    def _projection(self, features: Sequence[str] | None) -> Sequence[str]:
+        """The sorted feature names a row narrowed to ``features`` holds."""
+        if features is None:
+            return self._names
+        missing = [name for name in features if name not in self._name_set]
+        if missing:
+            raise UnknownFeatures(self.spec.name, missing)
+        return sorted(set(features))
 
     def slot_keys(self, start: int, stop: int) -> list[str]:
         """Stored keys of the slots ``start`` to ``stop - 1`` that exist, in slot order

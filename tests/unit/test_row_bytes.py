@@ -1,0 +1,125 @@
+"""The read fast path: rows written straight from the columns as MessagePack are the bytes
+the reply encoder gives the same rows (beava._fast.msgpack_out, TableKernel.read_msgpack)."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from beava._fast.msgpack_out import packb
+from beava._fast.reply_values import finite_or_none
+from beava.engine.state import reads
+from beava.engine.store import FeatureStore
+from beava.protocol.messages import encode_msgpack
+from tests.unit.test_snapshots import HOUR, USERS, Clock, every_op_store, push_range
+
+
+def reply_bytes(value: object) -> bytes:
+    return encode_msgpack(finite_or_none(value))
+
+
+EDGES = [0, 1, 31, 32, 127, 128, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1,
+         2**32, 2**63 - 1, 2**63, 2**64 - 1]
+
+
+@pytest.mark.parametrize("value", [
+    *EDGES, *[-e for e in EDGES if e <= 2**63], -33, -129, -32769, -(2**31) - 1,
+    None, True, False, 0.0, -0.0, 1.5, 1e308, math.inf, -math.inf, math.nan,
+    "", "a" * 31, "a" * 32, "a" * 255, "a" * 256, "a" * 65535, "a" * 65536, "é€😀",
+    [], list(range(15)), list(range(16)), list(range(65536)), [1.0, math.nan, [math.inf]],
+    {"b": 1, "a": [math.nan]}, {str(i): i for i in range(20)}, (1, 2), {"t": (1.5, "x")},
+])
+def test_values_encode_as_the_reply_encoder(value: object) -> None:
+    assert packb(value) == reply_bytes(value)
+
+
+JSON_LIKE = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats() | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=40)
+
+
+@given(JSON_LIKE)
+def test_any_value_encodes_as_the_reply_encoder(value: object) -> None:
+    assert packb(value) == reply_bytes(value)
+
+
+def test_an_integer_beyond_uint64_fails_as_the_encoder_does() -> None:
+    with pytest.raises(OverflowError):
+        reply_bytes(2**64)
+    with pytest.raises(OverflowError):
+        packb(2**64)
+
+
+@pytest.fixture(scope="module")
+def every_op() -> tuple[FeatureStore, Clock]:
+    return every_op_store()
+
+
+def test_every_operator_row_is_the_encoded_row(every_op) -> None:
+    store, clock = every_op
+    checked = 0
+    for T in (clock.now, clock.now + 5 * 60_000, clock.now + 2 * HOUR):
+        for name, keys in (("L", USERS), ("W", USERS), ("G", [""])):
+            table = store.table(name)
+            for key in keys:
+                row = table.row(key, T)
+                raw = table.row_msgpack(key, T)
+                if row is None:
+                    assert raw is None
+                    continue
+                assert raw == reply_bytes(row), (name, key, T)
+                assert msgspec.msgpack.decode(raw).keys() == row.keys()
+                for feature in table.feature_names:  # each feature alone
+                    assert table.row_msgpack(key, T, [feature]) == reply_bytes(
+                        table.row(key, T, [feature]))
+                checked += 1
+    assert checked >= 20
+
+
+def test_dow_hour_counts_in_every_layout() -> None:
+    """The weekday-hour histogram writes its map from the counts: sparse, dense 32-bit and
+    dense 64-bit blocks, an empty slot."""
+    clock = Clock()
+    store = FeatureStore(clock=clock)
+    status, body = store.register(msgspec.json.encode({"nodes": [
+        {"kind": "event", "name": "Ev", "schema": {"fields": {"user": "str"}}},
+        {"kind": "derivation", "name": "T", "upstreams": ["Ev"], "key": ["user"],
+         "agg": {"dow": {"op": "dow_hour_histogram", "params": {}},
+                 "n": {"op": "count", "params": {}}}}]}))
+    assert status == 200, body
+    start = clock.now
+    for j in range(400):  # "dense": every hour of the week once or more
+        clock.now = start + j * 1_700_000
+        store.push("Ev", {"user": "dense"})
+    for j in range(3):
+        clock.now = start + j * HOUR
+        store.push("Ev", {"user": "sparse"})
+    table = store.table("T")
+    for key in ("dense", "sparse"):
+        row = table.row(key, clock.now)
+        assert row is not None
+        assert table.row_msgpack(key, clock.now) == reply_bytes(row)
+    assert sum(table.row("dense", clock.now)["dow"].values()) == 400
+
+
+def test_get_answers_in_bytes_as_the_row_encoded(every_op) -> None:
+    store, clock = every_op
+    for body in ({"table": "L", "key": "u0"}, {"table": "L", "key": "nobody"},
+                 {"table": "L", "key": "u1", "features": ["q", "dow", "top"]},
+                 {"table": "L", "key": "u1", "features": []},
+                 {"table": "G", "key": ""}):
+        assert reads.get_msgpack(store.table, body, clock.now) == reply_bytes(
+            reads.get(store.table, body, clock.now, legacy_shape_check=False))
+
+
+def test_push_range_keeps_rows_alike() -> None:
+    """Later pushes change rows the same for both readings (no state cached by a read)."""
+    store, clock = every_op_store(400)
+    push_range(store, clock, 400, 450)
+    table = store.table("L")
+    assert table.row_msgpack("u0", clock.now) == reply_bytes(table.row("u0", clock.now))
