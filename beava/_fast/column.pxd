@@ -1,6 +1,8 @@
 # Shared interface of every feature state column (DESIGN.md §3).
 from libc.stdint cimport int64_t
 
+from beava._fast.msgpack_out cimport Writer
+
 cdef extern from *:
     # Ask for the cache line at an address ahead of its use (gcc/clang; a hint, never a
     # fault, whatever the address).
@@ -33,7 +35,7 @@ cdef class Column:
     # The same value appended to ``out`` as MessagePack, the bytes the reply encoder gives
     # read()'s value (msgpack_out.pyx); the default encodes read()'s value. A column whose
     # value is a big map or array writes it from its state instead.
-    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1
     # Snapshot support: the state of slots [0, nslots) as plain data (None, bool, int, float,
     # str, bytes, list, dict with str keys: values MessagePack encodes and decodes back to the
     # same thing; typed buffers as bytes, never tuples or other objects), and its inverse.

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t
 
-from beava._fast.msgpack_out cimport put_value
+from beava._fast.msgpack_out cimport Writer, put_value
 
 
 cdef class Column:
@@ -26,7 +26,7 @@ cdef class Column:
     cdef object read(self, Py_ssize_t slot, int64_t T):
         raise NotImplementedError(type(self).__name__)
 
-    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1:
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
         return put_value(out, self.read(slot, T))
 
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:

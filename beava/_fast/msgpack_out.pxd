@@ -1,12 +1,22 @@
-# MessagePack written straight onto the end of a bytearray (msgpack_out.pyx).
+# MessagePack written straight onto the end of a growing C buffer (msgpack_out.pyx).
 from libc.stdint cimport int64_t
 
 
-cdef int put_nil(bytearray out) except -1
-cdef int put_int(bytearray out, int64_t v) except -1
-cdef int put_double(bytearray out, double x) except -1
-cdef int put_str(bytearray out, str s) except -1
-cdef int put_map_header(bytearray out, Py_ssize_t n) except -1
-cdef int put_array_header(bytearray out, Py_ssize_t n) except -1
-cdef int put_raw(bytearray out, const char* data, Py_ssize_t n) except -1
-cdef int put_value(bytearray out, object value) except -1
+cdef struct Writer:
+    char* data      # malloc'd; NULL until the first byte
+    Py_ssize_t size
+    Py_ssize_t cap
+
+
+cdef int put_nil(Writer* out) except -1
+cdef int put_int(Writer* out, int64_t v) except -1
+cdef int put_double(Writer* out, double x) except -1
+cdef int put_str(Writer* out, str s) except -1
+cdef int put_map_header(Writer* out, Py_ssize_t n) except -1
+cdef int put_array_header(Writer* out, Py_ssize_t n) except -1
+cdef int put_raw(Writer* out, const char* data, Py_ssize_t n) except -1
+cdef int put_value(Writer* out, object value) except -1
+# The bytes written so far, copied into a bytes object.
+cdef bytes as_bytes(Writer* out)
+# Free the buffer (the writer is empty again); callers release in a finally clause.
+cdef void release(Writer* out) noexcept

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""MessagePack written straight onto the end of a bytearray: the read fast path writes a
+"""MessagePack written straight onto the end of a growing buffer: the read fast path writes a
 feature row from its columns without building the row's Python objects first
 (spec/wire.md §7, docs/architecture.md).
 
@@ -10,14 +10,13 @@ header. A value of any other type (a map, a tuple, an integer beyond int64) is h
 that encoder and its bytes appended: a map's keys are sorted there, as in every reply.
 """
 
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
-
-from beava._fast.byte_buffers cimport resize_growing
 
 import msgspec
 
@@ -32,11 +31,36 @@ cdef extern from "Python.h":
 cdef object _encode_sorted = msgspec.msgpack.Encoder(order="sorted").encode
 
 
-cdef inline uint8_t* _room(bytearray out, Py_ssize_t n) except NULL:
-    """``n`` more bytes at the end of ``out``; where they begin."""
-    cdef Py_ssize_t size = PyByteArray_GET_SIZE(out)
-    resize_growing(out, size + n)
-    return <uint8_t*>PyByteArray_AS_STRING(out) + size
+DEF FIRST_CAP = 1024
+
+
+cdef inline uint8_t* _room(Writer* out, Py_ssize_t n) except NULL:
+    """``n`` more bytes at the end of ``out`` (the allocation at least doubles when it
+    grows); where they begin."""
+    cdef Py_ssize_t size = out.size
+    cdef Py_ssize_t cap
+    cdef char* grown
+    if size + n > out.cap:
+        cap = out.cap * 2 if out.cap else FIRST_CAP
+        while cap < size + n:
+            cap *= 2
+        grown = <char*>realloc(out.data, cap)
+        if grown == NULL:
+            raise MemoryError()
+        out.data = grown
+        out.cap = cap
+    out.size = size + n
+    return <uint8_t*>out.data + size
+
+
+cdef bytes as_bytes(Writer* out):
+    return PyBytes_FromStringAndSize(out.data, out.size)
+
+
+cdef void release(Writer* out) noexcept:
+    free(out.data)
+    out.data = NULL
+    out.size = out.cap = 0
 
 
 cdef inline void _big_endian(uint8_t* p, uint64_t v, int nbytes) noexcept:
@@ -45,19 +69,19 @@ cdef inline void _big_endian(uint8_t* p, uint64_t v, int nbytes) noexcept:
         p[i] = <uint8_t>(v >> (8 * (nbytes - 1 - i)))
 
 
-cdef inline int _tagged(bytearray out, uint8_t tag, uint64_t v, int nbytes) except -1:
+cdef inline int _tagged(Writer* out, uint8_t tag, uint64_t v, int nbytes) except -1:
     cdef uint8_t* p = _room(out, 1 + nbytes)
     p[0] = tag
     _big_endian(p + 1, v, nbytes)
     return 0
 
 
-cdef int put_nil(bytearray out) except -1:
+cdef int put_nil(Writer* out) except -1:
     _room(out, 1)[0] = 0xc0
     return 0
 
 
-cdef int put_int(bytearray out, int64_t v) except -1:
+cdef int put_int(Writer* out, int64_t v) except -1:
     if v >= 0:
         if v < 0x80:
             _room(out, 1)[0] = <uint8_t>v
@@ -82,7 +106,7 @@ cdef int put_int(bytearray out, int64_t v) except -1:
     return 0
 
 
-cdef int put_double(bytearray out, double x) except -1:
+cdef int put_double(Writer* out, double x) except -1:
     cdef uint64_t bits
     if not isfinite(x):
         return put_nil(out)
@@ -90,7 +114,7 @@ cdef int put_double(bytearray out, double x) except -1:
     return _tagged(out, 0xcb, bits, 8)
 
 
-cdef int put_str(bytearray out, str s) except -1:
+cdef int put_str(Writer* out, str s) except -1:
     cdef Py_ssize_t n
     cdef const char* text = PyUnicode_AsUTF8AndSize(s, &n)
     cdef uint8_t* p
@@ -109,7 +133,7 @@ cdef int put_str(bytearray out, str s) except -1:
     return 0
 
 
-cdef inline int _header(bytearray out, uint8_t fix, uint8_t tag16, Py_ssize_t n) except -1:
+cdef inline int _header(Writer* out, uint8_t fix, uint8_t tag16, Py_ssize_t n) except -1:
     if n < 16:
         _room(out, 1)[0] = <uint8_t>(fix | n)
     elif n <= 0xffff:
@@ -119,21 +143,21 @@ cdef inline int _header(bytearray out, uint8_t fix, uint8_t tag16, Py_ssize_t n)
     return 0
 
 
-cdef int put_map_header(bytearray out, Py_ssize_t n) except -1:
+cdef int put_map_header(Writer* out, Py_ssize_t n) except -1:
     return _header(out, 0x80, 0xde, n)
 
 
-cdef int put_array_header(bytearray out, Py_ssize_t n) except -1:
+cdef int put_array_header(Writer* out, Py_ssize_t n) except -1:
     return _header(out, 0x90, 0xdc, n)
 
 
-cdef int put_raw(bytearray out, const char* data, Py_ssize_t n) except -1:
+cdef int put_raw(Writer* out, const char* data, Py_ssize_t n) except -1:
     """Append ``n`` bytes that are MessagePack already."""
     memcpy(_room(out, n), data, n)
     return 0
 
 
-cdef int put_value(bytearray out, object value) except -1:
+cdef int put_value(Writer* out, object value) except -1:
     """Append ``value`` as the reply encoder would (module docstring)."""
     cdef int overflow
     cdef long long v
@@ -164,6 +188,9 @@ cdef int put_value(bytearray out, object value) except -1:
 
 def packb(value) -> bytes:
     """``value``'s bytes as :func:`put_value` appends them (Python-level access for tests)."""
-    cdef bytearray out = bytearray()
-    put_value(out, value)
-    return bytes(out)
+    cdef Writer out = Writer(NULL, 0, 0)
+    try:
+        put_value(&out, value)
+        return as_bytes(&out)
+    finally:
+        release(&out)

@@ -22,7 +22,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.msgpack_out cimport put_int, put_map_header, put_raw
+from beava._fast.msgpack_out cimport Writer, put_int, put_map_header, put_raw
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
 from beava._fast.snapshot_state cimport (
@@ -387,7 +387,7 @@ cdef class DowHourHistogramColumn(CountColumn):
         cdef list counts = self.cells(slot)
         return {key: counts[cell] for key, cell in DOW_HOUR_CELLS}
 
-    cdef int put_msgpack(self, bytearray out, Py_ssize_t slot, int64_t T) except -1:
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
         # read()'s map written from the counts: 168 keys, already in sorted order
         cdef int64_t counts[168]
         cdef const char* keys = DOW_HOUR_KEYS

@@ -17,7 +17,7 @@ from libc.string cimport memcpy
 
 from beava._fast.column cimport Column, prefetch_line
 from beava._fast.key_map cimport KeyMap
-from beava._fast.msgpack_out cimport put_map_header, put_str
+from beava._fast.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
 from beava._fast.float_text cimport repr_double
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
@@ -254,13 +254,16 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
     def read_msgpack(self, Py_ssize_t slot, int64_t T, names=None) -> bytes:
         """What ``read`` answers, as the MessagePack bytes the reply encoder gives it (a
         map, its keys in the order of ``names``), written from the columns."""
-        cdef bytearray out = bytearray()
+        cdef Writer out = Writer(NULL, 0, 0)
         chosen = self.names if names is None else names
-        put_map_header(out, len(chosen))
-        for name in chosen:
-            put_str(out, name)
-            (<Column>self.by_name[name]).put_msgpack(out, slot, T)
-        return bytes(out)
+        try:
+            put_map_header(&out, len(chosen))
+            for name in chosen:
+                put_str(&out, name)
+                (<Column>self.by_name[name]).put_msgpack(&out, slot, T)
+            return as_bytes(&out)
+        finally:
+            release(&out)
 
     def column(self, str name):
         """The column of feature ``name``."""
