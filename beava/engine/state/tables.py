@@ -111,29 +111,28 @@ class TableState:
     ) -> dict[str, Any] | None:
         """The entity row at query time ``T`` (keys sorted), narrowed to ``features``;
         None when the entity has no row. Unknown feature names raise UnknownFeatures."""
-        names = self._projection(features)
-        slot = self._kernel.keys.get(stored_key)
-        if slot is None:
-            return None
-        return self._kernel.read(slot, T, names)
+        found = self._slot_names(stored_key, features)
+        return None if found is None else self._kernel.read(found[0], T, found[1])
 
     def row_msgpack(self, stored_key: str, T: int, features: Sequence[str] | None = None
                     ) -> bytes | None:
         """``row`` as the MessagePack bytes a reply carries (written from the columns)."""
-        names = self._projection(features)
-        slot = self._kernel.keys.get(stored_key)
-        if slot is None:
-            return None
-        return self._kernel.read_msgpack(slot, T, names)
+        found = self._slot_names(stored_key, features)
+        return None if found is None else self._kernel.read_msgpack(found[0], T, found[1])
 
-    def _projection(self, features: Sequence[str] | None) -> Sequence[str]:
-        """The sorted feature names a row narrowed to ``features`` holds."""
+    def _slot_names(self, stored_key: str, features: Sequence[str] | None
+                    ) -> tuple[int, Sequence[str]] | None:
+        """The entity's slot and the sorted feature names of its row narrowed to
+        ``features``; None when it has no row (unknown names raise first)."""
         if features is None:
-            return self._names
-        missing = [name for name in features if name not in self._name_set]
-        if missing:
-            raise UnknownFeatures(self.spec.name, missing)
-        return sorted(set(features))
+            names: Sequence[str] = self._names
+        else:
+            missing = [name for name in features if name not in self._name_set]
+            if missing:
+                raise UnknownFeatures(self.spec.name, missing)
+            names = sorted(set(features))
+        slot = self._kernel.keys.get(stored_key)
+        return None if slot is None else (slot, names)
 
     def slot_keys(self, start: int, stop: int) -> list[str]:
         """Stored keys of the slots ``start`` to ``stop - 1`` that exist, in slot order
