@@ -14,7 +14,10 @@ starts with a ``Node`` (epoch, next) and a mode byte:
   encoded so that ``memcmp`` order is the spec's item order (text < int < float < bool,
   natural order within a type), which gives binary search, ordered reads and linear merges.
 - ``ObjBlock``: a DataSketches object (HLL for n_unique, frequent items for top_k).
-- ``QList`` / ``QSketch`` (quantile): a sorted list of at most 256 doubles, then UDDSketch.
+- ``QList`` / ``QSketch`` (quantile): a list of at most 256 doubles, then UDDSketch. A push
+  appends its value; the list is put in ascending order (each value after the values equal
+  to it that came before it, as if it had been inserted in order on arrival) when it is
+  read, dumped or turned into a sketch (``ql_sort``), so a push costs no search or move.
 
 An entity that saw two events therefore holds a few dozen bytes per feature; sketches
 exist only for states that crossed the exact-mode thresholds.
@@ -515,8 +518,8 @@ cdef struct QList:
     uint8_t _pad0
     uint16_t n
     uint16_t cap
-    uint16_t _pad1
-    # ``cap`` doubles follow, ascending
+    uint16_t sorted_n   # the first sorted_n values are in order; the rest in arrival order
+    # ``cap`` doubles follow
 
 
 cdef struct QSketch:
@@ -987,6 +990,7 @@ cdef void dump_block(_Writer w, Node* b):
         w.raw(km_entry(m, m.used), m.used)
     elif mode == MODE_VALUES:
         q = <QList*>b
+        ql_sort(q)  # a snapshot holds the list ascending
         w.u32(q.n)
         w.raw(ql_values(q), 8 * <Py_ssize_t>q.n)
     elif mode == MODE_UDD:
@@ -1043,7 +1047,7 @@ cdef Node* load_block(_Reader r, uint8_t kind) except NULL:
                 raise ValueError("snapshot quantile list is not finite and ascending")
         q = ql_new(n)
         memcpy(ql_values(q), p, 8 * <size_t>n)
-        q.n = <uint16_t>n
+        q.n = q.sorted_n = <uint16_t>n
         b = <Node*>q
     elif mode == MODE_UDD and kind == KIND_QUANTILE:
         size = r.u32()
@@ -1364,6 +1368,20 @@ cdef inline uint32_t upper_bound(const double* v, uint32_t n, double x) noexcept
     return lo
 
 
+cdef void ql_sort(QList* q) noexcept nogil:
+    """Put the values appended since the list was last in order into it, in arrival order,
+    each after the values not greater than it: the order inserting them on arrival gives."""
+    cdef double* v = ql_values(q)
+    cdef uint32_t k, i
+    cdef double x
+    for k in range(q.sorted_n, q.n):
+        x = v[k]
+        i = upper_bound(v, k, x)
+        memmove(&v[i + 1], &v[i], 8 * (k - i))
+        v[i] = x
+    q.sorted_n = q.n
+
+
 cdef double exact_quantile(const double* s, uint32_t n, double q) noexcept nogil:
     cdef double pos = q * <double>(n - 1)
     cdef double lo = floor(pos), hi = ceil(pos)
@@ -1432,12 +1450,11 @@ cdef class QuantileColumn(SketchColumn):
                 q = grown
                 q.cap = <uint16_t>((fit(sizeof(QList) + 8 * <size_t>cap) - sizeof(QList)) // 8)
                 link[0] = <Node*>q
-            i = upper_bound(ql_values(q), q.n, x)
-            memmove(&ql_values(q)[i + 1], &ql_values(q)[i], 8 * (q.n - i))
-            ql_values(q)[i] = x
+            ql_values(q)[q.n] = x  # put in order when read (ql_sort)
             q.n += 1
             return 0
-        # the 257th value: the sketch takes all of them
+        # the 257th value: the sketch takes all of them, in ascending order
+        ql_sort(q)
         s = <QSketch*>malloc(sizeof(QSketch))
         if s == NULL:
             raise MemoryError()
@@ -1484,6 +1501,7 @@ cdef class QuantileColumn(SketchColumn):
             if (<Head*>act[0]).mode == MODE_UDD:
                 return udd_quantile(&(<QSketch*>act[0]).sk, q)
             ql = <QList*>act[0]
+            ql_sort(ql)
             return exact_quantile(ql_values(ql), ql.n, q) if ql.n else None
         if self.scratch == NULL:
             self.scratch = <double*>malloc(2 * 2 * QUANTILE_EXACT_MAX * sizeof(double))
@@ -1496,6 +1514,7 @@ cdef class QuantileColumn(SketchColumn):
             for i in range(n):
                 if (<Head*>act[i]).mode == MODE_VALUES:
                     ql = <QList*>act[i]
+                    ql_sort(ql)
                     if sketch:
                         for j in range(ql.n):
                             udd_insert(&sk, ql_values(ql)[j])

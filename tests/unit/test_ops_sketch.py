@@ -3,12 +3,16 @@ bloom_member, entropy, plus the UDDSketch they use."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
+import struct
 
 import datasketches as ds
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from beava._fast.ops_sketch import COLUMNS, bloom_geometry, counters, murmur3_128
 from beava._fast.uddsketch import UDDSketch
@@ -255,6 +259,45 @@ def test_quantile_sketch_value_error_within_bound_on_100k_values(dist):
         truth = exact[math.floor(q * (len(exact) - 1))]
         got = col.py_read(0, T0)
         assert abs(got - truth) <= 0.0102 * abs(truth), (q, got, truth)
+
+
+def _exact_quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    pos = q * (len(values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi:
+        return values[lo]
+    return values[lo] * (1.0 - (pos - lo)) + values[hi] * (pos - lo)
+
+
+def _bits(x: float | None) -> bytes | None:
+    return None if x is None else struct.pack("<d", x)
+
+
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.5, -2.0, 7.0]),
+                          st.floats(-1e6, 1e6), st.just("read"), st.just("dump")),
+                max_size=300),
+       st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]))
+def test_quantile_values_read_as_if_inserted_in_order_on_arrival(steps, q):
+    """A push appends its value and a read, a dump or the 257th value puts the list in
+    order: every read is what inserting each value on arrival (after the values equal to
+    it, -0.0 and 0.0 included) gives, bit for bit, and so is a snapshot loaded back."""
+    col = make("quantile", q=q)
+    model: list[float] = []
+    for step in steps:
+        if step == "read":
+            assert _bits(col.py_read(0, T0)) == _bits(_exact_quantile(model, q))
+        elif step == "dump":
+            restored = make("quantile", q=q)
+            restored.load(through_snapshot(col.dump(4)), 4)
+            assert _bits(restored.py_read(0, T0)) == _bits(_exact_quantile(model, q))
+        else:
+            if len(model) == 256:  # the 257th value: the sketch takes over (tested above)
+                return
+            push(col, [step])
+            bisect.insort_right(model, step)
+    assert _bits(col.py_read(0, T0)) == _bits(_exact_quantile(model, q))
 
 
 def test_quantile_is_deterministic_and_order_independent_without_collapse():
