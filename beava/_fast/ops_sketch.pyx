@@ -24,7 +24,6 @@ exist only for states that crossed the exact-mode thresholds.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
@@ -55,7 +54,7 @@ _ds = _LazyDatasketches()
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
 from beava._fast.float_text cimport repr_double
-from beava._fast.slot_buffers cimport number_value
+from beava._fast.slot_buffers cimport dict_get, number_value
 from beava._fast.snapshot_state cimport state_bytes
 from beava._fast.uddsketch cimport (
     UddSketch,
@@ -1116,7 +1115,7 @@ cdef class SketchColumn(BlockColumn):
         cdef PyObject* found
         cdef object value = None
         if matched and self.field is not None:
-            found = PyDict_GetItem(row, self.field)
+            found = dict_get(row, self.field)
             if found != NULL:
                 value = <object>found
         if self.windowed:
@@ -1898,7 +1897,7 @@ cdef class BloomMemberColumn(BlockColumn):
         cdef size_t size
         if not matched or self.field is None:
             return 0
-        value = PyDict_GetItem(row, self.field)
+        value = dict_get(row, self.field)
         if value == NULL or not keystr_key(<object>value, &key, self.hold):
             return 0
         murmur3_x64_128(key.data, key.len, 0, &h1, &h2)

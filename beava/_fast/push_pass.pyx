@@ -26,7 +26,6 @@ the cache, instead of living until the fsync.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -36,6 +35,7 @@ from beava._fast.byte_buffers cimport resize_growing
 from beava._fast.clocks cimport monotonic, wall_ms
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
+from beava._fast.slot_buffers cimport dict_get
 from beava._fast.table_kernel cimport TableKernel
 from beava._fast.wal_record cimport (BODY_MSGPACK, RECORD_EVENT, append_to, event_record_at,
                                      seal_body)
@@ -155,7 +155,7 @@ def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
         offset = event_record_at(data, offset, i, &at, &size, &now, &msgpack)
         body = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + at, size)
         row = decode_msgpack(body) if msgpack else decode_json(body)
-        found = PyDict_GetItem(routes, events[i])
+        found = dict_get(routes, events[i])
         if found is not NULL:
             feed(<tuple>found, row, now)
         if now > newest:
@@ -267,7 +267,7 @@ cdef class PushPass:
 
     cdef bytes _name(self, str event):
         """``event``'s UTF-8 bytes (kept per registry)."""
-        cdef PyObject* found = PyDict_GetItem(self.names, event)
+        cdef PyObject* found = dict_get(self.names, event)
         if found is not NULL:
             return <bytes>found
         name = event.encode()
@@ -307,7 +307,7 @@ cdef class PushPass:
             event = PyUnicode_DecodeUTF8(p + at, name_len, NULL)
         except UnicodeDecodeError:
             return None
-        if PyDict_GetItem(self.checkers, event) is NULL:
+        if dict_get(self.checkers, event) is NULL:
             return None
         if len(self.known) < KNOWN_NAMES:
             self.known.append((self._name(event), event))
@@ -318,7 +318,7 @@ cdef class PushPass:
         registered event, a dedupe key: the store's path; writes refused)."""
         if not self.writable:
             return None
-        cdef PyObject* found = PyDict_GetItem(self.checkers, event)
+        cdef PyObject* found = dict_get(self.checkers, event)
         if found is NULL or (<tuple>found)[3] is True:  # deduped: the store's path
             return None
         return <tuple>found
@@ -376,7 +376,7 @@ cdef class PushPass:
             self.b_events.append(event)
             self.hold_lsn = self.last_lsn
             return
-        found = PyDict_GetItem(self.routes, event)
+        found = dict_get(self.routes, event)
         if found is not NULL:
             feed(<tuple>found, fields, now)
         self.applied_lsn = self.last_lsn

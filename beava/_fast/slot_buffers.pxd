@@ -1,7 +1,6 @@
 # Typed per-slot storage shared by the state columns: growable C arrays, row values kept as
 # (tag, 8-byte payload) instead of boxed objects, and lazily allocated value rings. Memory
 # comes from PyMem_* (pymalloc packs small blocks without a per-block header).
-from cpython.dict cimport PyDict_GetItem
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.long cimport PyLong_AsDouble, PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -96,9 +95,17 @@ cdef inline int load_bytes(void* buf, object data, Py_ssize_t nbytes) except -1:
 
 # ---- row values ----------------------------------------------------------------------
 
+cdef extern from "Python.h":
+    # A borrowed value, NULL when absent: PyDict_GetItemWithError without Cython's error
+    # check, for the dicts of the push path (rows, routes, checkers), whose keys are str and
+    # whose lookups by str cannot fail. PyDict_GetItem would save and restore the exception
+    # state around every lookup.
+    PyObject* dict_get "PyDict_GetItemWithError"(object d, object key)
+
+
 cdef inline PyObject* row_value(dict row, object field) noexcept:
     # The op's value in the post-chain row (borrowed); NULL when absent or null.
-    cdef PyObject* p = PyDict_GetItem(row, field)
+    cdef PyObject* p = dict_get(row, field)
     if p == <PyObject*>None:
         return NULL
     return p
@@ -120,7 +127,7 @@ cdef inline bint number_value(PyObject* v, double* x) except -1:
 
 cdef inline bint row_number(dict row, object field, double* x) except -1:
     # number_value of the row's value under `field`.
-    return number_value(PyDict_GetItem(row, field), x)
+    return number_value(dict_get(row, field), x)
 
 
 # ---- tagged values -------------------------------------------------------------------

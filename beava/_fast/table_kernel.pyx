@@ -19,6 +19,7 @@ from beava._fast.column cimport Column, prefetch_line
 from beava._fast.key_map cimport KeyMap
 from beava._fast.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
 from beava._fast.float_text cimport repr_double
+from beava._fast.slot_buffers cimport dict_get
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
 from beava._fast.ops_core import share_windows
@@ -34,7 +35,6 @@ cdef extern from "Python.h":
     PyObject* Py_True
     PyTypeObject* Py_TYPE(PyObject* o)
     double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
-    PyObject* dict_get "PyDict_GetItem"(object d, object key)
 
 
 cpdef str fmt_f64_debug(double x):
