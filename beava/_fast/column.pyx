@@ -5,11 +5,14 @@ from libc.stdint cimport int64_t
 
 from beava._fast.msgpack_out cimport Writer, put_value
 
+from sys import intern
+
 
 cdef class Column:
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         self.name = name
-        self.field = field
+        # interned, as the push checks key the rows they decode (a lookup matches on identity)
+        self.field = intern(field) if type(field) is str else field
         self.where = where
         self.window_ms = window_ms
         self.capacity = 0

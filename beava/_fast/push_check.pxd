@@ -1,7 +1,7 @@
 # Compiled push checks of one event schema (push_check.pyx); the push pass calls check()
 # without a Python-level call.
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint64_t
 
 
 cdef struct RawName:
@@ -29,9 +29,16 @@ cdef class EventChecker:
     cdef uint64_t required_bits
     cdef uint64_t default_bits
     cdef bint takes_msgpack  # False: every body goes through check() (over 64 names)
+    cdef tuple name_objects  # the declared names (interned str), by bit
+    cdef uint8_t order[64]   # bits of the names of the last body check_msgpack accepted
 
     # Whether a MessagePack body (``n`` bytes at ``p``) is one that check() would accept
     # unchanged, read from its bytes without decoding it. False means "decode it and ask
     # check()": an error, a default to fill, a value to widen, or only something this scan
     # leaves to check() (nested values, nil, binary, non-ASCII text).
     cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept
+
+    # The row of a body check_msgpack has just accepted (the same bytes): what msgspec
+    # decodes from them, its keys the interned declared names (the objects the columns look
+    # them up with, so a lookup matches on identity).
+    cdef dict decode_checked(self, const char* p, Py_ssize_t n)

@@ -24,10 +24,14 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
-from libc.stdint cimport uint64_t
-from libc.string cimport memcmp, memset
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+
+from sys import intern
 
 cdef extern from "Python.h":
+    dict _PyDict_NewPresized(Py_ssize_t minused)
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     int PyUnicode_KIND(object o)
     void* PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -290,6 +294,7 @@ cdef class EventChecker:
         memset(self.table, 0, size * sizeof(RawName))
         self.mask = size - 1
         self.raw_names = tuple(name.encode() for name in names)
+        self.name_objects = tuple(intern(name) for name in names)
         for bit in range(len(names)):
             raw = <bytes>self.raw_names[bit]
             slot = _fnv(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) & self.mask
@@ -312,6 +317,74 @@ cdef class EventChecker:
         bytes (False: check() must decide)."""
         return self.check_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
 
+    def settled_row(self, bytes body):
+        """decode_checked on ``body`` when check_msgpack accepts it, else None (Python-level
+        access for tests)."""
+        cdef const char* p = PyBytes_AS_STRING(body)
+        if not self.check_msgpack(p, PyBytes_GET_SIZE(body)):
+            return None
+        return self.decode_checked(p, PyBytes_GET_SIZE(body))
+
+    cdef dict decode_checked(self, const char* p, Py_ssize_t n):
+        """See push_check.pxd."""
+        cdef const unsigned char* b = <const unsigned char*>p
+        cdef Py_ssize_t at, entries, size, i
+        cdef unsigned char c
+        cdef uint32_t bits32
+        cdef uint64_t bits64
+        cdef float f32
+        cdef double f64
+        cdef object value
+        c = b[0]
+        if c == 0xde:
+            entries = (<Py_ssize_t>b[1] << 8) | b[2]
+            at = 3
+        else:
+            entries = c & 0x0f
+            at = 1
+        cdef dict row = _PyDict_NewPresized(entries)
+        for i in range(entries):
+            size = _text_size(b, n, &at)  # the key: its name is the i-th bit recorded
+            at += size
+            c = b[at]
+            if c <= 0x7f:
+                value = <long>c
+                at += 1
+            elif c >= 0xe0:
+                value = <long>(<signed char>c)
+                at += 1
+            elif c == 0xc2 or c == 0xc3:
+                value = c == 0xc3
+                at += 1
+            elif c == 0xca:
+                bits32 = <uint32_t>_get_be(b + at + 1, 4)
+                memcpy(&f32, &bits32, 4)
+                value = <double>f32
+                at += 5
+            elif c == 0xcb:
+                bits64 = _get_be(b + at + 1, 8)
+                memcpy(&f64, &bits64, 8)
+                value = f64
+                at += 9
+            elif 0xcc <= c <= 0xcf:  # uint 8..64 (check_msgpack took none beyond int64)
+                size = _NUMBER_SIZE[c - 0xca]
+                value = <long long>_get_be(b + at + 1, <int>size)
+                at += 1 + size
+            elif 0xd0 <= c <= 0xd3:  # int 8..64: sign-extended from its size
+                size = _NUMBER_SIZE[c - 0xca]
+                bits64 = _get_be(b + at + 1, <int>size)
+                if size < 8 and bits64 >> (8 * size - 1):
+                    bits64 |= ~((<uint64_t>1 << (8 * size)) - 1)
+                value = <long long>bits64
+                at += 1 + size
+            else:  # text: printable ASCII, checked
+                size = _text_size(b, n, &at)
+                value = PyUnicode_New(size, 127)
+                memcpy(PyUnicode_DATA(value), p + at, size)
+                at += size
+            PyDict_SetItem(row, self.name_objects[self.order[i]], value)
+        return row
+
     cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept:
         """See push_check.pxd."""
         cdef const unsigned char* b = <const unsigned char*>p
@@ -319,6 +392,7 @@ cdef class EventChecker:
         cdef uint64_t seen = 0, typed = 0, bit, v
         cdef unsigned char c
         cdef int code, kind
+        cdef Py_ssize_t count = 0
         if not self.takes_msgpack or n < 1:
             return False
         c = b[0]
@@ -350,6 +424,8 @@ cdef class EventChecker:
             if code & CONTROL or seen & bit:
                 return False
             seen |= bit
+            self.order[count] = <uint8_t>self.table[slot].bit
+            count += 1
             # the value: a number, a boolean or ASCII text without control characters
             if at >= n:
                 return False

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
+                  checkers: dict[str, tuple[Any, ...]],
                   events: list[str], data: bytearray, offset: int, start: int, stop: int,
                   deadline: float, decode_msgpack: Callable[[bytes], Any],
                   decode_json: Callable[[bytes], Any]) -> tuple[int, int, int]: ...

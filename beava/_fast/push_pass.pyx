@@ -134,13 +134,15 @@ cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
     return 0
 
 
-def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
+def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ssize_t offset,
                   Py_ssize_t start, Py_ssize_t stop, double deadline, object decode_msgpack,
                   object decode_json):
     """Apply pushes ``start..stop-1`` of a durable batch to the tables they feed
     (``routes``: event -> the tables' push functions), each from its event record in
     ``data`` (push ``start``'s at byte ``offset``, the others following it): its body
-    decoded as recovery does, its time from the record; when ``deadline`` (a
+    decoded as recovery does (a body its event's checker settles from its bytes, as the
+    push pass reads it: ``checkers`` are the store's), its time from the record; when
+    ``deadline`` (a
     time.perf_counter() value; 0.0: none) passes, checked every CHECK_EVERY pushes, stop
     early. Returns ``(the newest time applied, the offset after the last push applied's
     record, the index after it)``."""
@@ -148,13 +150,21 @@ def apply_records(dict routes, list events, bytearray data, Py_ssize_t offset,
     cdef PyObject* found
     cdef int64_t newest = 0, now
     cdef bint msgpack
+    cdef const char* raw
+    cdef EventChecker checker
     for i in range(start, stop):
         if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
                 and monotonic() > deadline):
             return newest, offset, i
         offset = event_record_at(data, offset, i, &at, &size, &now, &msgpack)
-        body = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(data) + at, size)
-        row = decode_msgpack(body) if msgpack else decode_json(body)
+        raw = PyByteArray_AS_STRING(data) + at
+        found = dict_get(checkers, events[i])
+        checker = <EventChecker>(<tuple>found)[1] if found is not NULL and msgpack else None
+        if checker is not None and checker.check_msgpack(raw, size):
+            row = checker.decode_checked(raw, size)
+        else:
+            body = PyBytes_FromStringAndSize(raw, size)
+            row = decode_msgpack(body) if msgpack else decode_json(body)
         found = dict_get(routes, events[i])
         if found is not NULL:
             feed(<tuple>found, row, now)
@@ -424,10 +434,12 @@ cdef class PushPass:
                         entry = self._entry(event)
                         checked = entry is not None and (
                             <EventChecker>entry[1]).check_msgpack(raw, raw_len)
-                        if checked and self.mode == STRICT:  # no row to decode until applied
-                            fields = None
-                        else:
+                        if not checked:
                             fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
+                        elif self.mode == STRICT:  # no row to decode until applied
+                            fields = None
+                        else:  # the row from the bytes just read, keyed by the names
+                            fields = (<EventChecker>entry[1]).decode_checked(raw, raw_len)
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body

@@ -22,6 +22,8 @@ from beava._fast.float_text cimport repr_double
 from beava._fast.slot_buffers cimport dict_get
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
+from sys import intern
+
 from beava._fast.ops_core import share_windows
 
 
@@ -101,7 +103,8 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
 
     def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
         self.keys = KeyMap()
-        self.key_fields = key_fields
+        # interned, as the push checks key the rows they decode (a lookup matches on identity)
+        self.key_fields = tuple(intern(f) if type(f) is str else f for f in key_fields)
         self.preds = list(predicates)
         self.npreds = len(self.preds)
         self.set_cold_after(cold_after_ms)

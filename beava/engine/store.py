@@ -253,8 +253,9 @@ class FeatureStore:
         replays them (called by the durability log, a part of a batch at a time), stopping
         early once ``deadline`` (perf_counter; 0.0: none) has passed: push ``i`` has LSN
         ``first_lsn + i``. Returns the offset of the next push's record and its index."""
-        newest, offset, done = apply_records(self.engine.routes, events, data, offset, start,
-                                             stop, deadline, decode_wal_body, _decode_json)
+        newest, offset, done = apply_records(self.engine.routes, self.checkers, events, data,
+                                             offset, start, stop, deadline, decode_wal_body,
+                                             _decode_json)
         self.applied_lsn = first_lsn + done - 1
         if newest > self.watermark_ms:
             self.watermark_ms = newest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import sys
 
 import msgspec
 import pytest
@@ -177,6 +178,17 @@ def settled_unchanged(checker, body: bytes) -> bool:
     return checker.check(fields) is None and msgspec.msgpack.encode(fields) == before
 
 
+def same_row(checker, body: bytes) -> None:
+    """The row decode_checked builds from a settled body is msgspec's decoding of it: the
+    same keys in the same order, equal values of the same types; its keys are the interned
+    declared names."""
+    row = checker.settled_row(body)
+    expected = msgspec.msgpack.decode(body)
+    assert list(row) == list(expected)
+    assert [(type(v), v) for v in row.values()] == [(type(v), v) for v in expected.values()]
+    assert all(key is sys.intern(key) for key in row)
+
+
 def raw_map(pairs: list[tuple[bytes, bytes]], header: bytes | None = None) -> bytes:
     """A MessagePack map of already encoded keys and values (duplicates allowed)."""
     head = header if header is not None else bytes([0x80 | len(pairs)])
@@ -190,6 +202,9 @@ def test_bytes_check_accepts_only_what_check_accepts_unchanged(events, body):
     encoded = msgspec.msgpack.encode(body)
     if checker.accepts_unchanged(encoded):
         assert settled_unchanged(checker, encoded)
+        same_row(checker, encoded)
+    else:
+        assert checker.settled_row(encoded) is None
 
 
 @given(st.fixed_dictionaries({"user": st.text(alphabet="abc", min_size=1),
@@ -204,6 +219,7 @@ def test_bytes_check_settles_flat_bodies_of_declared_names(events, body):
     encoded = msgspec.msgpack.encode(body)
     assert settled_unchanged(checker, encoded)
     assert checker.accepts_unchanged(encoded)
+    same_row(checker, encoded)
 
 
 def test_bytes_check_leaves_the_rest_to_check(events):
@@ -238,11 +254,14 @@ def test_bytes_check_leaves_the_rest_to_check(events):
         assert not checker.accepts_unchanged(body), why
     # other layouts of the same map: map 16, str 8 keys and values, float 32, every int width
     assert checker.accepts_unchanged(raw_map(pairs, b"\xde\x00" + bytes([len(pairs)])))
+    same_row(checker, raw_map(pairs, b"\xde\x00" + bytes([len(pairs)])))
     long_key = [(b"\xd9\x04user", b"\xd9\x02u1")] + pairs[1:]
     assert checker.accepts_unchanged(raw_map(long_key))
+    same_row(checker, raw_map(long_key))
     for number in (b"\xca\x3f\xc0\x00\x00", b"\xcc\x05", b"\xcd\x01\x00", b"\xce\0\0\1\0",
                    b"\xcf" + (2**63 - 1).to_bytes(8, "big"), b"\xd0\xfb", b"\xd1\xff\x00",
                    b"\xd2\xff\0\0\0", b"\xd3" + (1).to_bytes(8, "big"), b"\xe0", b"\x7f"):
         varied = [(k, number if k == pack("qty") else v) for k, v in pairs]
         assert checker.accepts_unchanged(raw_map(varied)), number
         assert settled_unchanged(checker, raw_map(varied)), number
+        same_row(checker, raw_map(varied))
