@@ -1,8 +1,10 @@
 # cython: language_level=3
 """The WAL's writer thread, in C: it never takes the GIL (spec/durability.md §6).
 
-``BatchWriter.submit(fd, batch, offset)`` hands one batch over; the thread writes all of it
-at ``offset`` (pwrite, looping on short writes), fdatasyncs the file, and then adds one to
+``BatchWriter.submit(fd, batch, offset)`` hands one batch over; the thread sets the CRC of
+its records when asked to (``seal``: the push pass leaves them unsealed, so that work is off
+the event loop), writes all of it at ``offset`` (pwrite, looping on short writes), fdatasyncs
+the file, and then adds one to
 an eventfd (``fileno()``), which the event loop watches: the loop learns of a durable batch
 without the writer thread ever waiting for the interpreter, and the interpreter never
 stops to hand it the GIL. ``result()`` then gives what happened; ``wait()`` blocks until
@@ -11,9 +13,10 @@ the batch in flight is done (a synchronous barrier). One batch is in flight at a
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport EINTR, ENOSPC, errno
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint64_t
 
 from beava._fast.clocks cimport monotonic
+from beava._fast.wal_record cimport seal_records
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -75,6 +78,7 @@ cdef struct Shared:
     const char* data
     Py_ssize_t size
     long long offset
+    bint seal
     bint kill_after_write
     # its outcome
     int err
@@ -90,6 +94,8 @@ cdef void _write_batch(Shared* s) noexcept nogil:
     s.err = 0
     s.stage = STAGE_NONE
     s.seconds = 0.0
+    if s.seal:
+        seal_records(<uint8_t*>s.data, s.size)
     while done < s.size:
         n = pwrite(s.fd, s.data + done, <size_t>(s.size - done), <off_t>(s.offset + done))
         if n < 0:
@@ -158,10 +164,12 @@ cdef class BatchWriter:
         """The eventfd that becomes readable when a batch is done."""
         return self.s.efd
 
-    def submit(self, int fd, bytearray batch, long long offset, bint kill_after_write=False):
+    def submit(self, int fd, bytearray batch, long long offset, bint kill_after_write=False,
+               bint seal=False):
         """Write ``batch`` at ``offset`` of ``fd`` and fdatasync it; ``kill_after_write``:
-        SIGKILL the process between the write and the fsync. ``batch`` is not to be
-        resized until result() returns."""
+        SIGKILL the process between the write and the fsync; ``seal``: ``batch`` is WAL
+        records, whose CRCs the thread sets first (wal_record.seal_records). ``batch`` is
+        not to be read or resized until result() returns."""
         if self.s.state != IDLE:
             raise RuntimeError("a batch is in flight already")
         if not self.running:
@@ -172,6 +180,7 @@ cdef class BatchWriter:
         self.s.data = PyByteArray_AS_STRING(batch)
         self.s.size = PyByteArray_GET_SIZE(batch)
         self.s.offset = offset
+        self.s.seal = seal
         self.s.kill_after_write = kill_after_write
         self.s.state = QUEUED
         pthread_cond_broadcast(&self.s.cond)

@@ -371,7 +371,8 @@ cdef class PushPass:
             start = PyByteArray_GET_SIZE(self.buf)
             append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
                       <uint64_t>now, <uint32_t>self.version,
-                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len)
+                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len,
+                      False)  # sealed before it is written (wal_record.seal_records)
             if raw == NULL:  # the row encoded straight onto the pending batch
                 try:
                     self.encode_into(fields, self.buf, -1)

@@ -8,11 +8,18 @@ cdef enum:
 
 
 # Append one record to the end of ``buf``; returns its size on disk. ValueError when the
-# name or the record is over its limit.
+# name or the record is over its limit. Unless ``sealed``, its CRC is left 0 for
+# seal_records to set before the batch is written.
 cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
                           uint64_t timestamp_ms, uint32_t registry_version,
                           const char* name, Py_ssize_t name_len,
-                          const char* body, Py_ssize_t body_len) except -1
+                          const char* body, Py_ssize_t body_len, bint sealed) except -1
+
+
+# Set the CRC of every whole record in the ``size`` bytes at ``data`` (a batch of records,
+# sealed or not: a sealed record's CRC is set again to the same value). Stops at bytes that
+# are not a whole record. Takes no GIL: the WAL writer thread seals a batch before writing it.
+cdef void seal_records(uint8_t* data, Py_ssize_t size) noexcept nogil
 
 
 # The record at ``start`` of ``buf`` was appended with an empty body, then its body's bytes

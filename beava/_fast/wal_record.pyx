@@ -9,8 +9,11 @@ Record::
 little-endian; ``crc`` is zlib's CRC-32 (initial value 0) of every byte after itself.
 :func:`append_record` writes one record straight onto the end of a bytearray (the pending
 batch), so a push costs no intermediate bytes objects; :func:`event_record_at` reads an event
-record back (a durable batch is applied from its records). The CRC is table driven (slicing by
-8, the reflected polynomial 0xEDB88320 of zlib), so the module needs no zlib headers.
+record back (a durable batch is applied from its records). The push pass appends its records
+unsealed (CRC 0) and :func:`seal_records` sets the CRC of every record of a batch just before
+it is written: on the WAL writer thread, off the event loop (beava._fast.batch_writer), or by
+:func:`seal` for a batch written synchronously. The CRC is table driven (slicing by 8, the
+reflected polynomial 0xEDB88320 of zlib), so the module needs no zlib headers.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
@@ -107,8 +110,9 @@ def crc32(data, unsigned long value=0):
 cdef Py_ssize_t _write(uint8_t* p, uint64_t lsn, uint8_t rtype, uint8_t body_format,
                        uint64_t timestamp_ms, uint32_t registry_version,
                        const char* name, Py_ssize_t name_len,
-                       const char* body, Py_ssize_t body_len) noexcept:
-    """Write the record at ``p`` (room for it checked by the caller); returns its size."""
+                       const char* body, Py_ssize_t body_len, bint sealed) noexcept:
+    """Write the record at ``p`` (room for it checked by the caller), its CRC when
+    ``sealed`` (else 0, set by seal_records later); returns its size."""
     cdef Py_ssize_t record_len = FIXED_LEN + name_len + body_len
     _put32(p, <uint32_t>record_len)
     _put64(p + 8, lsn)
@@ -123,7 +127,7 @@ cdef Py_ssize_t _write(uint8_t* p, uint64_t lsn, uint8_t rtype, uint8_t body_for
     _put32(p + NAME_OFFSET + name_len, <uint32_t>body_len)
     if body_len:
         memcpy(p + NAME_OFFSET + name_len + 4, body, body_len)
-    _put32(p + 4, _crc32(0, p + 8, record_len - 4))
+    _put32(p + 4, _crc32(0, p + 8, record_len - 4) if sealed else 0)
     return record_len + 4
 
 
@@ -137,12 +141,28 @@ cdef inline void _check(Py_ssize_t name_len, Py_ssize_t body_len) except *:
 cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
                           uint64_t timestamp_ms, uint32_t registry_version,
                           const char* name, Py_ssize_t name_len,
-                          const char* body, Py_ssize_t body_len) except -1:
+                          const char* body, Py_ssize_t body_len, bint sealed) except -1:
     _check(name_len, body_len)
     cdef Py_ssize_t start = PyByteArray_GET_SIZE(buf)
     resize_growing(buf, start + 4 + FIXED_LEN + name_len + body_len)
     return _write(<uint8_t*>PyByteArray_AS_STRING(buf) + start, lsn, rtype, body_format,
-                  timestamp_ms, registry_version, name, name_len, body, body_len)
+                  timestamp_ms, registry_version, name, name_len, body, body_len, sealed)
+
+
+cdef void seal_records(uint8_t* data, Py_ssize_t size) noexcept nogil:
+    cdef Py_ssize_t at = 0
+    cdef uint64_t record_len
+    while at + 8 <= size:
+        record_len = _get(data + at, 4)
+        if record_len < 4 or <uint64_t>(size - at - 4) < record_len:
+            return  # not a whole record: left as it is
+        _put32(data + at + 4, _crc32(0, data + at + 8, <Py_ssize_t>record_len - 4))
+        at += 4 + <Py_ssize_t>record_len
+
+
+def seal(bytearray data):
+    """seal_records on a batch written synchronously."""
+    seal_records(<uint8_t*>PyByteArray_AS_STRING(data), PyByteArray_GET_SIZE(data))
 
 
 cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1:
@@ -189,7 +209,7 @@ def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_forma
     """Append one record to ``buf``; returns its size on disk."""
     return append_to(buf, lsn, rtype, body_format, timestamp_ms, registry_version,
                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
-                     PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+                     PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
 
 
 def encode_record(uint64_t lsn, uint8_t rtype, uint8_t body_format, uint64_t timestamp_ms,
@@ -201,5 +221,5 @@ def encode_record(uint64_t lsn, uint8_t rtype, uint8_t body_format, uint64_t tim
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + FIXED_LEN + name_len + body_len)
     _write(<uint8_t*>PyBytes_AS_STRING(out), lsn, rtype, body_format, timestamp_ms,
            registry_version, PyBytes_AS_STRING(name), name_len, PyBytes_AS_STRING(body),
-           body_len)
+           body_len, True)
     return out

@@ -40,6 +40,7 @@ from time import perf_counter
 from typing import Any, NoReturn
 
 from beava._fast.batch_writer import BatchWriter
+from beava._fast.wal_record import seal
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal import EventLog, WalFatal, WalUnavailable, WalWriter
 from beava.durability.wal_format import record_lsn_at
@@ -242,7 +243,9 @@ class _WorkerLog(ABC):
             return
         fd, offset = self.wal.batch_target()
         self._in_flight = batch
-        self._writer.submit(fd, batch.data, offset, self.crash.due("wal_after_write"))
+        # the writer thread sets the CRCs the push pass left unset (wal_record.seal_records)
+        self._writer.submit(fd, batch.data, offset, self.crash.due("wal_after_write"),
+                            seal=True)
 
     def _finish(self, batch: Batch, result: tuple[int, int, float]) -> None:
         """The writer thread is done with ``batch`` (its ``result``: errno, stage, fsync
@@ -384,6 +387,7 @@ class _WorkerLog(ABC):
                 return
             batch = self._take()
             if batch.data:
+                seal(batch.data)  # as the writer thread seals the batches it writes
                 try:
                     self.wal.write_and_sync(batch.data)
                 except WalUnavailable as exc:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from beava._fast import wal_record
 from beava._fast.batch_writer import STAGE_NONE, STAGE_SYNC, STAGE_WRITE, BatchWriter
+from beava.durability import wal_format as wf
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
 
 
@@ -41,6 +43,27 @@ def test_writes_at_the_offset_syncs_and_signals(tmp_path: Path) -> None:
         os.close(fd)
     with pytest.raises(RuntimeError):
         writer.submit(0, bytearray(b"x"), 0)
+
+
+def test_sealed_batches_are_written_with_their_records_crcs(tmp_path: Path) -> None:
+    records = b"".join(wal_record.encode_record(lsn, wf.RECORD_EVENT, wf.BODY_MSGPACK, lsn, 1,
+                                                b"txn", b"\x81\xa1k" + bytes([lsn]))
+                       for lsn in range(1, 50))
+    batch = bytearray(records)
+    offset = 0
+    while offset < len(batch):  # as the push pass appends them: CRC 0
+        batch[offset + 4:offset + 8] = bytes(4)
+        offset += wf.parse_record(records, offset).size
+    writer = BatchWriter()
+    fd = os.open(tmp_path / "seg", os.O_RDWR | os.O_CREAT)
+    try:
+        writer.submit(fd, batch, 0, seal=True)
+        writer.wait()
+        assert writer.result()[:2] == (0, STAGE_NONE)
+        assert os.pread(fd, len(records) + 1, 0) == records
+    finally:
+        writer.close()
+        os.close(fd)
 
 
 def test_one_batch_in_flight() -> None:

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 
+from beava._fast import wal_record
 from beava._fast.batch_writer import STAGE_NONE, STAGE_WRITE
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, PeriodicLog
@@ -60,8 +61,10 @@ class HeldWriter:
         return self._read
 
     def submit(self, fd: int, batch: bytearray, offset: int,
-               kill_after_write: bool = False) -> None:
+               kill_after_write: bool = False, seal: bool = False) -> None:
         assert self._thread is None, "one batch in flight at a time"
+        if seal:  # as the writer thread seals WAL records before writing them
+            wal_record.seal(batch)
         self._thread = threading.Thread(target=self._run, args=(bytes(batch),))
         self._thread.start()
 

@@ -52,6 +52,42 @@ def test_appended_records_follow_each_other_and_parse() -> None:
     assert offset == len(buf)
 
 
+def unsealed(sealed: bytes | bytearray) -> bytearray:
+    """The records of ``sealed`` with every CRC field 0, as the push pass appends them."""
+    out = bytearray(sealed)
+    offset = 0
+    while offset < len(out):
+        size = wf.parse_record(sealed, offset).size
+        out[offset + 4:offset + 8] = bytes(4)
+        offset += size
+    return out
+
+
+@given(st.lists(st.tuples(st.text(max_size=10).map(str.encode), st.binary(max_size=300)),
+                max_size=30))
+def test_seal_sets_every_records_crc(records: list[tuple[bytes, bytes]]) -> None:
+    sealed = bytearray()
+    for lsn, (name, body) in enumerate(records, 1):
+        wal_record.append_record(sealed, lsn, wf.RECORD_EVENT, wf.BODY_MSGPACK, lsn, 1, name,
+                                 body)
+    batch = unsealed(sealed)
+    wal_record.seal(batch)
+    assert batch == sealed
+    wal_record.seal(batch)  # sealed again: the same bytes
+    assert batch == sealed
+
+
+def test_seal_stops_at_bytes_that_are_not_a_whole_record() -> None:
+    whole = wal_record.encode_record(1, wf.RECORD_EVENT, wf.BODY_MSGPACK, 5, 1, b"txn", b"\x80")
+    cut = unsealed(whole + whole)[:-1]  # the second record runs past the end
+    wal_record.seal(cut)
+    assert cut[:len(whole)] == whole and cut[len(whole):] == unsealed(whole)[:-1]
+    for short in (bytearray(b"\x03\x00\x00\x00abcd"), bytearray(b"\x00" * 7), bytearray()):
+        before = bytes(short)
+        wal_record.seal(short)  # a length under 4, too few bytes, nothing: left as they are
+        assert short == before
+
+
 def test_oversized_name_is_refused() -> None:
     buf = bytearray(b"keep")
     with pytest.raises(ValueError):
