@@ -132,6 +132,10 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
             "under_push_load": _percentiles(latencies.under_push_load)}
 
 
+# Seconds the push load runs before the GETs sampled under it begin.
+LOAD_RAMP_S = 0.3
+
+
 @dataclass
 class GetLatencies:
     idle: list[float]
@@ -147,18 +151,24 @@ def sample_get_latencies(addr: tuple[str, int], table: str, key: str, frames: li
                          ) -> GetLatencies:
     """Sequential GETs of one key from a process of their own (``bench.get_sampler``),
     against a running server at ``addr``: first idle, then while ``frames`` are pushed on
-    ``connections`` other connections. Latencies in seconds."""
+    ``connections`` other connections: one push run, under way (LOAD_RAMP_S) before the
+    first GET and stopped after the last one. Latencies in seconds."""
     idle = Sampler(addr, table, key, samples).latencies()
-    sampler = Sampler(addr, table, key, samples)
     results: list[loadgen.BlastResult] = []
 
-    async def load_while_reading() -> None:
-        while sampler.running():
-            results.append(await loadgen.blast(addr, frames, connections=connections,
-                                               depth=depth, seconds=0.5))
+    async def load_while_reading() -> Sampler:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(loadgen.blast(addr, frames, connections=connections,
+                                                   depth=depth, stop=stop))
+        await asyncio.sleep(LOAD_RAMP_S)
+        sampler = Sampler(addr, table, key, samples)
+        while sampler.running() and not load.done():
+            await asyncio.sleep(0.01)
+        stop.set()
+        results.append(await load)
+        return sampler
 
-    asyncio.run(load_while_reading())
-    loaded = sampler.latencies()
+    loaded = asyncio.run(load_while_reading()).latencies()
     first_error = next((r.first_error for r in results if r.errors), b"")
     return GetLatencies(idle, loaded, sum(r.replies for r in results),
                         sum(r.errors for r in results), first_error)

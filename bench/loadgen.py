@@ -128,9 +128,11 @@ class _Blast:
 
 
 async def blast(addr: tuple[str, int], frames: list[bytes], *, connections: int, depth: int,
-                seconds: float | None = None, total: int | None = None) -> BlastResult:
-    """Push for ``seconds`` (cycling through ``frames``) or exactly ``total`` frames in
-    order (``connections`` should then be 1 to keep per-key order)."""
+                seconds: float | None = None, total: int | None = None,
+                stop: asyncio.Event | None = None) -> BlastResult:
+    """Push for ``seconds`` or until ``stop`` is set (cycling through ``frames``), or
+    exactly ``total`` frames in order (``connections`` should then be 1 to keep per-key
+    order)."""
     loop = asyncio.get_running_loop()
     state = _Blast(chunks(frames), depth, total)
     per_conn = max(1, len(state.chunks) // connections)
@@ -139,13 +141,17 @@ async def blast(addr: tuple[str, int], frames: list[bytes], *, connections: int,
     for i in range(connections):
         _, proto = await loop.create_connection(lambda i=i: _Conn(state, i * per_conn), *addr)
         conns.append(proto)
-    if seconds is not None:
-        await asyncio.sleep(seconds)
+    timed = seconds is not None or stop is not None
+    if timed:
+        if stop is not None:
+            await stop.wait()
+        else:
+            await asyncio.sleep(seconds or 0.0)
         state.stopping = True
         elapsed = time.perf_counter() - started
         replies = state.replies
     await asyncio.gather(*(c.done for c in conns))
-    if seconds is None:
+    if not timed:
         elapsed = time.perf_counter() - started
         replies = state.replies
     for c in conns:
