@@ -132,8 +132,10 @@ def get_latency(name: str = "fraud-team", *, samples: int = 5000, connections: i
             "under_push_load": _percentiles(latencies.under_push_load)}
 
 
-# Seconds the push load runs before the GETs sampled under it begin.
+# Seconds the push load runs before the GETs sampled under it begin, and at most while
+# they run.
 LOAD_RAMP_S = 0.3
+LOAD_CAP_S = 10.0
 
 
 @dataclass
@@ -152,7 +154,9 @@ def sample_get_latencies(addr: tuple[str, int], table: str, key: str, frames: li
     """Sequential GETs of one key from a process of their own (``bench.get_sampler``),
     against a running server at ``addr``: first idle, then while ``frames`` are pushed on
     ``connections`` other connections: one push run, under way (LOAD_RAMP_S) before the
-    first GET and stopped after the last one. Latencies in seconds."""
+    first GET and stopped after the last one or after LOAD_CAP_S (a server that answers no
+    read under load then answers the rest: their latencies say how long they waited).
+    Latencies in seconds."""
     idle = Sampler(addr, table, key, samples).latencies()
     results: list[loadgen.BlastResult] = []
 
@@ -162,7 +166,9 @@ def sample_get_latencies(addr: tuple[str, int], table: str, key: str, frames: li
                                                    depth=depth, stop=stop))
         await asyncio.sleep(LOAD_RAMP_S)
         sampler = Sampler(addr, table, key, samples)
-        while sampler.running() and not load.done():
+        capped = asyncio.get_running_loop().time() + LOAD_CAP_S
+        while (sampler.running() and not load.done()
+               and asyncio.get_running_loop().time() < capped):
             await asyncio.sleep(0.01)
         stop.set()
         results.append(await load)
