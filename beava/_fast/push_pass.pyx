@@ -11,10 +11,11 @@ PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name
 ...}`` in that order) is split here and only its body decoded; when the checks change
 nothing, the WAL record's body is the pushed body's own bytes. When the event's checker can
 settle such a body from its bytes (``EventChecker.check_msgpack``: a flat map of declared
-names to numbers, booleans and ASCII text), the checks on the decoded row are skipped, and
-in strict mode the body is not decoded at intake at all: it is decoded once, when its
-durable record is applied. No Python-level function runs per push on this path beyond the decoders and the
-table kernels; the durability log hears of a call's records once, at its end
+names to numbers, booleans and ASCII text), the checker also builds its row from those
+bytes (``decode_checked``: no decoder call), and in strict mode the body is not decoded at
+intake at all: it is read the same way once, when its durable record is applied. No
+Python-level function runs per push on this path beyond the decoder of other bodies and
+the table kernels; the durability log hears of a call's records once, at its end
 (``accepted()``).
 
 Anything unusual goes to the store's Python path before any state is touched: a body that
@@ -142,9 +143,8 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
     ``data`` (push ``start``'s at byte ``offset``, the others following it): its body
     decoded as recovery does (a body its event's checker settles from its bytes, as the
     push pass reads it: ``checkers`` are the store's), its time from the record; when
-    ``deadline`` (a
-    time.perf_counter() value; 0.0: none) passes, checked every CHECK_EVERY pushes, stop
-    early. Returns ``(the newest time applied, the offset after the last push applied's
+    ``deadline`` (a time.perf_counter() value; 0.0: none) passes, checked every
+    CHECK_EVERY pushes, stop early. Returns ``(the newest time applied, the offset after the last push applied's
     record, the index after it)``."""
     cdef Py_ssize_t i, at, size
     cdef PyObject* found
