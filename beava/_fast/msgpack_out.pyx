@@ -82,28 +82,16 @@ cdef int put_nil(Writer* out) except -1:
 
 
 cdef int put_int(Writer* out, int64_t v) except -1:
-    if v >= 0:
-        if v < 0x80:
-            _room(out, 1)[0] = <uint8_t>v
-        elif v <= 0xff:
-            _tagged(out, 0xcc, <uint64_t>v, 1)
-        elif v <= 0xffff:
-            _tagged(out, 0xcd, <uint64_t>v, 2)
-        elif v <= 0xffffffff:
-            _tagged(out, 0xce, <uint64_t>v, 4)
-        else:
-            _tagged(out, 0xcf, <uint64_t>v, 8)
-    elif v >= -32:
+    cdef int k  # the width of a tagged integer: 1 << k bytes
+    if -32 <= v < 0x80:  # positive and negative fixint
         _room(out, 1)[0] = <uint8_t>v
-    elif v >= -0x80:
-        _tagged(out, 0xd0, <uint64_t>v, 1)
-    elif v >= -0x8000:
-        _tagged(out, 0xd1, <uint64_t>v, 2)
-    elif v >= -0x80000000:
-        _tagged(out, 0xd2, <uint64_t>v, 4)
-    else:
-        _tagged(out, 0xd3, <uint64_t>v, 8)
-    return 0
+        return 0
+    if v >= 0:  # uint 8 / 16 / 32 / 64
+        k = 0 if v <= 0xff else (1 if v <= 0xffff else (2 if v <= 0xffffffff else 3))
+        return _tagged(out, 0xcc + k, <uint64_t>v, 1 << k)
+    # int 8 / 16 / 32 / 64
+    k = 0 if v >= -0x80 else (1 if v >= -0x8000 else (2 if v >= -0x80000000 else 3))
+    return _tagged(out, 0xd0 + k, <uint64_t>v, 1 << k)
 
 
 cdef int put_double(Writer* out, double x) except -1:
