@@ -1,14 +1,18 @@
 # Compiled push checks of one event schema (push_check.pyx); the push pass calls check()
 # without a Python-level call.
 
+from cpython.object cimport PyObject
 from libc.stdint cimport uint8_t, uint64_t
 
 
 cdef struct RawName:
     const char* name        # NULL: an empty slot of the table
     Py_ssize_t size
+    PyObject* object        # the name (interned str, held by ``name_objects``)
     int code                # type code and flags, as in ``declared``
     int bit                 # the name's bit in a body's seen-names mask
+    uint64_t head[2]        # the name's first 16 bytes, zero-padded, as two words
+    uint64_t mask[2]        # which bytes of ``head`` are the name's
 
 
 cdef class EventChecker:
@@ -30,15 +34,19 @@ cdef class EventChecker:
     cdef uint64_t default_bits
     cdef bint takes_msgpack  # False: every body goes through check() (over 64 names)
     cdef tuple name_objects  # the declared names (interned str), by bit
-    cdef uint8_t order[64]   # bits of the names of the last body check_msgpack accepted
+    cdef uint8_t last_slots[64]  # table slots of the names of the last body read, by key
 
-    # Whether a MessagePack body (``n`` bytes at ``p``) is one that check() would accept
-    # unchanged, read from its bytes without decoding it. False means "decode it and ask
+    # 1 when a MessagePack body (``n`` bytes at ``p``) is one that check() would accept
+    # unchanged, read from its bytes without decoding it. 0 means "decode it and ask
     # check()": an error, a default to fill, a value to widen, or only something this scan
     # leaves to check() (nested values, nil, binary, non-ASCII text).
-    cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept
+    cdef int check_msgpack(self, const char* p, Py_ssize_t n) except -1
 
-    # The row of a body check_msgpack has just accepted (the same bytes): what msgspec
-    # decodes from them, its keys the interned declared names (the objects the columns look
-    # them up with, so a lookup matches on identity).
-    cdef dict decode_checked(self, const char* p, Py_ssize_t n)
+    # The row of a body check_msgpack accepts, built in the same pass (None when it does
+    # not): what msgspec decodes from it, its keys the interned declared names (the objects
+    # the columns look them up with, so a lookup matches on identity).
+    cdef dict row_msgpack(self, const char* p, Py_ssize_t n)
+
+    cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
+                                 Py_ssize_t size, Py_ssize_t i) noexcept
+    cdef int _settle(self, const char* p, Py_ssize_t n, dict row) except -1

@@ -264,6 +264,21 @@ cdef inline bint _of_type(int code, type t, object value) noexcept:
     return value is not None
 
 
+cdef inline bint _same_name(const RawName* e, const unsigned char* key,
+                            Py_ssize_t room) noexcept:
+    """Whether the ``e.size`` bytes at ``key`` (``room`` bytes readable from it) are
+    ``e``'s name: a name of up to 16 bytes is compared as one or two masked words."""
+    cdef uint64_t w0, w1
+    if e.size <= 8 and room >= 8:
+        memcpy(&w0, key, 8)
+        return (w0 & e.mask[0]) == e.head[0]
+    if e.size <= 16 and room >= 16:
+        memcpy(&w0, key, 8)
+        memcpy(&w1, key + 8, 8)
+        return ((w0 & e.mask[0]) ^ e.head[0]) | ((w1 & e.mask[1]) ^ e.head[1]) == 0
+    return memcmp(e.name, key, e.size) == 0
+
+
 cdef class EventChecker:
     """Compiled push checks for one event schema (attributes in push_check.pxd)."""
 
@@ -281,7 +296,7 @@ cdef class EventChecker:
             self.declared[name] = code
         # check_msgpack's table of the declared names
         names = list(self.declared)
-        self.takes_msgpack = (len(names) <= MAX_RAW_NAMES
+        self.takes_msgpack = (0 < len(names) <= MAX_RAW_NAMES
                               and all(name in self.declared for name in defaults))
         if not self.takes_msgpack:
             return
@@ -295,106 +310,95 @@ cdef class EventChecker:
         self.mask = size - 1
         self.raw_names = tuple(name.encode() for name in names)
         self.name_objects = tuple(intern(name) for name in names)
+        cdef unsigned char padded[16]
+        cdef RawName* e
         for bit in range(len(names)):
             raw = <bytes>self.raw_names[bit]
             slot = _fnv(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) & self.mask
             while self.table[slot].name is not NULL:
                 slot = (slot + 1) & self.mask
-            self.table[slot].name = PyBytes_AS_STRING(raw)
-            self.table[slot].size = PyBytes_GET_SIZE(raw)
-            self.table[slot].code = self.declared[names[bit]]
-            self.table[slot].bit = bit
-            if self.table[slot].code & REQUIRED:
+            e = &self.table[slot]
+            e.name = PyBytes_AS_STRING(raw)
+            e.size = PyBytes_GET_SIZE(raw)
+            e.object = <PyObject*>self.name_objects[bit]
+            e.code = self.declared[names[bit]]
+            e.bit = bit
+            memset(padded, 0, 16)  # the name's first 16 bytes as words, and their masks
+            memcpy(padded, e.name, min(e.size, 16))
+            memcpy(e.head, padded, 16)
+            memset(padded, 0xFF, min(e.size, 16))
+            memcpy(e.mask, padded, 16)
+            if e.code & REQUIRED:
                 self.required_bits |= (<uint64_t>1) << bit
             if names[bit] in defaults:
                 self.default_bits |= (<uint64_t>1) << bit
+            if bit == 0:  # the guess for every key until bodies are seen: a declared name
+                memset(self.last_slots, <int>slot, MAX_RAW_NAMES)
 
     def __dealloc__(self):
         PyMem_Free(self.table)
 
     def accepts_unchanged(self, bytes body):
-        """check_msgpack on ``body``: whether it is accepted unchanged, read from its
-        bytes (False: check() must decide)."""
-        return self.check_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+        """check_msgpack on ``body`` (Python-level access for tests)."""
+        return self.check_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) == 1
 
     def settled_row(self, bytes body):
-        """decode_checked on ``body`` when check_msgpack accepts it, else None (Python-level
-        access for tests)."""
-        cdef const char* p = PyBytes_AS_STRING(body)
-        if not self.check_msgpack(p, PyBytes_GET_SIZE(body)):
-            return None
-        return self.decode_checked(p, PyBytes_GET_SIZE(body))
+        """row_msgpack on ``body`` (Python-level access for tests)."""
+        return self.row_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
 
-    cdef dict decode_checked(self, const char* p, Py_ssize_t n):
+    cdef int check_msgpack(self, const char* p, Py_ssize_t n) except -1:
         """See push_check.pxd."""
+        return self._settle(p, n, None)
+
+    cdef dict row_msgpack(self, const char* p, Py_ssize_t n):
+        """See push_check.pxd."""
+        cdef Py_ssize_t entries = 0
+        cdef unsigned char c = <unsigned char>p[0] if n > 0 else 0
+        if 0x80 <= c <= 0x8f:
+            entries = c & 0x0f
+        elif c == 0xde and n >= 3:
+            entries = min((<Py_ssize_t>(<unsigned char>p[1]) << 8) | <unsigned char>p[2],
+                          <Py_ssize_t>MAX_RAW_NAMES)
+        cdef dict row = _PyDict_NewPresized(entries)
+        return row if self._settle(p, n, row) == 1 else None
+
+    cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
+                                 Py_ssize_t size, Py_ssize_t i) noexcept:
+        """The declared name whose bytes are the ``size`` bytes at ``b[at]`` (the ``i``-th key
+        of a body), or NULL. Tried first: the name the last body settled had at ``i``."""
+        cdef const RawName* e
+        cdef Py_ssize_t slot
+        if i < MAX_RAW_NAMES:
+            e = &self.table[self.last_slots[i]]
+            if e.size == size and _same_name(e, b + at, n - at):
+                return e
+        slot = _fnv(<const char*>b + at, size) & self.mask
+        while True:
+            e = &self.table[slot]
+            if e.name is NULL:
+                return NULL  # undeclared
+            if e.size == size and _same_name(e, b + at, n - at):
+                if i < MAX_RAW_NAMES:
+                    self.last_slots[i] = <uint8_t>slot
+                return e
+            slot = (slot + 1) & self.mask
+
+    cdef int _settle(self, const char* p, Py_ssize_t n, dict row) except -1:
+        """1 when check() would accept the MessagePack body at ``p`` (``n`` bytes) unchanged
+        (see check_msgpack), its values set in ``row`` (unless None) under the declared
+        names, in the body's order; 0 otherwise (``row`` holds a part of the body then)."""
         cdef const unsigned char* b = <const unsigned char*>p
-        cdef Py_ssize_t at, entries, size, i
-        cdef unsigned char c
+        cdef Py_ssize_t at, entries, size, i = 0
+        cdef uint64_t seen = 0, typed = 0, bit, bits64
         cdef uint32_t bits32
-        cdef uint64_t bits64
         cdef float f32
         cdef double f64
-        cdef object value
-        c = b[0]
-        if c == 0xde:
-            entries = (<Py_ssize_t>b[1] << 8) | b[2]
-            at = 3
-        else:
-            entries = c & 0x0f
-            at = 1
-        cdef dict row = _PyDict_NewPresized(entries)
-        for i in range(entries):
-            size = _text_size(b, n, &at)  # the key: its name is the i-th bit recorded
-            at += size
-            c = b[at]
-            if c <= 0x7f:
-                value = <long>c
-                at += 1
-            elif c >= 0xe0:
-                value = <long>(<signed char>c)
-                at += 1
-            elif c == 0xc2 or c == 0xc3:
-                value = c == 0xc3
-                at += 1
-            elif c == 0xca:
-                bits32 = <uint32_t>_get_be(b + at + 1, 4)
-                memcpy(&f32, &bits32, 4)
-                value = <double>f32
-                at += 5
-            elif c == 0xcb:
-                bits64 = _get_be(b + at + 1, 8)
-                memcpy(&f64, &bits64, 8)
-                value = f64
-                at += 9
-            elif 0xcc <= c <= 0xcf:  # uint 8..64 (check_msgpack took none beyond int64)
-                size = _NUMBER_SIZE[c - 0xca]
-                value = <long long>_get_be(b + at + 1, <int>size)
-                at += 1 + size
-            elif 0xd0 <= c <= 0xd3:  # int 8..64: sign-extended from its size
-                size = _NUMBER_SIZE[c - 0xca]
-                bits64 = _get_be(b + at + 1, <int>size)
-                if size < 8 and bits64 >> (8 * size - 1):
-                    bits64 |= ~((<uint64_t>1 << (8 * size)) - 1)
-                value = <long long>bits64
-                at += 1 + size
-            else:  # text: printable ASCII, checked
-                size = _text_size(b, n, &at)
-                value = PyUnicode_New(size, 127)
-                memcpy(PyUnicode_DATA(value), p + at, size)
-                at += size
-            PyDict_SetItem(row, self.name_objects[self.order[i]], value)
-        return row
-
-    cdef bint check_msgpack(self, const char* p, Py_ssize_t n) noexcept:
-        """See push_check.pxd."""
-        cdef const unsigned char* b = <const unsigned char*>p
-        cdef Py_ssize_t at, entries, size, slot
-        cdef uint64_t seen = 0, typed = 0, bit, v
         cdef unsigned char c
         cdef int code, kind
-        cdef Py_ssize_t count = 0
+        cdef const RawName* name
+        cdef object value
         if not self.takes_msgpack or n < 1:
-            return False
+            return 0
         c = b[0]
         if 0x80 <= c <= 0x8f:
             entries = c & 0x0f
@@ -403,59 +407,75 @@ cdef class EventChecker:
             entries = (<Py_ssize_t>b[1] << 8) | b[2]
             at = 3
         else:
-            return False
-        while entries > 0:
-            entries -= 1
-            # the key: ASCII text without control characters, a declared name, once
+            return 0
+        while i < entries:
+            # the key: a declared name without control characters, once (a name's bytes are
+            # its UTF-8: no key matching one can be anything but that text)
             size = _text_size(b, n, &at)
-            if size < 0 or not _plain_ascii(b + at, size):
-                return False
-            slot = _fnv(p + at, size) & self.mask
-            while True:
-                if self.table[slot].name is NULL:
-                    return False  # undeclared
-                if (self.table[slot].size == size
-                        and memcmp(self.table[slot].name, p + at, size) == 0):
-                    break
-                slot = (slot + 1) & self.mask
+            if size < 0:
+                return 0
+            name = self._name_at(b, n, at, size, i)
+            i += 1
+            if name is NULL:
+                return 0
             at += size
-            code = self.table[slot].code
-            bit = (<uint64_t>1) << self.table[slot].bit
+            code = name.code
+            bit = (<uint64_t>1) << name.bit
             if code & CONTROL or seen & bit:
-                return False
+                return 0
             seen |= bit
-            self.order[count] = <uint8_t>self.table[slot].bit
-            count += 1
             # the value: a number, a boolean or ASCII text without control characters
             if at >= n:
-                return False
+                return 0
             c = b[at]
             if c <= 0x7f or c >= 0xe0:  # positive and negative fixint
                 kind = T_NUM
+                if row is not None:
+                    value = <long>c if c <= 0x7f else <long>(<signed char>c)
                 at += 1
             elif c == 0xc2 or c == 0xc3:
                 kind = T_BOOL
+                if row is not None:
+                    value = c == 0xc3
                 at += 1
             elif 0xa0 <= c <= 0xbf or 0xd9 <= c <= 0xdb:
                 size = _text_size(b, n, &at)
                 if size < 0 or not _plain_ascii(b + at, size):
-                    return False
+                    return 0
                 kind = T_STR
+                if row is not None:
+                    value = PyUnicode_New(size, 127)
+                    memcpy(PyUnicode_DATA(value), p + at, size)
                 at += size
             elif 0xca <= c <= 0xd3:
                 size = _NUMBER_SIZE[c - 0xca]
                 if at + 1 + size > n:
-                    return False
-                if c == 0xcf:  # uint 64 beyond int64: widened by check()
-                    v = _get_be(b + at + 1, 8)
-                    if v >> 63:
-                        return False
+                    return 0
+                bits64 = _get_be(b + at + 1, <int>size)
+                if c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
+                    return 0
                 kind = T_NUM
+                if row is not None:
+                    if c == 0xca:
+                        bits32 = <uint32_t>bits64
+                        memcpy(&f32, &bits32, 4)
+                        value = <double>f32
+                    elif c == 0xcb:
+                        memcpy(&f64, &bits64, 8)
+                        value = f64
+                    elif c <= 0xcf:  # uint 8..64
+                        value = <long long>bits64
+                    else:  # int 8..64: sign-extended from its size
+                        if size < 8 and bits64 >> (8 * size - 1):
+                            bits64 |= ~((<uint64_t>1 << (8 * size)) - 1)
+                        value = <long long>bits64
                 at += 1 + size
             else:  # nil, binary, extensions, arrays, maps, 0xc1
-                return False
+                return 0
             if code & REQUIRED and (kind == code & TYPE_BITS or code & TYPE_BITS == T_ANY):
                 typed |= bit
+            if row is not None:
+                PyDict_SetItem(row, <object>name.object, value)
         return (at == n and typed & self.required_bits == self.required_bits
                 and seen & self.default_bits == self.default_bits)
 

@@ -10,10 +10,10 @@ OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodi
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
 nothing, the WAL record's body is the pushed body's own bytes. When the event's checker can
-settle such a body from its bytes (``EventChecker.check_msgpack``: a flat map of declared
-names to numbers, booleans and ASCII text), the checker also builds its row from those
-bytes (``decode_checked``: no decoder call), and in strict mode the body is not decoded at
-intake at all: it is read the same way once, when its durable record is applied. No
+settle such a body from its bytes (a flat map of declared names to numbers, booleans and
+ASCII text), the checker builds its row in the same pass (``EventChecker.row_msgpack``: no
+decoder call); in strict mode the body is only checked at intake (``check_msgpack``) and
+its row built once, when its durable record is applied. No
 Python-level function runs per push on this path beyond the decoder of other bodies and
 the table kernels; the durability log hears of a call's records once, at its end
 (``accepted()``).
@@ -160,9 +160,8 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
         raw = PyByteArray_AS_STRING(data) + at
         found = dict_get(checkers, events[i])
         checker = <EventChecker>(<tuple>found)[1] if found is not NULL and msgpack else None
-        if checker is not None and checker.check_msgpack(raw, size):
-            row = checker.decode_checked(raw, size)
-        else:
+        row = checker.row_msgpack(raw, size) if checker is not None else None
+        if row is None:
             body = PyBytes_FromStringAndSize(raw, size)
             row = decode_msgpack(body) if msgpack else decode_json(body)
         found = dict_get(routes, events[i])
@@ -433,14 +432,16 @@ cdef class PushPass:
                         raw = PyBytes_AS_STRING(payload) + body_at
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
                         entry = self._entry(event)
-                        checked = entry is not None and (
-                            <EventChecker>entry[1]).check_msgpack(raw, raw_len)
+                        fields = None
+                        if entry is None:
+                            pass
+                        elif self.mode == STRICT:  # no row to decode until applied
+                            checked = (<EventChecker>entry[1]).check_msgpack(raw, raw_len)
+                        else:  # the row read from the bytes, keyed by the declared names
+                            fields = (<EventChecker>entry[1]).row_msgpack(raw, raw_len)
+                            checked = fields is not None
                         if not checked:
                             fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
-                        elif self.mode == STRICT:  # no row to decode until applied
-                            fields = None
-                        else:  # the row from the bytes just read, keyed by the names
-                            fields = (<EventChecker>entry[1]).decode_checked(raw, raw_len)
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
