@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 
 # At most this much work per loop iteration for connections with frames left over from
 # an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
-ROUND_SECONDS = 0.0005
+ROUND_SECONDS = 0.00025
 # At most this much work per loop iteration started by socket reads that begin with a
 # push, all connections together: the pushes of such a read after that wait for a round,
 # so a loop iteration stays short however many pipelines became readable at once.
-READS_SECONDS = 0.0005
+READS_SECONDS = 0.00025
 
 
 class AckSource(Protocol):

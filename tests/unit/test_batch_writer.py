@@ -148,3 +148,30 @@ def test_wal_writer_counts_a_batch_or_raises_as_write_and_sync(tmp_path: Path) -
     finally:
         writer.close()
         wal.close()
+
+
+def nice_values() -> dict[str, int]:
+    """This process's threads and their nice values (/proc: field 19 of a task's stat)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            stat = fh.read()
+        out[tid] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_writer_thread_gives_way_to_the_event_loop() -> None:
+    before = nice_values()
+    writer = BatchWriter()
+    try:
+        deadline = time.monotonic() + 5.0
+        while True:  # the thread sets its own nice value as it starts
+            added = {tid: nice for tid, nice in nice_values().items() if tid not in before}
+            if list(added.values()) == [min(19, os.nice(0) + 10)] or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert list(added.values()) == [min(19, os.nice(0) + 10)]
+        assert nice_values()[str(os.getpid())] == os.nice(0)  # the rest of the process: as it was
+    finally:
+        writer.close()
