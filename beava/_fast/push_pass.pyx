@@ -151,22 +151,28 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
     cdef int64_t newest = 0, now
     cdef bint msgpack
     cdef const char* raw
-    cdef EventChecker checker
+    cdef EventChecker checker = None
+    cdef object event, last = None  # the event of the push before (most are the same)
+    cdef tuple route = None
     for i in range(start, stop):
         if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
                 and monotonic() > deadline):
             return newest, offset, i
         offset = event_record_at(data, offset, i, &at, &size, &now, &msgpack)
         raw = PyByteArray_AS_STRING(data) + at
-        found = dict_get(checkers, events[i])
-        checker = <EventChecker>(<tuple>found)[1] if found is not NULL and msgpack else None
-        row = checker.row_msgpack(raw, size) if checker is not None else None
+        event = events[i]
+        if event is not last:
+            last = event
+            found = dict_get(checkers, event)
+            checker = <EventChecker>(<tuple>found)[1] if found is not NULL else None
+            found = dict_get(routes, event)
+            route = <tuple>found if found is not NULL else None
+        row = checker.row_msgpack(raw, size) if checker is not None and msgpack else None
         if row is None:
             body = PyBytes_FromStringAndSize(raw, size)
             row = decode_msgpack(body) if msgpack else decode_json(body)
-        found = dict_get(routes, events[i])
-        if found is not NULL:
-            feed(<tuple>found, row, now)
+        if route is not None:
+            feed(route, row, now)
         if now > newest:
             newest = now
     return newest, offset, stop
@@ -191,6 +197,8 @@ cdef class PushPass:
     cdef object names_for       # the checkers dict the cached event names belong to
     cdef dict names             # event -> its UTF-8 bytes
     cdef list known             # (names[event], event) of up to KNOWN_NAMES events split
+    cdef object last_event      # the event _name was last asked for, and its bytes
+    cdef bytes last_name
     # set by _begin for one call
     cdef object log
     cdef dict checkers          # event -> (spec, checker, index into counts, deduped)
@@ -233,6 +241,7 @@ cdef class PushPass:
             self.names_for = self.checkers
             self.names = {}
             self.known = []
+            self.last_event = self.last_name = None
         self.clock = store.clock
         self.wall = self.clock is self.wall_clock
         mode_name = self.log.mode
@@ -275,12 +284,17 @@ cdef class PushPass:
             self.log.accepted()
 
     cdef bytes _name(self, str event):
-        """``event``'s UTF-8 bytes (kept per registry)."""
+        """``event``'s UTF-8 bytes (kept per registry; the last one asked for at hand)."""
+        if event is self.last_event:
+            return self.last_name
         cdef PyObject* found = dict_get(self.names, event)
         if found is not NULL:
-            return <bytes>found
-        name = event.encode()
-        self.names[event] = name
+            name = <bytes>found
+        else:
+            name = event.encode()
+            self.names[event] = name
+        self.last_event = event
+        self.last_name = name
         return name
 
     cdef object _split(self, bytes payload, Py_ssize_t* body_at):
