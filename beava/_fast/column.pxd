@@ -9,6 +9,10 @@ cdef extern from *:
     void prefetch_line "__builtin_prefetch"(const void* p) noexcept nogil
 
 
+# A row key as the push path looks rows up with it (column.pyx).
+cpdef object row_key(object name)
+
+
 cdef class Column:
     # The state of ONE feature for EVERY entity slot of a table, in typed buffers.
     cdef readonly str name        # feature name

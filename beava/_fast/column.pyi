@@ -7,6 +7,8 @@ reaches them through the ``py_*`` wrappers.
 from collections.abc import Callable, Mapping
 from typing import Any
 
+def row_key(name: object) -> object: ...
+
 class Column:
     def __init__(
         self,

@@ -8,11 +8,16 @@ from beava._fast.msgpack_out cimport Writer, put_value
 from sys import intern
 
 
+cpdef object row_key(object name):
+    """A row key the push path looks rows up with: a str interned, as the push checks key
+    the rows they decode (so a lookup matches on identity); anything else as it is."""
+    return intern(name) if type(name) is str else name
+
+
 cdef class Column:
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         self.name = name
-        # interned, as the push checks key the rows they decode (a lookup matches on identity)
-        self.field = intern(field) if type(field) is str else field
+        self.field = row_key(field)
         self.where = where
         self.window_ms = window_ms
         self.capacity = 0

@@ -204,17 +204,25 @@ cdef void count_block_fill(const CountBlock* b, int64_t* out, int32_t ncells) no
         memcpy(out, dense64(<CountBlock*>b), ncells * sizeof(int64_t))
 
 
+cdef enum:
+    CELLS_ON_STACK = 256  # counts read into a stack array up to this many cells
+
+
 cdef list count_block_cells(CountBlock* b, int32_t ncells):
     # Every cell's count (zeros included); b may be NULL.
-    cdef int64_t* counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
+    cdef int64_t on_stack[CELLS_ON_STACK]
+    cdef int64_t* counts = on_stack
     cdef int32_t i
-    if counts == NULL:
-        raise MemoryError()
+    if ncells > CELLS_ON_STACK:
+        counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
+        if counts == NULL:
+            raise MemoryError()
     count_block_fill(b, counts, ncells)
     try:
         return [counts[i] for i in range(ncells)]
     finally:
-        PyMem_Free(counts)
+        if counts != on_stack:
+            PyMem_Free(counts)
 
 
 cdef class CountColumn(BlockColumn):

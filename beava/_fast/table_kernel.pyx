@@ -15,14 +15,12 @@ from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
-from beava._fast.column cimport Column, prefetch_line
+from beava._fast.column cimport Column, prefetch_line, row_key
 from beava._fast.key_map cimport KeyMap
 from beava._fast.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
 from beava._fast.float_text cimport repr_double
 from beava._fast.slot_buffers cimport dict_get
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
-
-from sys import intern
 
 from beava._fast.ops_core import share_windows
 
@@ -103,8 +101,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
 
     def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
         self.keys = KeyMap()
-        # interned, as the push checks key the rows they decode (a lookup matches on identity)
-        self.key_fields = tuple(intern(f) if type(f) is str else f for f in key_fields)
+        self.key_fields = tuple(row_key(f) for f in key_fields)
         self.preds = list(predicates)
         self.npreds = len(self.preds)
         self.set_cold_after(cold_after_ms)

@@ -119,9 +119,10 @@ def test_histogram_unsorted_edges_use_first_edge_above():
 
 
 @pytest.mark.parametrize("ordered", [True, False])
-def test_histogram_cells_match_reference(ordered):
+@pytest.mark.parametrize("n_edges", [40, 300])  # cells read on the stack / in a heap array
+def test_histogram_cells_match_reference(ordered, n_edges):
     rng = random.Random(11)
-    edges = sorted(rng.uniform(-100, 100) for _ in range(40))
+    edges = sorted(rng.uniform(-100, 100) for _ in range(n_edges))
     if not ordered:
         rng.shuffle(edges)
     col = engine_column("histogram", field="x", buckets=edges)
