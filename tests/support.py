@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -87,6 +88,16 @@ class BeavaProcess:
 
 
 # framed TCP ------------------------------------------------------------------------------
+
+def thread_nices(pid: int | str = "self") -> dict[str, int]:
+    """A process's threads and their nice values (/proc: field 19 of a task's stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+            stat = fh.read()
+        out[tid] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return out
+
 
 def frame(op: int, ct: int = 1, payload: bytes = b"") -> bytes:
     return struct.pack(">IHB", len(payload) + 3, op, ct) + payload

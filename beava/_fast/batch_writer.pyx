@@ -67,7 +67,6 @@ cpdef enum:
     STAGE_SYNC = 2
 
 cdef enum:
-    WRITER_NICE = 10   # the writer thread's nice value above the process's
     IDLE = 0       # no batch in flight
     QUEUED = 1     # submitted, the thread has it
     DONE = 2       # written and synced (or failed): result() takes it
@@ -79,6 +78,7 @@ cdef struct Shared:
     int state
     bint stopping
     int efd
+    int nice           # the thread's nice value above the process's
     # the batch
     int fd
     const char* data
@@ -127,10 +127,8 @@ cdef void _write_batch(Shared* s) noexcept nogil:
 cdef void* _run(void* arg) noexcept nogil:
     cdef Shared* s = <Shared*>arg
     cdef uint64_t one = 1
-    # When the cores are busy the event loop (which accepts pushes and answers reads) goes
-    # first and this thread waits its turn: the batches grow meanwhile, so each write and
-    # fdatasync covers more pushes. Linux keeps a nice value per thread (who 0: this one).
-    setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + WRITER_NICE)
+    if s.nice:  # Linux keeps a nice value per thread (who 0: this one)
+        setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + s.nice)
     while True:
         pthread_mutex_lock(&s.lock)
         while s.state != QUEUED and not s.stopping:
@@ -149,16 +147,18 @@ cdef void* _run(void* arg) noexcept nogil:
 
 
 cdef class BatchWriter:
-    """A writer thread that writes and fdatasyncs one batch at a time (module docstring)."""
+    """A writer thread that writes and fdatasyncs one batch at a time (module docstring);
+    ``nice``: the thread's nice value above the process's."""
 
     cdef Shared s
     cdef pthread_t thread
     cdef bint running
     cdef object batch  # the batch in flight (its bytes must stay put until result())
 
-    def __cinit__(self):
+    def __cinit__(self, int nice=0):
         self.s.state = IDLE
         self.s.stopping = False
+        self.s.nice = nice
         self.s.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
         if self.s.efd < 0:
             raise OSError(errno, "eventfd failed")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from beava.durability.wal_format import (
     parse_segment_name,
 )
 from beava_client.opcodes import OP_GET_RESPONSE, OP_PUSH_MANY
-from tests.support import BeavaProcess, FrameConn, frame, http_request
+from tests.support import BeavaProcess, FrameConn, frame, http_request, thread_nices
 
 OP_PUSH = 0x0010
 OP_GET = 0x0020
@@ -68,6 +69,23 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BeavaProc
     assert status == 200
     yield proc
     proc.terminate()
+
+
+def test_only_the_strict_writer_thread_gives_way(server: BeavaProcess,
+                                                request: pytest.FixtureRequest) -> None:
+    """Strict mode's WAL writer thread runs at nice +10 (its batches grow while the loop
+    goes first); periodic mode's and every other thread keep the process's value."""
+    mode = request.node.callspec.params["server"]
+    expected = {"memory": [], "strict": [10], "periodic": []}[mode]
+    pid = server.proc.pid
+    base = thread_nices(pid)[str(pid)]
+    deadline = time.monotonic() + 5.0
+    while True:
+        raised = [nice - base for nice in thread_nices(pid).values() if nice != base]
+        if raised == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert raised == expected
 
 
 def replies(conn: FrameConn, count: int) -> list[tuple[int, dict]]:

@@ -15,6 +15,7 @@ from beava._fast import wal_record
 from beava._fast.batch_writer import STAGE_NONE, STAGE_SYNC, STAGE_WRITE, BatchWriter
 from beava.durability import wal_format as wf
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
+from tests.support import thread_nices
 
 
 def readable(fd: int, timeout: float = 5.0) -> bool:
@@ -150,28 +151,21 @@ def test_wal_writer_counts_a_batch_or_raises_as_write_and_sync(tmp_path: Path) -
         wal.close()
 
 
-def nice_values() -> dict[str, int]:
-    """This process's threads and their nice values (/proc: field 19 of a task's stat)."""
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/stat") as fh:
-            stat = fh.read()
-        out[tid] = int(stat[stat.rindex(")") + 2:].split()[16])
-    return out
-
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
-def test_the_writer_thread_gives_way_to_the_event_loop() -> None:
-    before = nice_values()
-    writer = BatchWriter()
+@pytest.mark.parametrize("nice", [0, 10])
+def test_the_writer_thread_takes_the_nice_value_asked_for(nice: int) -> None:
+    before = thread_nices()
+    writer = BatchWriter(nice)
+    expected = [min(19, os.nice(0) + nice)]
     try:
         deadline = time.monotonic() + 5.0
         while True:  # the thread sets its own nice value as it starts
-            added = {tid: nice for tid, nice in nice_values().items() if tid not in before}
-            if list(added.values()) == [min(19, os.nice(0) + 10)] or time.monotonic() > deadline:
+            added = [value for tid, value in thread_nices().items() if tid not in before]
+            if added == expected or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        assert list(added.values()) == [min(19, os.nice(0) + 10)]
-        assert nice_values()[str(os.getpid())] == os.nice(0)  # the rest of the process: as it was
+        assert added == expected
+        assert thread_nices()[str(os.getpid())] == os.nice(0)  # the rest: as it was
     finally:
         writer.close()
