@@ -1,18 +1,9 @@
 # Compiled push checks of one event schema (push_check.pyx); the push pass calls check()
 # without a Python-level call.
 
-from cpython.object cimport PyObject
 from libc.stdint cimport uint8_t, uint64_t
 
-
-cdef struct RawName:
-    const char* name        # NULL: an empty slot of the table
-    Py_ssize_t size
-    PyObject* object        # the name (interned str, held by ``name_objects``)
-    int code                # type code and flags, as in ``declared``
-    int bit                 # the name's bit in a body's seen-names mask
-    uint64_t head[2]        # the name's first 16 bytes, zero-padded, as two words
-    uint64_t mask[2]        # which bytes of ``head`` are the name's
+from beava._fast.name_table cimport RawName
 
 
 cdef class EventChecker:

@@ -23,9 +23,10 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcpy, memset
+
+from beava._fast.name_table cimport RawName, add_name, find_name, same_name, table_slots
 
 from sys import intern
 
@@ -199,15 +200,6 @@ cdef void _widen_list(list items) except *:
 cdef Py_ssize_t[10] _NUMBER_SIZE = [4, 8, 1, 2, 4, 8, 1, 2, 4, 8]
 
 
-cdef inline uint64_t _fnv(const char* p, Py_ssize_t n) noexcept:
-    """FNV-1a of ``n`` bytes."""
-    cdef uint64_t h = 14695981039346656037ULL
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ <unsigned char>p[i]) * 1099511628211ULL
-    return h
-
-
 cdef inline uint64_t _get_be(const unsigned char* p, int n) noexcept:
     cdef uint64_t v = 0
     cdef int k
@@ -264,21 +256,6 @@ cdef inline bint _of_type(int code, type t, object value) noexcept:
     return value is not None
 
 
-cdef inline bint _same_name(const RawName* e, const unsigned char* key,
-                            Py_ssize_t room) noexcept:
-    """Whether the ``e.size`` bytes at ``key`` (``room`` bytes readable from it) are
-    ``e``'s name: a name of up to 16 bytes is compared as one or two masked words."""
-    cdef uint64_t w0, w1
-    if e.size <= 8 and room >= 8:
-        memcpy(&w0, key, 8)
-        return (w0 & e.mask[0]) == e.head[0]
-    if e.size <= 16 and room >= 16:
-        memcpy(&w0, key, 8)
-        memcpy(&w1, key + 8, 8)
-        return ((w0 & e.mask[0]) ^ e.head[0]) | ((w1 & e.mask[1]) ^ e.head[1]) == 0
-    return memcmp(e.name, key, e.size) == 0
-
-
 cdef class EventChecker:
     """Compiled push checks for one event schema (attributes in push_check.pxd)."""
 
@@ -300,9 +277,7 @@ cdef class EventChecker:
                               and all(name in self.declared for name in defaults))
         if not self.takes_msgpack:
             return
-        cdef Py_ssize_t size = 4, slot, bit
-        while size < 2 * len(names):
-            size *= 2
+        cdef Py_ssize_t size = table_slots(len(names)), bit
         self.table = <RawName*>PyMem_Malloc(size * sizeof(RawName))
         if self.table is NULL:
             raise MemoryError()
@@ -310,30 +285,19 @@ cdef class EventChecker:
         self.mask = size - 1
         self.raw_names = tuple(name.encode() for name in names)
         self.name_objects = tuple(intern(name) for name in names)
-        cdef unsigned char padded[16]
         cdef RawName* e
         for bit in range(len(names)):
             raw = <bytes>self.raw_names[bit]
-            slot = _fnv(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) & self.mask
-            while self.table[slot].name is not NULL:
-                slot = (slot + 1) & self.mask
-            e = &self.table[slot]
-            e.name = PyBytes_AS_STRING(raw)
-            e.size = PyBytes_GET_SIZE(raw)
-            e.object = <PyObject*>self.name_objects[bit]
+            e = add_name(self.table, self.mask, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw),
+                         <PyObject*>self.name_objects[bit])
             e.code = self.declared[names[bit]]
             e.bit = bit
-            memset(padded, 0, 16)  # the name's first 16 bytes as words, and their masks
-            memcpy(padded, e.name, min(e.size, 16))
-            memcpy(e.head, padded, 16)
-            memset(padded, 0xFF, min(e.size, 16))
-            memcpy(e.mask, padded, 16)
             if e.code & REQUIRED:
                 self.required_bits |= (<uint64_t>1) << bit
             if names[bit] in defaults:
                 self.default_bits |= (<uint64_t>1) << bit
             if bit == 0:  # the guess for every key until bodies are seen: a declared name
-                memset(self.last_slots, <int>slot, MAX_RAW_NAMES)
+                memset(self.last_slots, <int>(e - self.table), MAX_RAW_NAMES)
 
     def __dealloc__(self):
         PyMem_Free(self.table)
@@ -367,21 +331,14 @@ cdef class EventChecker:
         """The declared name whose bytes are the ``size`` bytes at ``b[at]`` (the ``i``-th key
         of a body), or NULL. Tried first: the name the last body settled had at ``i``."""
         cdef const RawName* e
-        cdef Py_ssize_t slot
         if i < MAX_RAW_NAMES:
             e = &self.table[self.last_slots[i]]
-            if e.size == size and _same_name(e, b + at, n - at):
+            if e.size == size and same_name(e, b + at, n - at):
                 return e
-        slot = _fnv(<const char*>b + at, size) & self.mask
-        while True:
-            e = &self.table[slot]
-            if e.name is NULL:
-                return NULL  # undeclared
-            if e.size == size and _same_name(e, b + at, n - at):
-                if i < MAX_RAW_NAMES:
-                    self.last_slots[i] = <uint8_t>slot
-                return e
-            slot = (slot + 1) & self.mask
+        e = find_name(self.table, self.mask, b + at, size, n - at)
+        if e is not NULL and i < MAX_RAW_NAMES:
+            self.last_slots[i] = <uint8_t>(e - self.table)
+        return e
 
     cdef int _settle(self, const char* p, Py_ssize_t n, dict row) except -1:
         """1 when check() would accept the MessagePack body at ``p`` (``n`` bytes) unchanged

@@ -28,13 +28,14 @@ the cache, instead of living until the fsync.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.byte_buffers cimport resize_growing
 from beava._fast.clocks cimport monotonic, wall_ms
+from beava._fast.name_table cimport RawName, add_name, find_name, table_slots
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.slot_buffers cimport dict_get
@@ -54,7 +55,6 @@ cdef enum:
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
     MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
-    KNOWN_NAMES = 8     # event names remembered as bytes by the envelope split
 
 cdef const char* ACK_HEAD = b'{"ack_lsn":'
 cdef const char* ACK_MID = b',"idempotent_replay":false,"registry_version":'
@@ -195,9 +195,10 @@ cdef class PushPass:
     cdef object encode_into     # (row, bytearray, -1): the row as MessagePack onto its end
     cdef object wall_clock      # the store's clock when it is the wall clock
     cdef uint32_t reply_op
-    cdef object names_for       # the checkers dict the cached event names belong to
-    cdef dict names             # event -> its UTF-8 bytes
-    cdef list known             # (names[event], event) of up to KNOWN_NAMES events split
+    cdef object names_for       # the checkers dict the event names below belong to
+    cdef dict names             # every registered event -> its UTF-8 bytes
+    cdef RawName* event_table   # the same names, found by their bytes (name_table.pxd)
+    cdef Py_ssize_t event_mask
     cdef object last_event      # the event _name was last asked for, and its bytes
     cdef bytes last_name
     # set by _begin for one call
@@ -232,7 +233,28 @@ cdef class PushPass:
         self.reply_op = reply_op
         self.names_for = None
         self.names = {}
-        self.known = []
+        self.event_table = NULL
+
+    def __dealloc__(self):
+        PyMem_Free(self.event_table)
+
+    cdef void _index_events(self) except *:
+        """The names of the events of ``self.checkers`` (the registry's), and their table."""
+        names = {event: (<str>event).encode() for event in self.checkers}
+        cdef Py_ssize_t size = table_slots(len(names))
+        cdef RawName* table = <RawName*>PyMem_Malloc(size * sizeof(RawName))
+        if table is NULL:
+            raise MemoryError()
+        memset(table, 0, size * sizeof(RawName))
+        for event, name in names.items():
+            add_name(table, size - 1, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
+                     <PyObject*>event)
+        PyMem_Free(self.event_table)
+        self.event_table = table
+        self.event_mask = size - 1
+        self.names = names
+        self.names_for = self.checkers
+        self.last_event = self.last_name = None
 
     cdef void _begin(self) except *:
         store = self.store
@@ -241,10 +263,7 @@ cdef class PushPass:
         self.counts = store.push_counts
         self.routes = store.engine.routes
         if self.checkers is not self.names_for:
-            self.names_for = self.checkers
-            self.names = {}
-            self.known = []
-            self.last_event = self.last_name = None
+            self._index_events()
         self.clock = store.clock
         self.wall = self.clock is self.wall_clock
         self.wall_left = 0  # each call reads the clock afresh
@@ -288,18 +307,11 @@ cdef class PushPass:
             self.log.accepted()
 
     cdef bytes _name(self, str event):
-        """``event``'s UTF-8 bytes (kept per registry; the last one asked for at hand)."""
-        if event is self.last_event:
-            return self.last_name
-        cdef PyObject* found = dict_get(self.names, event)
-        if found is not NULL:
-            name = <bytes>found
-        else:
-            name = event.encode()
-            self.names[event] = name
-        self.last_event = event
-        self.last_name = name
-        return name
+        """A registered ``event``'s UTF-8 bytes (the last one asked for at hand)."""
+        if event is not self.last_event:
+            self.last_name = <bytes>self.names[event]
+            self.last_event = event
+        return self.last_name
 
     cdef object _split(self, bytes payload, Py_ssize_t* body_at):
         """The event of a MessagePack envelope laid out ``{"event": name, "body": ...}``
@@ -310,7 +322,7 @@ cdef class PushPass:
         cdef Py_ssize_t n = PyBytes_GET_SIZE(payload)
         cdef Py_ssize_t at, name_len
         cdef unsigned char c
-        cdef bytes known_name
+        cdef const RawName* e
         if n < 9 or memcmp(p, ENVELOPE_HEAD, 7) != 0:
             return None
         c = <unsigned char>p[7]
@@ -325,20 +337,9 @@ cdef class PushPass:
         if at + name_len + 5 >= n or memcmp(p + at + name_len, BODY_KEY, 5) != 0:
             return None
         body_at[0] = at + name_len + 5
-        for entry in self.known:
-            known_name = <bytes>(<tuple>entry)[0]
-            if (PyBytes_GET_SIZE(known_name) == name_len
-                    and memcmp(PyBytes_AS_STRING(known_name), p + at, name_len) == 0):
-                return (<tuple>entry)[1]
-        try:
-            event = PyUnicode_DecodeUTF8(p + at, name_len, NULL)
-        except UnicodeDecodeError:
-            return None
-        if dict_get(self.checkers, event) is NULL:
-            return None
-        if len(self.known) < KNOWN_NAMES:
-            self.known.append((self._name(event), event))
-        return event
+        e = find_name(self.event_table, self.event_mask,
+                                          <const unsigned char*>p + at, name_len, n - at)
+        return None if e is NULL else <object>e.object
 
     cdef tuple _entry(self, object event):
         """``event``'s checker entry when the pass takes its pushes, else None (not a

@@ -143,6 +143,37 @@ def test_mixed_pipeline_in_one_write(server: BeavaProcess) -> None:
     conn.close()
 
 
+def test_many_events_are_split_by_name(server: BeavaProcess) -> None:
+    """Pushes of many events (names sharing prefixes, of 1-40 bytes, many of one length)
+    in one pipeline each reach their own event; a name that differs from a registered one
+    in a byte, or is one byte short or long, is no event."""
+    names = ["E", "Ev", "Evt", "Event1", "Event2", "EventNumber10", "EventNumber11",
+             "Payment", "A" * 16, "A" * 17, "B" * 40, *[f"Load{i:02}" for i in range(40)]]
+    nodes = [{"kind": "event", "name": name, "schema": {"fields": {"user": "str"}}}
+             for name in names]
+    nodes += [{"kind": "derivation", "name": f"N{i}", "upstreams": [name], "key": ["user"],
+               "agg": {f"n{i}": {"op": "count"}}} for i, name in enumerate(names)]
+    status, _, body = http_request(server.http, "POST", "/register",
+                                   json.dumps({"nodes": NODES + nodes}).encode(),
+                                   {"Content-Type": "application/json"})
+    assert status == 200, body
+    conn = FrameConn(server.tcp)
+    frames = [push_msgpack(name, {"user": "u"}) for i, name in enumerate(names)
+              for _ in range(i + 1)]
+    wrong = ["e", "Evu", "Event", "Event12", "Paymen", "A" * 15, "A" * 18, "B" * 39 + "C",
+             *[f"Load{i}" for i in range(40, 100)]]  # names of one length: compared
+    frames += [push_msgpack(name, {"user": "u"}) for name in wrong]
+    conn.send(b"".join(frames))
+    got = replies(conn, len(frames))
+    assert all(op == OP_PUSH for op, _ in got[:-len(wrong)])
+    assert [reply["error"]["code"] for _, reply in got[-len(wrong):]] == (
+        ["event_not_found"] * len(wrong))
+    conn.send(b"".join(get(f"N{i}", "u") for i in range(len(names))))
+    assert [reply[f"n{i}"] for i, (_, reply) in enumerate(replies(conn, len(names)))] == list(
+        range(1, len(names) + 1))
+    conn.close()
+
+
 def test_run_ending_with_a_refused_push_is_acked(server: BeavaProcess) -> None:
     """The refused push goes to the Python handler, which does not tell the durability
     log of anything; the accepted pushes before it still reach the WAL (strict: their
