@@ -2,22 +2,21 @@
 """The push pass: pushes accepted in one C loop (spec/wire.md §6, §10).
 
 For each push: check the body with its event's compiled checker, take its time (the wall
-clock is read once per CHECK_EVERY pushes of a call: they arrived in the same socket
-reads), assign the LSN, count it for its event (one C increment at the index its checker entry carries), then
-apply the push to every table it feeds (memory-only, periodic) or append its WAL record and
-its event to the pending batch (strict; periodic appends the record, then applies), and, for a
-framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
+clock is read once per CHECK_EVERY pushes of a call: they arrived in the same socket reads),
+assign the LSN, count it for its event (one C increment at the index its checker entry
+carries), then apply the push to every table it feeds (memory-only, periodic) or append its
+WAL record and its event to the pending batch (strict; periodic appends the record, then
+applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
 nothing, the WAL record's body is the pushed body's own bytes. When the event's checker can
 settle such a body from its bytes (a flat map of declared names to numbers, booleans and
 ASCII text), the checker builds its row in the same pass (``EventChecker.row_msgpack``: no
-decoder call); in strict mode the body is only checked at intake (``check_msgpack``) and
-its row built once, when its durable record is applied. No
-Python-level function runs per push on this path beyond the decoder of other bodies and
-the table kernels; the durability log hears of a call's records once, at its end
-(``accepted()``).
+decoder call); in strict mode the body is only checked at intake (``check_msgpack``) and its
+row built once, when its durable record is applied. No Python-level function runs per push
+on this path beyond the decoder of other bodies and the table kernels; the durability log
+hears of a call's records once, at its end (``accepted()``).
 
 Anything unusual goes to the store's Python path before any state is touched: a body that
 does not decode or does not pass its checks (which answers the exact error), an event with
@@ -145,8 +144,8 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
     decoded as recovery does (a body its event's checker settles from its bytes, as the
     push pass reads it: ``checkers`` are the store's), its time from the record; when
     ``deadline`` (a time.perf_counter() value; 0.0: none) passes, checked every
-    CHECK_EVERY pushes, stop early. Returns ``(the newest time applied, the offset after the last push applied's
-    record, the index after it)``."""
+    CHECK_EVERY pushes, stop early. Returns ``(the newest time applied, the offset after
+    the last push applied's record, the index after it)``."""
     cdef Py_ssize_t i, at, size
     cdef PyObject* found
     cdef int64_t newest = 0, now
@@ -337,8 +336,8 @@ cdef class PushPass:
         if at + name_len + 5 >= n or memcmp(p + at + name_len, BODY_KEY, 5) != 0:
             return None
         body_at[0] = at + name_len + 5
-        e = find_name(self.event_table, self.event_mask,
-                                          <const unsigned char*>p + at, name_len, n - at)
+        e = find_name(self.event_table, self.event_mask, <const unsigned char*>p + at,
+                      name_len, n - at)
         return None if e is NULL else <object>e.object
 
     cdef tuple _entry(self, object event):
@@ -456,11 +455,9 @@ cdef class PushPass:
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
                         entry = self._entry(event)
                         fields = None
-                        if entry is None:
-                            pass
-                        elif self.mode == STRICT:  # no row to decode until applied
+                        if entry is not None and self.mode == STRICT:  # no row until applied
                             checked = (<EventChecker>entry[1]).check_msgpack(raw, raw_len)
-                        else:  # the row read from the bytes, keyed by the declared names
+                        elif entry is not None:  # the row read from the bytes, in one pass
                             fields = (<EventChecker>entry[1]).row_msgpack(raw, raw_len)
                             checked = fields is not None
                         if not checked:
