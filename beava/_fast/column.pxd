@@ -40,6 +40,10 @@ cdef class Column:
     # read()'s value (msgpack_out.pyx); the default encodes read()'s value. A column whose
     # value is a big map or array writes it from its state instead.
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1
+    # The same value for a JSON reply (encoded by msgspec): read()'s value, or, for a column
+    # whose value is a big map it writes faster from its state, that value's JSON text as
+    # msgspec.Raw (the bytes the encoder would give read()'s value).
+    cdef object json_value(self, Py_ssize_t slot, int64_t T)
     # Snapshot support: the state of slots [0, nslots) as plain data (None, bool, int, float,
     # str, bytes, list, dict with str keys: values MessagePack encodes and decodes back to the
     # same thing; typed buffers as bytes, never tuples or other objects), and its inverse.

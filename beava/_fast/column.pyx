@@ -37,6 +37,9 @@ cdef class Column:
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
         return put_value(out, self.read(slot, T))
 
+    cdef object json_value(self, Py_ssize_t slot, int64_t T):
+        return self.read(slot, T)
+
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
         pass
 

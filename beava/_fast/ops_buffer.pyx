@@ -11,6 +11,9 @@ holds, and the value buffers are value rings grown geometrically up to their bou
 
 import math
 
+from msgspec import Raw
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
@@ -23,6 +26,7 @@ from libc.string cimport memcmp, memcpy, memset
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
 from beava._fast.msgpack_out cimport Writer, put_int, put_map_header, put_raw
+from beava._fast.number_text cimport int_text
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
 from beava._fast.snapshot_state cimport (
@@ -376,6 +380,8 @@ cdef bytes DOW_HOUR_KEYS = b"".join(b"\xa6" + key.encode() for key, _ in DOW_HOU
 cdef int32_t DOW_HOUR_ORDER[168]
 for _i, (_key, _cell) in enumerate(DOW_HOUR_CELLS):
     DOW_HOUR_ORDER[_i] = _cell
+DEF DOW_HOUR_JSON_KEY_BYTES = 9  # "Mon-00":
+cdef bytes DOW_HOUR_JSON_KEYS = b"".join(b'"' + key.encode() + b'":' for key, _ in DOW_HOUR_CELLS)
 
 
 cdef class DowHourHistogramColumn(CountColumn):
@@ -406,6 +412,25 @@ cdef class DowHourHistogramColumn(CountColumn):
             put_raw(out, keys + DOW_HOUR_KEY_BYTES * i, DOW_HOUR_KEY_BYTES)
             put_int(out, counts[DOW_HOUR_ORDER[i]])
         return 0
+
+    cdef object json_value(self, Py_ssize_t slot, int64_t T):
+        # read()'s map as the JSON text the reply encoder gives it, written from the counts
+        cdef int64_t counts[168]
+        cdef char text[2 + 168 * (DOW_HOUR_JSON_KEY_BYTES + 21)]
+        cdef const char* keys = DOW_HOUR_JSON_KEYS
+        cdef char* p = text
+        cdef int i
+        count_block_fill(<CountBlock*>self.blocks[slot], counts, 168)
+        p[0] = b'{'
+        p += 1
+        for i in range(168):
+            memcpy(p, keys + DOW_HOUR_JSON_KEY_BYTES * i, DOW_HOUR_JSON_KEY_BYTES)
+            p += DOW_HOUR_JSON_KEY_BYTES
+            p += int_text(p, counts[DOW_HOUR_ORDER[i]])
+            p[0] = b','
+            p += 1
+        p[-1] = b'}'
+        return Raw(PyBytes_FromStringAndSize(text, p - text))
 
 
 # ---- seasonal_deviation ---------------------------------------------------------------

@@ -53,7 +53,7 @@ _ds = _LazyDatasketches()
 
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.float_text cimport repr_double
+from beava._fast.number_text cimport repr_double
 from beava._fast.slot_buffers cimport dict_get, number_value
 from beava._fast.snapshot_state cimport state_bytes
 from beava._fast.uddsketch cimport (

@@ -35,6 +35,7 @@ from libc.string cimport memcmp, memcpy, memset
 from beava._fast.byte_buffers cimport resize_growing
 from beava._fast.clocks cimport monotonic, wall_ms
 from beava._fast.name_table cimport RawName, add_name, find_name, table_slots
+from beava._fast.number_text cimport uint_text
 from beava._fast.push_check cimport EventChecker
 from beava._fast.push_counts cimport PushCounts
 from beava._fast.slot_buffers cimport dict_get
@@ -62,21 +63,6 @@ cdef const char* ENVELOPE_HEAD = b'\x82\xa5event'
 cdef const char* BODY_KEY = b'\xa4body'
 
 
-cdef inline Py_ssize_t put_uint(char* p, uint64_t v) noexcept nogil:
-    """Decimal text of ``v`` at ``p``; returns its length."""
-    cdef char tmp[24]
-    cdef Py_ssize_t n = 0, i
-    while True:
-        tmp[n] = <char>(48 + v % 10)
-        n += 1
-        v //= 10
-        if v == 0:
-            break
-    for i in range(n):
-        p[i] = tmp[n - 1 - i]
-    return n
-
-
 cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
                          uint64_t version) except *:
     """Append the ack frame ``{"ack_lsn":lsn,"idempotent_replay":false,
@@ -85,10 +71,10 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     cdef char* p = frame + HEADER
     memcpy(p, ACK_HEAD, 11)
     p += 11
-    p += put_uint(p, lsn)
+    p += uint_text(p, lsn)
     memcpy(p, ACK_MID, 46)
     p += 46
-    p += put_uint(p, version)
+    p += uint_text(p, version)
     p[0] = b'}'
     p += 1
     cdef uint32_t length = <uint32_t>(p - frame - 4)

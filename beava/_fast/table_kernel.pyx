@@ -18,7 +18,7 @@ from libc.string cimport memcpy
 from beava._fast.column cimport Column, prefetch_line, row_key
 from beava._fast.key_map cimport KeyMap
 from beava._fast.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
-from beava._fast.float_text cimport repr_double
+from beava._fast.number_text cimport repr_double
 from beava._fast.slot_buffers cimport dict_get
 from beava._fast.snapshot_state cimport state_buffer, state_dict, state_list
 
@@ -249,6 +249,14 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         out = {}
         for name in (self.names if names is None else names):
             out[name] = (<Column>self.by_name[name]).read(slot, T)
+        return out
+
+    def read_json(self, Py_ssize_t slot, int64_t T, names=None) -> dict:
+        """What ``read`` answers, for a JSON reply: a big map-valued feature may be its JSON
+        text already (msgspec.Raw, Column.json_value)."""
+        out = {}
+        for name in (self.names if names is None else names):
+            out[name] = (<Column>self.by_name[name]).json_value(slot, T)
         return out
 
     def read_msgpack(self, Py_ssize_t slot, int64_t T, names=None) -> bytes:

@@ -1,5 +1,7 @@
 """The read fast path: rows written straight from the columns as MessagePack are the bytes
-the reply encoder gives the same rows (beava._fast.msgpack_out, TableKernel.read_msgpack)."""
+the reply encoder gives the same rows (beava._fast.msgpack_out, TableKernel.read_msgpack);
+rows for a JSON reply, whose big maps are JSON text already (TableKernel.read_json), encode
+to the bytes the plain rows encode to."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from beava._fast.msgpack_out import packb
 from beava._fast.reply_values import finite_or_none
 from beava.engine.state import reads
 from beava.engine.store import FeatureStore
-from beava.protocol.messages import encode_msgpack
+from beava.protocol.messages import encode_json, encode_msgpack
 from tests.unit.test_snapshots import HOUR, USERS, Clock, every_op_store, push_range
 
 
@@ -74,9 +76,11 @@ def test_every_operator_row_is_the_encoded_row(every_op) -> None:
                     continue
                 assert raw == reply_bytes(row), (name, key, T)
                 assert msgspec.msgpack.decode(raw).keys() == row.keys()
+                assert encode_json(table.row_json(key, T)) == encode_json(row), (name, key, T)
                 for feature in table.feature_names:  # each feature alone
-                    assert table.row_msgpack(key, T, [feature]) == reply_bytes(
-                        table.row(key, T, [feature]))
+                    alone = table.row(key, T, [feature])
+                    assert table.row_msgpack(key, T, [feature]) == reply_bytes(alone)
+                    assert encode_json(table.row_json(key, T, [feature])) == encode_json(alone)
                 checked += 1
     assert checked >= 20
 
@@ -104,6 +108,8 @@ def test_dow_hour_counts_in_every_layout() -> None:
         row = table.row(key, clock.now)
         assert row is not None
         assert table.row_msgpack(key, clock.now) == reply_bytes(row)
+        assert encode_json(table.row_json(key, clock.now)) == encode_json(row)
+    assert table.row("nobody", clock.now) is None and table.row_json("nobody", clock.now) is None
     assert sum(table.row("dense", clock.now)["dow"].values()) == 400
 
 
@@ -113,8 +119,11 @@ def test_get_answers_in_bytes_as_the_row_encoded(every_op) -> None:
                  {"table": "L", "key": "u1", "features": ["q", "dow", "top"]},
                  {"table": "L", "key": "u1", "features": []},
                  {"table": "G", "key": ""}):
-        assert reads.get_msgpack(store.table, body, clock.now) == reply_bytes(
-            reads.get(store.table, body, clock.now, legacy_shape_check=False))
+        row = store.table(body["table"]).row(body["key"], clock.now, body.get("features"))
+        plain = {} if row is None else row
+        assert reads.get_msgpack(store.table, body, clock.now) == reply_bytes(plain)
+        assert encode_json(reads.get(store.table, body, clock.now,
+                                     legacy_shape_check=False)) == encode_json(plain)
 
 
 def test_push_range_keeps_rows_alike() -> None:

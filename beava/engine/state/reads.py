@@ -163,13 +163,14 @@ def _get_target(tables: TableLookup, body: Any, legacy_shape_check: bool,
 
 def get(tables: TableLookup, body: Any, now: int, *, legacy_shape_check: bool = True,
         registry: Registry | None = None) -> dict[str, Any]:
-    """POST /get, OP_GET: body -> flat feature row (``{}`` for a cold entity). ``registry``
-    only words errors (the nearest names of an unknown one)."""
+    """POST /get, OP_GET in JSON: body -> flat feature row (``{}`` for a cold entity), for
+    the JSON encoder (TableState.row_json). ``registry`` only words errors (the nearest
+    names of an unknown one)."""
     target = _get_target(tables, body, legacy_shape_check, registry)
     if target is None:
         return {}
     table, skey, projection = target
-    row = table.row(skey, now, projection)
+    row = table.row_json(skey, now, projection)
     return {} if row is None else row
 
 
@@ -338,7 +339,7 @@ class BatchGet:
         if projection is not None and not projection:
             results.append({})
             return
-        row = table.row(skey, self._now, projection)
+        row = table.row_json(skey, self._now, projection)
         results.append({} if row is None else row)
 
 

@@ -114,6 +114,13 @@ class TableState:
         found = self._slot_names(stored_key, features)
         return None if found is None else self._kernel.read(found[0], T, found[1])
 
+    def row_json(self, stored_key: str, T: int, features: Sequence[str] | None = None
+                 ) -> dict[str, Any] | None:
+        """``row`` for a JSON reply encoded by msgspec: a big map-valued feature may be its
+        JSON text already (msgspec.Raw), written from the columns."""
+        found = self._slot_names(stored_key, features)
+        return None if found is None else self._kernel.read_json(found[0], T, found[1])
+
     def row_msgpack(self, stored_key: str, T: int, features: Sequence[str] | None = None
                     ) -> bytes | None:
         """``row`` as the MessagePack bytes a reply carries (written from the columns)."""
