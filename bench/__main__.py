@@ -41,6 +41,11 @@ def main() -> None:
     latency = sub.add_parser("latency", help="GET p50/p99 idle and under push load")
     latency.add_argument("--workload", default="fraud-team")
     latency.add_argument("--samples", type=int, default=5000)
+    read_cost = sub.add_parser("reads", help="server CPU per read: OP_GET (MessagePack, JSON), "
+                                             "BATCH_GET, POST /get")
+    read_cost.add_argument("--workload", default="fraud-team")
+    read_cost.add_argument("--keys", type=int, default=100, help="keys per BATCH_GET")
+    read_cost.add_argument("--requests", type=int, default=1000)
     memory = sub.add_parser("memory", help="RSS growth per key set")
     memory.add_argument("--workload", default="fraud-team")
     memory.add_argument("--keysets", type=int, default=50_000)
@@ -119,6 +124,11 @@ def main() -> None:
 
         print(json.dumps(engine_bench.get_latency(args.workload, samples=args.samples),
                          indent=2))
+    elif args.what == "reads":
+        from bench import engine_bench
+
+        print(json.dumps(engine_bench.read_cost(args.workload, keys=args.keys,
+                                                requests=args.requests), indent=2))
     elif args.what == "memory":
         from bench import engine_bench
 

@@ -1,4 +1,4 @@
-"""Engine benchmarks: events/s per workload, GET latency, RSS per entity.
+"""Engine benchmarks: events/s per workload, GET latency, server CPU per read, RSS per entity.
 
 Every figure comes from a real ``beava`` server process started here (memory-only unless
 asked otherwise) and the pipelined load generator of ``bench.loadgen``.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+import msgspec
+
+from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_BATCH_GET, OP_ERROR, OP_GET
 from bench import loadgen, workloads
 from bench.get_sampler import Sampler
 from bench.server_process import BenchServer
@@ -53,6 +57,16 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_seconds(pid: int) -> float:
+    """CPU time of every thread of process ``pid`` so far, in seconds, to the nanosecond
+    (``/proc/<pid>/task/*/schedstat``: ``cpu_seconds`` counts clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+            total += int(fh.read().split()[0])
+    return total / 1e9
 
 
 def server_args(mode: str) -> tuple[list[str], dict[str, str]]:
@@ -207,6 +221,54 @@ def memory_per_keyset(name: str = "fraud-team", *, keysets: int = 50_000,
     return {"keysets": keysets, "rss_before_kb": before, "rss_after_kb": after,
             "bytes_per_keyset": (after - before) * 1024 / keysets,
             "tables_per_keyset": len(wl.tables)}
+
+
+def read_cost(name: str = "fraud-team", *, keys: int = 100, requests: int = 1000
+              ) -> dict[str, float]:
+    """Server CPU per read, idle memory-only server holding ``name``'s state after 20,000
+    pushes: OP_GET in MessagePack and in JSON, a BATCH_GET of ``keys`` keys (JSON reply),
+    and POST /get; ``requests`` sequential round trips of each (microseconds)."""
+    wl = workloads.load(name)
+    bodies = workloads.events(wl, 20_000)
+    frames = loadgen.push_frames(wl.event, bodies)
+    table, field_name = wl.first_table(), wl.key_fields[0]
+    chosen = list(dict.fromkeys(body[field_name] for body in bodies))[:keys]
+    server = BenchServer("--memory-only")
+    try:
+        register(server.addrs["http"], wl.register)
+        asyncio.run(loadgen.blast(server.tcp(), frames, connections=4, depth=256,
+                                  total=len(frames)))
+        get = {"table": table, "key": chosen[0]}
+        calls = {
+            "get_msgpack": loadgen.frame(OP_GET, CT_MSGPACK, msgspec.msgpack.encode(get)),
+            "get_json": loadgen.frame(OP_GET, CT_JSON, msgspec.json.encode(get)),
+            f"batch_get_{keys}": loadgen.frame(OP_BATCH_GET, CT_MSGPACK, msgspec.msgpack.encode(
+                {"requests": [{"table": table, "key": key} for key in chosen]})),
+        }
+        out: dict[str, float] = {}
+        with socket.create_connection(server.tcp()) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for label, data in calls.items():
+                for _ in range(min(requests, 100)):  # warm
+                    loadgen.request(sock, data)
+                before = run_seconds(server.pid())
+                for _ in range(requests):
+                    op, payload = loadgen.request(sock, data)
+                    if op == OP_ERROR:
+                        raise RuntimeError(f"{label} failed: {payload!r}")
+                out[label] = round((run_seconds(server.pid()) - before) / requests * 1e6, 1)
+        url = f"http://{server.addrs['http']}/get"
+        body = msgspec.json.encode(get)
+        before = run_seconds(server.pid())
+        for _ in range(requests):
+            request = urllib.request.Request(url, data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request) as reply:
+                reply.read()
+        out["http_get"] = round((run_seconds(server.pid()) - before) / requests * 1e6, 1)
+    finally:
+        server.stop()
+    return out
 
 
 def chart(rows: list[Row], latency: dict | None, path: str) -> None:
