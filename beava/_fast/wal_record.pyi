@@ -1,5 +1,7 @@
 """Type stub of wal_record.pyx (WAL records built in C, spec/durability.md §5)."""
 
+CRC32_FOLDS: bool  # the CRC folds 16-byte blocks with carry-less multiplication on this CPU
+
 def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int: ...
 def append_record(buf: bytearray, lsn: int, rtype: int, body_format: int, timestamp_ms: int,
                   registry_version: int, name: bytes, body: bytes) -> int: ...

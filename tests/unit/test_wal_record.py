@@ -3,6 +3,8 @@ spec/durability.md §5, as the Python codec and the field-by-field layout write 
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import zlib
 
 import pytest
@@ -22,6 +24,28 @@ def test_crc32_is_zlibs(data: bytes, start: int) -> None:
     assert wal_record.crc32(data) == zlib.crc32(data)
     assert wal_record.crc32(data, start) == zlib.crc32(data, start)
     assert wal_record.crc32(bytearray(data)) == zlib.crc32(data)
+
+
+def test_crc32_is_zlibs_at_every_length_and_alignment() -> None:
+    """Every length around the 16-byte blocks folded by carry-less multiplication (from 32
+    bytes) and the table tail, from every alignment of the first byte."""
+    data = bytes((i * 131 + 7) % 251 for i in range(700))
+    for start in range(16):
+        for n in [*range(0, 100), 127, 128, 129, 255, 256, 257, 511, 684 - start]:
+            chunk = memoryview(data)[start:start + n]
+            assert wal_record.crc32(chunk) == zlib.crc32(chunk), (start, n)
+            assert wal_record.crc32(chunk, 0xDEADBEEF) == zlib.crc32(chunk, 0xDEADBEEF)
+
+
+def test_crc32_folds_where_the_cpu_can() -> None:
+    flags: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    expected = platform.machine() == "x86_64" and {"pclmulqdq", "sse4_1"} <= flags
+    assert wal_record.CRC32_FOLDS is expected
 
 
 @given(u64, st.sampled_from(sorted(wf.RECORD_TYPES)), st.sampled_from(sorted(wf.BODY_FORMATS)),
