@@ -12,8 +12,8 @@ holds, and the value buffers are value rings grown geometrically up to their bou
 import math
 
 from msgspec import Raw
+from msgspec.json import Encoder
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
@@ -25,7 +25,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.msgpack_out cimport Writer, put_int, put_map_header, put_raw
+from beava._fast.msgpack_out cimport Writer, as_bytes, put_int, put_map_header, put_raw, release
 from beava._fast.number_text cimport int_text
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
@@ -229,6 +229,40 @@ cdef list count_block_cells(CountBlock* b, int32_t ncells):
             PyMem_Free(counts)
 
 
+encode_json = Encoder(order="sorted").encode  # as the reply encoder writes a label
+
+
+cdef object counts_json(const CountBlock* b, int32_t ncells, const char* keys,
+                        const int32_t* key_ends, const int32_t* cells, int32_t n):
+    # A map of counts as the JSON text the reply encoder writes (msgspec.Raw): the i-th of
+    # its ``n`` entries is the pre-encoded key ``keys[key_ends[i - 1]:key_ends[i]]`` (its
+    # quoted text and the colon, keys in sorted order) and the count of cell ``cells[i]``.
+    cdef int64_t on_stack[CELLS_ON_STACK]
+    cdef int64_t* counts = on_stack
+    cdef Writer out = Writer(NULL, 0, 0)
+    cdef char digits[24]
+    cdef int32_t i, at = 0
+    if ncells > CELLS_ON_STACK:
+        counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
+        if counts == NULL:
+            raise MemoryError()
+    try:
+        count_block_fill(b, counts, ncells)
+        put_raw(&out, b"{", 1)
+        for i in range(n):
+            if i:
+                put_raw(&out, b",", 1)
+            put_raw(&out, keys + at, key_ends[i] - at)
+            at = key_ends[i]
+            put_raw(&out, digits, int_text(digits, counts[cells[i]]))
+        put_raw(&out, b"}", 1)
+        return Raw(as_bytes(&out))
+    finally:
+        release(&out)
+        if counts != on_stack:
+            PyMem_Free(counts)
+
+
 cdef class CountColumn(BlockColumn):
     """Per-slot counts over ``ncells`` cells in a lazily allocated count block."""
 
@@ -305,6 +339,11 @@ cdef class HistogramColumn(CountColumn):
     cdef int32_t nedges
     cdef bint ascending       # edges non-decreasing: the first edge above v is found by bisection
     cdef list label_cells
+    # read()'s keys for a JSON reply: each label once (its last cell), quoted, with a colon
+    cdef bytes json_keys
+    cdef int32_t* json_key_ends
+    cdef int32_t* json_cells
+    cdef int32_t njson
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef int32_t i
@@ -322,9 +361,24 @@ cdef class HistogramColumn(CountColumn):
             if i > 0 and not self.edges[i - 1] <= self.edges[i]:
                 self.ascending = False
         self.label_cells = sorted_label_cells(histogram_labels(edges))
+        last_cells = dict(self.label_cells)  # as read() builds its map: the last cell wins
+        keys = [encode_json(label) + b":" for label in last_cells]
+        self.njson = len(keys)
+        self.json_keys = b"".join(keys)
+        self.json_key_ends = <int32_t*>PyMem_Malloc(self.njson * sizeof(int32_t))
+        self.json_cells = <int32_t*>PyMem_Malloc(self.njson * sizeof(int32_t))
+        if self.json_key_ends == NULL or self.json_cells == NULL:
+            raise MemoryError()
+        end = 0
+        for i, cell in enumerate(last_cells.values()):
+            end += len(keys[i])
+            self.json_key_ends[i] = end
+            self.json_cells[i] = cell
 
     def __dealloc__(self):
         PyMem_Free(self.edges)
+        PyMem_Free(self.json_key_ends)
+        PyMem_Free(self.json_cells)
 
     cdef inline int32_t cell_of(self, double v) noexcept:
         # The first i with v < edges[i], else nedges (NaN compares false: last cell).
@@ -351,6 +405,10 @@ cdef class HistogramColumn(CountColumn):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef list counts = self.cells(slot)
         return {label: counts[cell] for label, cell in self.label_cells}
+
+    cdef object json_value(self, Py_ssize_t slot, int64_t T):
+        return counts_json(<CountBlock*>self.blocks[slot], self.ncells, self.json_keys,
+                           self.json_key_ends, self.json_cells, self.njson)
 
 
 cdef class HourOfDayHistogramColumn(CountColumn):
@@ -382,6 +440,9 @@ for _i, (_key, _cell) in enumerate(DOW_HOUR_CELLS):
     DOW_HOUR_ORDER[_i] = _cell
 DEF DOW_HOUR_JSON_KEY_BYTES = 9  # "Mon-00":
 cdef bytes DOW_HOUR_JSON_KEYS = b"".join(b'"' + key.encode() + b'":' for key, _ in DOW_HOUR_CELLS)
+cdef int32_t DOW_HOUR_JSON_KEY_ENDS[168]
+for _i in range(168):
+    DOW_HOUR_JSON_KEY_ENDS[_i] = DOW_HOUR_JSON_KEY_BYTES * (_i + 1)
 
 
 cdef class DowHourHistogramColumn(CountColumn):
@@ -415,22 +476,8 @@ cdef class DowHourHistogramColumn(CountColumn):
 
     cdef object json_value(self, Py_ssize_t slot, int64_t T):
         # read()'s map as the JSON text the reply encoder gives it, written from the counts
-        cdef int64_t counts[168]
-        cdef char text[2 + 168 * (DOW_HOUR_JSON_KEY_BYTES + 21)]
-        cdef const char* keys = DOW_HOUR_JSON_KEYS
-        cdef char* p = text
-        cdef int i
-        count_block_fill(<CountBlock*>self.blocks[slot], counts, 168)
-        p[0] = b'{'
-        p += 1
-        for i in range(168):
-            memcpy(p, keys + DOW_HOUR_JSON_KEY_BYTES * i, DOW_HOUR_JSON_KEY_BYTES)
-            p += DOW_HOUR_JSON_KEY_BYTES
-            p += int_text(p, counts[DOW_HOUR_ORDER[i]])
-            p[0] = b','
-            p += 1
-        p[-1] = b'}'
-        return Raw(PyBytes_FromStringAndSize(text, p - text))
+        return counts_json(<CountBlock*>self.blocks[slot], 168, DOW_HOUR_JSON_KEYS,
+                           DOW_HOUR_JSON_KEY_ENDS, DOW_HOUR_ORDER, 168)
 
 
 # ---- seasonal_deviation ---------------------------------------------------------------
