@@ -14,6 +14,7 @@ import math
 from msgspec import Raw
 from msgspec.json import Encoder
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
@@ -25,7 +26,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.block_column cimport BlockColumn
 from beava._fast.column cimport Column
-from beava._fast.msgpack_out cimport Writer, as_bytes, put_int, put_map_header, put_raw, release
+from beava._fast.msgpack_out cimport Writer, put_int, put_map_header, put_raw
 from beava._fast.number_text cimport int_text
 from beava._fast.op_params cimport lifetime_only
 from beava._fast.ops_point cimport LatestRingColumn, RingColumn
@@ -232,35 +233,51 @@ cdef list count_block_cells(CountBlock* b, int32_t ncells):
 encode_json = Encoder(order="sorted").encode  # as the reply encoder writes a label
 
 
+cdef enum:
+    TEXT_ON_STACK = 8192  # count-map JSON written into a stack array up to this many bytes
+
+
 cdef object counts_json(const CountBlock* b, int32_t ncells, const char* keys,
                         const int32_t* key_ends, const int32_t* cells, int32_t n):
     # A map of counts as the JSON text the reply encoder writes (msgspec.Raw): the i-th of
     # its ``n`` entries is the pre-encoded key ``keys[key_ends[i - 1]:key_ends[i]]`` (its
     # quoted text and the colon, keys in sorted order) and the count of cell ``cells[i]``.
-    cdef int64_t on_stack[CELLS_ON_STACK]
-    cdef int64_t* counts = on_stack
-    cdef Writer out = Writer(NULL, 0, 0)
-    cdef char digits[24]
+    cdef int64_t counts_on_stack[CELLS_ON_STACK]
+    cdef char text_on_stack[TEXT_ON_STACK]
+    cdef int64_t* counts = counts_on_stack
+    cdef char* text = text_on_stack
+    cdef Py_ssize_t room = 2 + (key_ends[n - 1] if n else 0) + 21 * <Py_ssize_t>n
+    cdef char* p
     cdef int32_t i, at = 0
-    if ncells > CELLS_ON_STACK:
-        counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
-        if counts == NULL:
-            raise MemoryError()
     try:
+        if ncells > CELLS_ON_STACK:
+            counts = <int64_t*>PyMem_Malloc(ncells * sizeof(int64_t))
+            if counts == NULL:
+                raise MemoryError()
+        if room > TEXT_ON_STACK:
+            text = <char*>PyMem_Malloc(room)
+            if text == NULL:
+                raise MemoryError()
         count_block_fill(b, counts, ncells)
-        put_raw(&out, b"{", 1)
-        for i in range(n):
-            if i:
-                put_raw(&out, b",", 1)
-            put_raw(&out, keys + at, key_ends[i] - at)
+        p = text
+        p[0] = b'{'
+        p += 1
+        for i in range(n):  # an entry's key (with its colon), count and comma
+            memcpy(p, keys + at, key_ends[i] - at)
+            p += key_ends[i] - at
             at = key_ends[i]
-            put_raw(&out, digits, int_text(digits, counts[cells[i]]))
-        put_raw(&out, b"}", 1)
-        return Raw(as_bytes(&out))
+            p += int_text(p, counts[cells[i]])
+            p[0] = b','
+            p += 1
+        if n:
+            p -= 1  # no comma after the last entry
+        p[0] = b'}'
+        return Raw(PyBytes_FromStringAndSize(text, p + 1 - text))
     finally:
-        release(&out)
-        if counts != on_stack:
+        if counts != counts_on_stack:
             PyMem_Free(counts)
+        if text != text_on_stack:
+            PyMem_Free(text)
 
 
 cdef class CountColumn(BlockColumn):
