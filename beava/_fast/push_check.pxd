@@ -40,4 +40,4 @@ cdef class EventChecker:
 
     cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
                                  Py_ssize_t size, Py_ssize_t i) noexcept
-    cdef int _settle(self, const char* p, Py_ssize_t n, dict row) except -1
+    cdef object _settle(self, const char* p, Py_ssize_t n, bint build)

@@ -312,19 +312,11 @@ cdef class EventChecker:
 
     cdef int check_msgpack(self, const char* p, Py_ssize_t n) except -1:
         """See push_check.pxd."""
-        return self._settle(p, n, None)
+        return self._settle(p, n, False) is not None
 
     cdef dict row_msgpack(self, const char* p, Py_ssize_t n):
         """See push_check.pxd."""
-        cdef Py_ssize_t entries = 0
-        cdef unsigned char c = <unsigned char>p[0] if n > 0 else 0
-        if 0x80 <= c <= 0x8f:
-            entries = c & 0x0f
-        elif c == 0xde and n >= 3:
-            entries = min((<Py_ssize_t>(<unsigned char>p[1]) << 8) | <unsigned char>p[2],
-                          <Py_ssize_t>MAX_RAW_NAMES)
-        cdef dict row = _PyDict_NewPresized(entries)
-        return row if self._settle(p, n, row) == 1 else None
+        return self._settle(p, n, True)
 
     cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
                                  Py_ssize_t size, Py_ssize_t i) noexcept:
@@ -340,10 +332,10 @@ cdef class EventChecker:
             self.last_slots[i] = <uint8_t>(e - self.table)
         return e
 
-    cdef int _settle(self, const char* p, Py_ssize_t n, dict row) except -1:
-        """1 when check() would accept the MessagePack body at ``p`` (``n`` bytes) unchanged
-        (see check_msgpack), its values set in ``row`` (unless None) under the declared
-        names, in the body's order; 0 otherwise (``row`` holds a part of the body then)."""
+    cdef object _settle(self, const char* p, Py_ssize_t n, bint build):
+        """When check() would accept the MessagePack body at ``p`` (``n`` bytes) unchanged
+        (see check_msgpack): its row (``build``: its values under the declared names, in the
+        body's order), else True; None otherwise."""
         cdef const unsigned char* b = <const unsigned char*>p
         cdef Py_ssize_t at, entries, size, i = 0
         cdef uint64_t seen = 0, typed = 0, bit, bits64
@@ -354,8 +346,9 @@ cdef class EventChecker:
         cdef int code, kind
         cdef const RawName* name
         cdef object value
+        cdef dict row = None
         if not self.takes_msgpack or n < 1:
-            return 0
+            return None
         c = b[0]
         if 0x80 <= c <= 0x8f:
             entries = c & 0x0f
@@ -364,26 +357,28 @@ cdef class EventChecker:
             entries = (<Py_ssize_t>b[1] << 8) | b[2]
             at = 3
         else:
-            return 0
+            return None
+        if build:  # a body of more entries than names is refused below
+            row = _PyDict_NewPresized(min(entries, <Py_ssize_t>MAX_RAW_NAMES))
         while i < entries:
             # the key: a declared name without control characters, once (a name's bytes are
             # its UTF-8: no key matching one can be anything but that text)
             size = _text_size(b, n, &at)
             if size < 0:
-                return 0
+                return None
             name = self._name_at(b, n, at, size, i)
             i += 1
             if name is NULL:
-                return 0
+                return None
             at += size
             code = name.code
             bit = (<uint64_t>1) << name.bit
             if code & CONTROL or seen & bit:
-                return 0
+                return None
             seen |= bit
             # the value: a number, a boolean or ASCII text without control characters
             if at >= n:
-                return 0
+                return None
             c = b[at]
             if c <= 0x7f or c >= 0xe0:  # positive and negative fixint
                 kind = T_NUM
@@ -398,7 +393,7 @@ cdef class EventChecker:
             elif 0xa0 <= c <= 0xbf or 0xd9 <= c <= 0xdb:
                 size = _text_size(b, n, &at)
                 if size < 0 or not _plain_ascii(b + at, size):
-                    return 0
+                    return None
                 kind = T_STR
                 if row is not None:
                     value = PyUnicode_New(size, 127)
@@ -407,10 +402,10 @@ cdef class EventChecker:
             elif 0xca <= c <= 0xd3:
                 size = _NUMBER_SIZE[c - 0xca]
                 if at + 1 + size > n:
-                    return 0
+                    return None
                 bits64 = _get_be(b + at + 1, <int>size)
                 if c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
-                    return 0
+                    return None
                 kind = T_NUM
                 if row is not None:
                     if c == 0xca:
@@ -428,13 +423,15 @@ cdef class EventChecker:
                         value = <long long>bits64
                 at += 1 + size
             else:  # nil, binary, extensions, arrays, maps, 0xc1
-                return 0
+                return None
             if code & REQUIRED and (kind == code & TYPE_BITS or code & TYPE_BITS == T_ANY):
                 typed |= bit
             if row is not None:
                 PyDict_SetItem(row, <object>name.object, value)
-        return (at == n and typed & self.required_bits == self.required_bits
-                and seen & self.default_bits == self.default_bits)
+        if (at == n and typed & self.required_bits == self.required_bits
+                and seen & self.default_bits == self.default_bits):
+            return row if build else True
+        return None
 
     cpdef object check(self, dict fields):
         """Steps 3 (keys and values), 5 and 6 of spec/wire.md §6.2; None when accepted."""

@@ -41,7 +41,7 @@ from beava._fast.push_counts cimport PushCounts
 from beava._fast.slot_buffers cimport dict_get
 from beava._fast.table_kernel cimport TableKernel
 from beava._fast.wal_record cimport (BODY_MSGPACK, RECORD_EVENT, append_to, event_record_at,
-                                     seal_body)
+                                     close_body)
 
 
 cdef enum:
@@ -386,7 +386,7 @@ cdef class PushPass:
                 except BaseException:
                     PyByteArray_Resize(self.buf, start)
                     raise
-                seal_body(self.buf, start, PyBytes_GET_SIZE(name))
+                close_body(self.buf, start, PyBytes_GET_SIZE(name))
             self.logged = True
         if self.mode == STRICT:  # applied from its record once the fsync covering it is done
             if not self.b_events:

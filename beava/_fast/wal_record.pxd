@@ -22,10 +22,10 @@ cdef Py_ssize_t append_to(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t bo
 cdef void seal_records(uint8_t* data, Py_ssize_t size) noexcept nogil
 
 
-# The record at ``start`` of ``buf`` was appended with an empty body, then its body's bytes
-# appended after it: set its lengths and CRC; returns its size (ValueError, ``buf`` cut back
-# to ``start``, when over the limit).
-cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1
+# The record at ``start`` of ``buf`` was appended unsealed with an empty body, then its
+# body's bytes were appended after it: set its lengths (the batch's sealing sets its CRC);
+# returns its size (ValueError, ``buf`` cut back to ``start``, when over the limit).
+cdef Py_ssize_t close_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1
 
 
 # The event record at ``offset`` of ``data`` (push ``push``'s, named in errors): its body's

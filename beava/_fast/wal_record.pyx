@@ -181,10 +181,11 @@ def seal(bytearray data):
     seal_records(<uint8_t*>PyByteArray_AS_STRING(data), PyByteArray_GET_SIZE(data))
 
 
-cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1:
-    """The record at ``start`` was appended with an empty body and its body's bytes were
-    appended right after it (e.g. encoded in place): set its lengths and CRC. Returns its
-    size; ValueError (and ``buf`` cut back to ``start``) when it is over the limit."""
+cdef Py_ssize_t close_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) except -1:
+    """The record at ``start`` was appended unsealed with an empty body and its body's bytes
+    were appended right after it (e.g. encoded in place): set its lengths (its CRC is set
+    when the batch is sealed). Returns its size; ValueError (and ``buf`` cut back to
+    ``start``) when it is over the limit."""
     cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf) - start
     cdef Py_ssize_t body_len = size - 4 - FIXED_LEN - name_len
     try:
@@ -195,7 +196,6 @@ cdef Py_ssize_t seal_body(bytearray buf, Py_ssize_t start, Py_ssize_t name_len) 
     cdef uint8_t* p = <uint8_t*>PyByteArray_AS_STRING(buf) + start
     _put32(p, <uint32_t>(size - 4))
     _put32(p + NAME_OFFSET + name_len, <uint32_t>body_len)
-    _put32(p + 4, _crc32(0, p + 8, size - 8))
     return size
 
 
@@ -221,11 +221,13 @@ cdef Py_ssize_t event_record_at(bytearray data, Py_ssize_t offset, Py_ssize_t pu
 
 
 def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_format,
-                  uint64_t timestamp_ms, uint32_t registry_version, bytes name, bytes body):
-    """Append one record to ``buf``; returns its size on disk."""
+                  uint64_t timestamp_ms, uint32_t registry_version, bytes name, bytes body,
+                  bint sealed=True):
+    """Append one record to ``buf``; returns its size on disk. ``sealed`` False: its CRC is
+    left 0 (the durability log seals a pending batch when it writes it)."""
     return append_to(buf, lsn, rtype, body_format, timestamp_ms, registry_version,
                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
-                     PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
+                     PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), sealed)
 
 
 def encode_record(uint64_t lsn, uint8_t rtype, uint8_t body_format, uint64_t timestamp_ms,

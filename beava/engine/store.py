@@ -198,7 +198,7 @@ class FeatureStore:
             self._apply(lsn, event, row, now)
             return lsn, version, False, False
         append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
-                      encode_wal_body(row))
+                      encode_wal_body(row), sealed=False)  # sealed when the batch is written
         if log.submit(lsn, event, on_durable):  # periodic: applied at once
             self._apply(lsn, event, row, now)
             return lsn, version, False, False

@@ -117,3 +117,15 @@ def test_oversized_name_is_refused() -> None:
     with pytest.raises(ValueError):
         wal_record.append_record(buf, 1, wf.RECORD_EVENT, wf.BODY_JSON, 0, 1, b"n" * 65536, b"")
     assert buf == b"keep"
+
+
+def test_unsealed_records_are_those_bytes_once_sealed() -> None:
+    """A record appended unsealed (the push paths: the log seals a batch when it writes it)
+    has CRC 0 and is, once sealed, the sealed record's bytes."""
+    sealed, open_ = bytearray(), bytearray()
+    wal_record.append_record(sealed, 7, wf.RECORD_EVENT, wf.BODY_MSGPACK, 9, 2, b"Txn", b"\x80")
+    wal_record.append_record(open_, 7, wf.RECORD_EVENT, wf.BODY_MSGPACK, 9, 2, b"Txn", b"\x80",
+                             sealed=False)
+    assert open_[4:8] == bytes(4) and open_ == unsealed(sealed)
+    wal_record.seal(open_)
+    assert open_ == sealed
