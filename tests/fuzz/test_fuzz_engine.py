@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
+from beava._fast.wal_record import seal
 from beava.durability.snapshots import read_snapshot, write_snapshot_file
 from beava.durability.wal_format import Record, parse_record
 from beava.engine.store import FeatureStore
@@ -96,6 +97,7 @@ class CaptureLog(HeldLog):
         self.records: list[Record] = []
 
     def release(self) -> None:
+        seal(self.buf)  # as the durability log seals a batch when it writes it
         offset = 0
         while offset < len(self.buf):
             record = parse_record(self.buf, offset)
