@@ -4,6 +4,7 @@ every entity of a table; the clients' ``scan`` / ``scan_rows``."""
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -334,6 +335,25 @@ def test_bad_requests_on_both_transports(tcp: TcpClient, clean_server: BeavaProc
         assert reply["error"]["path"] == path
     op, frame_body = tcp_scan(clean_server, body)
     assert op == OP_ERROR and frame_body == reply
+
+
+def test_a_cursor_with_too_many_digits_is_refused(tcp: TcpClient,
+                                                  clean_server: BeavaProcess) -> None:
+    """A version or position longer than any cursor the server writes (past Python's
+    4,300-digit limit for ``int``, or just one digit past 20) is invalid_scan, not a 500."""
+    version = tcp.ping()["registry_version"]
+    tag = f"{zlib.crc32(b'UserSpend'):08x}"
+    for field in ("cursor", "until"):
+        for cursor in (f"{'9' * 5000}.0.{tag}", f"{version}.{'1' * 5000}.{tag}",
+                       f"{version}.{'0' * 21}.{tag}", f"{'0' * 20}{version}.0.{tag}"):
+            body = json.dumps({"table": "UserSpend", field: cursor}).encode()
+            status, reply = post_scan(clean_server, body)
+            assert status == 400 and reply["error"]["code"] == "invalid_scan"
+            assert reply["error"]["path"] == field
+            assert reply["error"]["message"] == f"`{field}` is not a scan cursor"
+            op, frame_body = tcp_scan(clean_server, body)
+            assert op == OP_ERROR and frame_body == reply
+    assert tcp.scan("UserSpend", f"{version:020d}.0.{tag}")["rows"] == []  # 20 digits: read
 
 
 def test_a_cursor_of_another_table_is_refused(tcp: TcpClient) -> None:

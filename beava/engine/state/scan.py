@@ -52,6 +52,10 @@ SCAN_PAGE_SECONDS = 0.02
 server serves one request at a time, so this bounds how long a push waits behind a scan."""
 
 _FIELDS = frozenset(("table", "cursor", "limit", "until", "splits"))
+_CURSOR_DIGITS = 20
+"""The most digits a cursor's version or position has: the registry version is a u32 and a
+slot position is below 2**64 (20 digits). Longer parts are refused before ``int`` reads them
+(it refuses more than 4,300 digits by raising, and is quadratic below that)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +102,9 @@ def _position(text: Any, table: str, version: int, path: str) -> int:
         raise _invalid(path, f"`{path}` must be a cursor string from a scan reply or null",
                        version)
     parts = text.split(".")
-    if (len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts[:2])
-            or len(parts[2]) != 8):
+    if (len(parts) != 3 or len(parts[2]) != 8
+            or not all(p.isascii() and p.isdigit() and len(p) <= _CURSOR_DIGITS
+                       for p in parts[:2])):
         raise _invalid(path, f"`{path}` is not a scan cursor", version)
     try:
         tag = int(parts[2], 16)
