@@ -213,14 +213,15 @@ def _forbidding(scope: str, command: str) -> FrameHandler:
 class TcpGate(FrameDispatch):
     """One connection's route table (see the module docstring). The connection reads
     ``routes`` and ``push_run`` like a :class:`FrameDispatch`'s; OP_AUTH replaces their
-    content in place, so frames after it in the same read see the new routes."""
+    content in place, and the connection reads both again after it, so frames after it in
+    the same read see the new routes. A refused OP_AUTH ends the connection: it handles
+    nothing after it."""
 
-    __slots__ = ("_access", "_end", "_ended", "_authenticated")
+    __slots__ = ("_access", "_end", "_authenticated")
 
     def __init__(self, access: AccessControl) -> None:  # routes built here, not bound
         self._access = access
         self._end: Callable[[], None] | None = None
-        self._ended = False
         self._authenticated = False
         self.push_run = None
         self.routes: dict[int, Route] = {OP_AUTH: (CONTENT_TYPES, self.authenticate)}
@@ -246,8 +247,6 @@ class TcpGate(FrameDispatch):
         return auth_reply(ct, scopes)
 
     def refuse(self, op: int, ct: int) -> bytes:  # type: ignore[override]
-        if self._ended:
-            return b""  # the rest of the read that brought the refused frame
         if self._authenticated:
             return FrameDispatch.refuse(op, ct)
         self._end_connection()
@@ -255,7 +254,6 @@ class TcpGate(FrameDispatch):
             "authenticate first: the first frame on a connection must be OP_AUTH (0x0002)"))
 
     def _end_connection(self) -> None:
-        self._ended = True
         self.routes.clear()
         self.push_run = None
         if self._end is not None:

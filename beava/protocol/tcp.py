@@ -111,9 +111,12 @@ class FramedTcpProtocol(ServerConnection):
                  deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
         leftovers wait for this connection's next turn. Runs of pushes go to the dispatch's
-        compiled push pass, which checks the deadline itself. The turn's pushes are timed
-        together from ``started`` (when their socket read or turn began) until the turn's
-        replies are written; any other request from its handler's start to its reply
+        compiled push pass, which checks the deadline itself. Any other handler may change
+        the routes (OP_AUTH replaces them in place, push pass included) or end the
+        connection: after one ran, the push pass is looked up again, and nothing more is
+        handled once the connection is to close. The turn's pushes are timed together from
+        ``started`` (when their socket read or turn began) until the turn's replies are
+        written; any other request from its handler's start to its reply
         (beava.protocol.request_timings)."""
         out = self._out
         dispatch = self._dispatch
@@ -164,6 +167,7 @@ class FramedTcpProtocol(ServerConnection):
                 except Exception as exc:  # answered with an error frame, connection kept
                     reply = dispatch.failed(exc)
                 timings.finish(timings.by_op[op], began, reply)
+                push_run = dispatch.push_run
             elif op == FRAME_TOO_LARGE:  # framing errors are no opcode: tested only here
                 out.append(_frame_too_large(ct, self._splitter.max_payload + 3))
                 self._fatal()
@@ -188,6 +192,8 @@ class FramedTcpProtocol(ServerConnection):
                         self._park(frames[index:])
                     break
             out.append(reply)
+            if self._close_after:  # refused for good (OP_AUTH): the rest goes unread
+                break
         self.flush_ready()
         if pushes:
             timings.push.observe(time.perf_counter() - started, pushes)

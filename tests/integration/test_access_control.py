@@ -254,6 +254,51 @@ def test_tcp_reauthentication_changes_scopes(secured: BeavaProcess) -> None:
         conn.close()
 
 
+def test_tcp_pipelined_reauth_to_a_weaker_token_takes_effect_at_once(secured: BeavaProcess
+                                                                    ) -> None:
+    """OP_AUTH with a read token and a push in one write on a write connection: the push
+    sees the read routes (refused, not applied), though the turn began with the push pass."""
+    with TcpClient(*secured.tcp, token=READ) as client:
+        before = client.get("Visits", "reauth-weaker")
+    push = frame(OP_PUSH, 1, j({"event": "Visit", "body": {"user": "reauth-weaker", "ms": 1.0}}))
+    conn = FrameConn(secured.tcp)
+    try:
+        assert conn.request(OP_AUTH, 1, j({"token": WRITE}))[0] == OP_AUTH
+        assert conn.request(OP_PUSH, 1, PUSH_FRAME[7:])[0] == OP_PUSH  # the push pass is on
+        conn.send(push + auth_frame(READ) + push * 3)
+        assert (conn.recv_frame() or (0,))[0] == OP_PUSH
+        op, _, payload = conn.recv_frame() or (0, 0, b"")
+        assert (op, json.loads(payload)) == (OP_AUTH, {"scopes": ["read"]})
+        for _ in range(3):
+            assert error_of(conn.recv_frame())["code"] == "forbidden"
+        assert conn.request(OP_PING, 1, b"{}")[0] == OP_PING  # still open
+    finally:
+        conn.close()
+    with TcpClient(*secured.tcp, token=READ) as client:
+        after = client.get("Visits", "reauth-weaker")
+    assert before == {} and after["n"] == 1  # the push before the re-auth alone
+
+
+def test_tcp_pipelined_frames_after_a_refused_reauth_are_dropped(secured: BeavaProcess
+                                                                 ) -> None:
+    """An invalid OP_AUTH followed by three pushes in one write on a write connection: one
+    ``unauthenticated``, then the close; none of the pushes is answered or applied."""
+    with TcpClient(*secured.tcp, token=READ) as client:
+        before = client.get("Visits", "reauth-refused")
+    push = frame(OP_PUSH, 1, j({"event": "Visit", "body": {"user": "reauth-refused", "ms": 1.0}}))
+    conn = FrameConn(secured.tcp)
+    try:
+        assert conn.request(OP_AUTH, 1, j({"token": WRITE}))[0] == OP_AUTH
+        assert conn.request(OP_PUSH, 1, PUSH_FRAME[7:])[0] == OP_PUSH
+        conn.send(auth_frame("wrong-token-0000000000") + push * 3)
+        assert error_of(conn.recv_frame())["code"] == "unauthenticated"
+        assert conn.recv_frame() is None  # closed, nothing else answered
+    finally:
+        conn.close()
+    with TcpClient(*secured.tcp, token=READ) as client:
+        assert client.get("Visits", "reauth-refused") == before
+
+
 # -- clients and the SDK ------------------------------------------------------------------
 
 
