@@ -16,7 +16,7 @@ TESTS = REPO / "tests"
 # In-repository copies of the project's shared sets (each folder's README says so).
 CONFORMANCE_VECTORS = TESTS / "conformance" / "vectors"
 CONFORMANCE_RUNNER = TESTS / "conformance" / "runner.py"
-SPEC = REPO / "docs" / "reference"  # the contract (docs/reference/index.md)
+SPEC = REPO / "spec"  # the contract (docs/reference/index.md)
 
 
 class BeavaProcess:

@@ -657,8 +657,8 @@ class Service:
 
 
 def unwritten_error(registry_version: int | None = None) -> BeavaError:
-    """``wal_unavailable`` for pushes the WAL did not take: the disk is full (spec/
-    durability.md §6.6). TCP errors carry the registry version (spec/wire.md §5.1)."""
+    """``wal_unavailable`` for pushes the WAL did not take: the disk is full
+    (spec/durability.md §6.6). TCP errors carry the registry version (spec/wire.md §5.1)."""
     top = {} if registry_version is None else {"registry_version": registry_version}
     return BeavaError("wal_unavailable", top=top,
                       reason="the WAL disk is full; writes are refused until space returns "
