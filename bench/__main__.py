@@ -77,6 +77,19 @@ def main() -> None:
     cmp.add_argument("--depth", type=int, default=1024)
     cmp.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
     cmp.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
+    soak = sub.add_parser("soak", help="mixed load on a strict-WAL server SIGKILLed and "
+                                       "restarted every few seconds, a full WAL disk once; "
+                                       "every acknowledged push checked after each restart")
+    soak.add_argument("--minutes", type=float, default=8.0)
+    soak.add_argument("--rounds", type=int, help="stop after this many rounds (kills)")
+    soak.add_argument("--seed", type=int, help="seed of every random choice (printed)")
+    soak.add_argument("--connections", type=int, default=4, help="pushing connections")
+    soak.add_argument("--keys", type=int, default=1024, help="keys per pushing connection")
+    soak.add_argument("--kill-min", type=float, default=1.0, help="shortest round, seconds")
+    soak.add_argument("--kill-max", type=float, default=4.0, help="longest round, seconds")
+    soak.add_argument("--no-disk-full", action="store_true", help="skip the full WAL disk")
+    soak.add_argument("--data-dir", help="an empty directory to use (default: a new "
+                                         "temporary one, removed unless a check failed)")
     args = parser.parse_args()
     if getattr(args, "chart", None):
         problem = chart_problem()
@@ -151,6 +164,16 @@ def main() -> None:
                          chart_path=args.chart, json_path=args.json)
         except ValueError as exc:
             parser.error(str(exc))
+    elif args.what == "soak":
+        from bench import soak as soak_bench
+
+        if not 0 < args.kill_min <= args.kill_max or args.connections < 1 or args.keys < 64:
+            parser.error("soak needs 0 < --kill-min <= --kill-max, --connections >= 1 and "
+                         "--keys >= 64")
+        raise SystemExit(soak_bench.main(soak_bench.Options(
+            minutes=args.minutes, rounds=args.rounds, seed=args.seed,
+            connections=args.connections, keys=args.keys, kill_min=args.kill_min,
+            kill_max=args.kill_max, disk_full=not args.no_disk_full, data_dir=args.data_dir)))
     elif args.what == "spark":
         from bench.spark_ingest import main as run_spark
 
