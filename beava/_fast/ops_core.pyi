@@ -6,6 +6,7 @@ from typing import final
 from beava._fast.column import Column
 
 KIND_NAMES: tuple[str, ...]
+BUCKETS_PER_SLOT: int
 COLUMNS: dict[str, type[Column]]
 
 def counters() -> dict[str, int]: ...

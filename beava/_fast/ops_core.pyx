@@ -241,6 +241,10 @@ def counters() -> dict:
     return {"beava_bucket_reclaim_total": _bucket_reclaims}
 
 
+# Live buckets of one slot in one arena at most (window.pxd), for Python callers.
+BUCKETS_PER_SLOT = MAX_BUCKETS
+
+
 ctypedef struct SlotBlock:
     uint32_t off        # first record of the block, in records
     uint8_t n           # live buckets, ascending epoch

@@ -9,11 +9,12 @@ One request body is a map with an ``action``:
 - ``chunk`` ``{upload, offset, data}``: appends ``data`` (bytes; base64 text in JSON) at
   ``offset``, which must be the bytes received so far; answers ``{"received": n}``;
 - ``commit`` ``{upload}``: with all ``size`` bytes received, decodes them (MessagePack of a
-  table state dump: plain data, never executed) and installs the table;
+  table state dump: plain data, never executed) against the table's shape, a part per
+  slice (:class:`Commit`, ``beava.engine.backfill_state``), and installs the table;
 - ``abort`` ``{upload}``: drops the upload.
 
-Uploads live in memory, bounded in number, size and idle time; the server owns them only
-until commit or abort (a restart forgets them).
+Uploads live in memory, bounded in number, size and idle time (an upload being committed
+still counts); the server owns them only until commit or abort (a restart forgets them).
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.backfill import install, load_table, table_spec
+from beava.engine.backfill_state import StateDecoder
 from beava.engine.registry import TableSpec
 from beava.engine.store import FeatureStore
 
@@ -38,8 +38,6 @@ MAX_UPLOADS = 8
 MAX_STAGED_BYTES = 1 << 30  # every open upload together
 MAX_CHUNK_BYTES = 2 * 1024 * 1024  # fits a 4 MiB frame or HTTP body, also as base64 JSON
 IDLE_SECONDS = 600.0
-
-_decode_msgpack = msgspec.msgpack.Decoder().decode
 
 
 @dataclass
@@ -69,6 +67,33 @@ def _str(body: dict[str, Any], name: str) -> str:
     return value
 
 
+class Commit:
+    """A commit being served: the upload's state decoded a slice at a time, then loaded and
+    installed in one step (``beava.engine.backfill.install``)."""
+
+    __slots__ = ("area", "decoder", "until_ms", "size")
+
+    def __init__(self, area: BackfillUploads, upload: _Upload) -> None:
+        self.area = area
+        self.decoder = StateDecoder(upload.spec, upload.data)
+        self.until_ms = upload.until_ms
+        self.size = upload.size
+
+    def run(self, deadline: float | None) -> dict[str, Any] | None:
+        """Work until done (the reply body) or ``deadline`` (``time.perf_counter``) has
+        passed (None: call again). BeavaError when the upload does not install."""
+        try:
+            if not self.decoder.run(deadline, time.perf_counter):
+                return None
+        except BaseException:
+            self.area.committing.discard(self)
+            raise
+        self.area.committing.discard(self)
+        assert self.decoder.state is not None
+        table = load_table(self.decoder.spec, self.decoder.state)
+        return install(self.area.store, table, self.until_ms)
+
+
 class BackfillUploads:
     """Open uploads of one server, and the four actions."""
 
@@ -77,12 +102,15 @@ class BackfillUploads:
         self.store = store
         self.monotonic = monotonic
         self.uploads: dict[str, _Upload] = {}
+        self.committing: set[Commit] = set()
 
     @property
     def staged_bytes(self) -> int:
-        return sum(u.size for u in self.uploads.values())
+        return (sum(u.size for u in self.uploads.values())
+                + sum(c.size for c in self.committing))
 
-    def handle(self, body: Any) -> dict[str, Any]:
+    def handle(self, body: Any) -> dict[str, Any] | Commit:
+        """The reply body of an action; a commit is a :class:`Commit` to run."""
         if type(body) is not dict:
             raise _bad("", "the body must be a map with an action")
         action = body.get("action")
@@ -106,7 +134,8 @@ class BackfillUploads:
         for upload_id, upload in list(self.uploads.items()):
             if upload.spec.name == table or now - upload.touched > IDLE_SECONDS:
                 del self.uploads[upload_id]  # a new upload of a table replaces the old one
-        if len(self.uploads) >= MAX_UPLOADS or self.staged_bytes + size > MAX_STAGED_BYTES:
+        if (len(self.uploads) + len(self.committing) >= MAX_UPLOADS
+                or self.staged_bytes + size > MAX_STAGED_BYTES):
             raise BeavaError("backfill_too_large", table=table,
                              message=f"at most {MAX_UPLOADS} uploads of {MAX_STAGED_BYTES} "
                                      f"bytes together may be open")
@@ -145,15 +174,12 @@ class BackfillUploads:
         upload.data += data
         return {"received": len(upload.data)}
 
-    def _commit(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _commit(self, body: dict[str, Any]) -> Commit:
         upload = self._upload(body)
         if len(upload.data) != upload.size:
             raise BeavaError("invalid_backfill", path="upload", expected=upload.size,
                              message=f"received {len(upload.data)} of {upload.size} bytes")
         del self.uploads[_str(body, "upload")]
-        try:
-            state = _decode_msgpack(upload.data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise _bad("state", f"the table state is not MessagePack: {exc}") from None
-        table = load_table(upload.spec, state)
-        return install(self.store, table, upload.until_ms)
+        commit = Commit(self, upload)
+        self.committing.add(commit)
+        return commit

@@ -38,7 +38,7 @@ from beava.protocol.dispatch import (
 )
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
-from beava.server.backfill_uploads import BackfillUploads
+from beava.server.backfill_uploads import BackfillUploads, Commit
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR
 
 _encode = messages.encode_json
@@ -246,6 +246,41 @@ class _SlicedBatch:
             slot.conn.state.flush_dirty()
 
 
+class _SlicedCommit:
+    """A backfill commit that did not finish in its first slice: one slice per loop
+    iteration until its reply slot is filled (docs/limits.md)."""
+
+    __slots__ = ("service", "commit", "slot", "answer", "failed", "done")
+
+    def __init__(self, service: Service, commit: Commit, slot: PendingReply,
+                 answer: Callable[[dict[str, Any]], bytes],
+                 failed: Callable[[Exception], bytes]) -> None:
+        self.service = service
+        self.commit = commit
+        self.slot = slot
+        self.answer = answer
+        self.failed = failed
+        self.done = False
+
+    def step(self, finish: bool = False) -> None:
+        if self.done:
+            return
+        try:
+            body = self.commit.run(None if finish else perf_counter() + BATCH_SLICE_SECONDS)
+            if body is None:
+                asyncio.get_running_loop().call_soon(self.step)
+                return
+            reply = self.answer(body)
+        except Exception as exc:  # answered like an unsliced failure
+            reply = self.failed(exc)
+        self.done = True
+        self.service.sliced.discard(self)
+        slot = self.slot
+        slot.resolve(reply)
+        if slot.conn is not None:
+            slot.conn.state.flush_dirty()
+
+
 class Service:
     """Handles one request at a time on behalf of any transport."""
 
@@ -254,7 +289,8 @@ class Service:
                  on_alias: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.test_mode = test_mode
-        self.sliced: set[_SlicedBatch] = set()  # BATCH_GETs being served in slices
+        # BATCH_GETs and backfill commits being served in slices
+        self.sliced: set[_SlicedBatch | _SlicedCommit] = set()
         self.on_reset = on_reset
         self.on_alias = on_alias
         # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
@@ -343,8 +379,9 @@ class Service:
                                      "(0 to 2^63-1) or null")
         return {"now_ms": now}
 
-    def backfill(self, ct: int, payload: bytes) -> dict[str, Any]:
-        """The backfill admin operation (docs/wire.md, beava.server.backfill_uploads)."""
+    def backfill(self, ct: int, payload: bytes) -> dict[str, Any] | Commit:
+        """The backfill admin operation (docs/wire.md, beava.server.backfill_uploads); a
+        commit is returned to be run (:meth:`_serve_backfill`)."""
         try:
             body = (messages.json_any(payload) if ct == CT_JSON
                     else messages.msgpack_any(payload))
@@ -482,8 +519,26 @@ class Service:
         asyncio.get_running_loop().call_soon(sliced.step)
         return slot
 
+    def _serve_backfill(self, ct: int, payload: bytes,
+                        answer: Callable[[dict[str, Any]], bytes],
+                        failed: Callable[[Exception], bytes]) -> bytes | PendingReply:
+        """A backfill action's reply; a commit answered now when its first slice finishes
+        it, else a reply slot that later slices fill, as a BATCH_GET's."""
+        result = self.backfill(ct, payload)
+        if not isinstance(result, Commit):
+            return answer(result)
+        body = result.run(perf_counter() + BATCH_SLICE_SECONDS)
+        if body is not None:
+            return answer(body)
+        slot = PendingReply(holds_all=True)
+        sliced = _SlicedCommit(self, result, slot, answer, failed)
+        self.sliced.add(sliced)
+        asyncio.get_running_loop().call_soon(sliced.step)
+        return slot
+
     def finish_slices(self) -> None:
-        """Shutdown: finish every BATCH_GET still being served in slices now."""
+        """Shutdown: finish every BATCH_GET and backfill commit still being served in
+        slices now."""
         for sliced in list(self.sliced):
             sliced.step(finish=True)
 
@@ -560,8 +615,10 @@ class Service:
     def _tcp_test_clock(self, ct: int, payload: bytes) -> bytes:
         return encode_frame(_REPLY_OP["test_clock"], CT_JSON, _encode(self.test_clock(payload)))
 
-    def _tcp_backfill(self, ct: int, payload: bytes) -> bytes:
-        return encode_frame(_REPLY_OP["backfill"], CT_JSON, _encode(self.backfill(ct, payload)))
+    def _tcp_backfill(self, ct: int, payload: bytes) -> bytes | PendingReply:
+        return self._serve_backfill(
+            ct, payload, lambda body: encode_frame(_REPLY_OP["backfill"], CT_JSON, _encode(body)),
+            FrameDispatch.failed)
 
     # HTTP data plane (spec/wire.md §3.3) ----------------------------------------------
 
@@ -646,8 +703,16 @@ class Service:
     def _http_test_clock(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, self.test_clock(request.body), request.keep_alive)
 
-    def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, self.backfill(CT_JSON, request.body), request.keep_alive)
+    def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]
+                       ) -> bytes | PendingReply:
+        keep_alive = request.keep_alive
+
+        def failed(exc: Exception) -> bytes:
+            err = as_error(exc)
+            return json_response(err.status, err.body(), keep_alive)
+
+        return self._serve_backfill(CT_JSON, request.body,
+                                    lambda body: json_response(200, body, keep_alive), failed)
 
     def _http_health(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         return json_response(200, {"status": "ok"}, request.keep_alive)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from beava._fast.column import Column
+from beava._fast.ops_core import BucketArena
 from beava._fast.table_kernel import TableKernel
 from beava.engine.expressions import check_where, compile_where, format_expression
 from beava.engine.registry import TableSpec
@@ -178,3 +180,10 @@ class TableState:
         """Replace all entities by a ``dump()`` taken under the same TableSpec (ValueError
         when it does not fit)."""
         self._kernel.load(state)
+
+    def stored_columns(self) -> tuple[dict[str, Column], list[BucketArena]]:
+        """The columns whose state a ``dump()`` holds under ``columns``, by feature name, and
+        the bucket arenas it holds under ``arenas`` (in that order). Meant for a new table:
+        it dumps the state to learn the names."""
+        kernel = self._kernel
+        return {name: kernel.column(name) for name in kernel.dump()["columns"]}, kernel.arenas
