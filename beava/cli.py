@@ -70,11 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="admin sidecar listen address (default 127.0.0.1:8090)")
     parser.add_argument("--data-dir", metavar="PATH",
                         help="WAL in PATH/wal, snapshots in PATH/snapshots")
-    parser.add_argument("--wal-on-corruption", choices=("quarantine", "refuse"),
+    parser.add_argument("--wal-on-corruption", choices=("replay", "point-in-time", "refuse"),
                         default=None,
-                        help="valid WAL records after damage in the newest segment: "
-                        "quarantine the damaged tail and start (default), or refuse to start "
-                        "(exit 3) until 'beava wal repair'")
+                        help="damaged WAL bytes (other than a torn tail): replay (default) "
+                        "quarantines them and applies every intact record after them; "
+                        "point-in-time stops at the first damage and quarantines the rest; "
+                        "refuse exits 3 without changing anything (then 'beava wal repair')")
     parser.add_argument("--memory-only", action="store_true",
                         help="no WAL, no snapshots, no recovery")
     parser.add_argument("--test-mode", action="store_true",

@@ -3,13 +3,13 @@
 ``check`` reports every WAL segment (records, LSN range, damage) and the snapshot recovery
 would start from; read-only, it may run while a server is up. Exit status: 0 clean, 1 only a
 torn tail in the newest segment (an interrupted write; recovery removes it), 3 corruption
-(valid records after damage in the newest segment, or damage in a sealed segment), 4 the
-directory cannot be read, 2 usage error.
+(damaged bytes anywhere else), 4 the directory cannot be read (an entry named like a segment
+or snapshot that is a link or not a regular file included), 2 usage error.
 
-``repair`` does to the newest segment what recovery's quarantine policy does: the damaged
-tail is copied to ``quarantine/`` and the segment truncated before it. Without ``--yes`` it
+``repair`` makes the WAL what recovery's default ``replay`` policy reads from it: damaged
+bytes go to ``quarantine/``, every intact record stays (``wal_check``). Without ``--yes`` it
 only prints what it would do. It refuses (exit 3) while a server holds the data directory's
-lock; exit 4 on an I/O error.
+lock; exit 4 on an I/O error or an unusable entry.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("data_dir", metavar="DATA_DIR",
                        help="the server's --data-dir (or a WAL directory)")
     repair = sub.add_parser(
-        "repair", help="quarantine the newest segment's damaged tail and truncate it",
+        "repair", help="move damaged WAL bytes to quarantine, keeping every intact record",
         description="Without --yes, print what would be done and change nothing.")
     repair.add_argument("data_dir", metavar="DATA_DIR",
                         help="the server's --data-dir (or a WAL directory)")
@@ -91,10 +91,10 @@ def format_report(report: wal_check.WalReport, data_dir: str) -> str:
                      f"at start, or run 'beava wal repair {data_dir} --yes'")
     else:
         lines.append(
-            "result: CORRUPTION. Damage in sealed segments is skipped at every start. "
-            "Corruption of the newest segment: the server quarantines the whole tail "
-            "(--wal-on-corruption quarantine, the default) or refuses to start (refuse); "
-            f"'beava wal repair {data_dir} --yes' quarantines it now")
+            "result: CORRUPTION. By default (--wal-on-corruption replay) the server starts, "
+            "moves the damaged bytes to quarantine and applies every intact record; "
+            "point-in-time stops at the first damage, refuse does not start. "
+            f"'beava wal repair {data_dir} --yes' moves the damaged bytes to quarantine now")
     return "\n".join(lines) + "\n"
 
 
@@ -104,13 +104,10 @@ def _describe(damage: wal_check.Damage) -> str:
     if damage.kind == wal_check.TORN_TAIL:
         return (f"torn tail at {where}{why}: {damage.bytes} bytes, no valid record after "
                 "it")
-    if damage.kind == wal_check.CORRUPTION:
-        return (f"CORRUPTION at {where}{why}: {damage.valid_after} valid records "
-                f"({_lsns(damage.first_lsn_after, damage.last_lsn_after)}) follow the damage; "
-                f"{damage.bytes} bytes to the end of the file")
     resumed = (f"replay resumes at LSN {damage.resumed_at_lsn}"
                if damage.resumed_at_lsn is not None else "nothing valid after it")
-    return f"CORRUPTION at {where}{why}: {damage.bytes} damaged bytes skipped; {resumed}"
+    return (f"CORRUPTION at {where}{why}: {damage.bytes} damaged bytes after LSN "
+            f"{damage.last_good_lsn}; {resumed}")
 
 
 def _locked(data_dir: str) -> int:
@@ -125,17 +122,12 @@ def run_repair(report: wal_check.WalReport, data_dir: str, yes: bool,
     if report.locked:
         stream.write("note: a running server holds the lock; repair refuses until it stops\n")
     steps = wal_check.repair_plan(report)
-    sealed = [(seg.name, d) for seg in report.segments for d in seg.damage
-              if d.kind == wal_check.SKIPPED]
-    for name, damage in sealed:
-        stream.write(f"left in place: {name} offset {damage.offset} ({damage.bytes} bytes): "
-                     "damage in a sealed segment, skipped at every start\n")
     if not steps:
-        stream.write("nothing to repair in the newest segment\n")
+        stream.write("nothing to repair\n")
         return 0
     if not yes:
         for step in steps:
-            stream.write(f"would {step.describe()}\n")
+            stream.write(f"would {step.describe(report.wal_dir)}\n")
         stream.write(f"nothing changed; run 'beava wal repair {data_dir} --yes' to do it\n")
         return 0
     try:
@@ -149,5 +141,5 @@ def run_repair(report: wal_check.WalReport, data_dir: str, yes: bool,
         sys.stderr.write(f"error: repair failed: {exc}\n")
         return EXIT_IO
     for step in steps:
-        stream.write(f"done: {step.describe()}\n")
+        stream.write(f"done: {step.describe(report.wal_dir)}\n")
     return 0

@@ -10,11 +10,21 @@ The caller holds the data-directory lock, owns the state and supplies two callba
   raises :class:`Unapplicable` for a record it cannot apply (the record is quarantined and
   skipped). Structural validity, LSN order, name encoding and damage are handled here.
 
-Damage in the newest segment is a torn tail (§9.4) when no valid record follows it. When
-valid records with higher LSNs follow it, acknowledged data was damaged: it is logged as
-corruption and, by the ``on_corruption`` policy, either quarantined with the tail (the
-default, which keeps G10) or refused before anything on disk is touched
-(:class:`WalCorruption`, exit 3; ``beava wal repair`` then does the quarantining).
+Damage (§9.4, §9.5, §9.7): bytes that are not a structurally valid record, in any segment,
+its header included. At the end of the newest segment with nothing valid after them they
+are a torn tail (an interrupted last write): quarantined and cut off. Anywhere else, what
+happens is the ``on_corruption`` policy:
+
+- ``replay`` (default): the damaged bytes are quarantined and reading resumes at the next
+  structurally valid record with a higher LSN; every intact record is applied.
+- ``point-in-time``: reading stops at the damage; the rest of that segment and every later
+  segment are quarantined, so the recovered history has no hole (damage that only hides
+  records the loaded snapshot holds already is passed over as with ``replay``).
+- ``refuse``: :class:`WalCorruption` (exit 3) before anything on disk is touched.
+
+Segments and snapshots are read in bounded memory and only when they are regular files
+(``wal_scan``, ``data_files``): an entry that is a link, a FIFO, a directory or a device
+makes the data directory unusable (RecoveryFatal).
 
 Step 8 (a new active segment at ``result.next_lsn``) is :meth:`WalWriter.start`; step 9 and the
 ``recovery.complete`` line belong to the caller. Every other recovery log line is emitted here.
@@ -27,9 +37,15 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from beava.durability.crash_points import CrashPoints
+from beava.durability.data_files import (
+    UnusableEntry,
+    check_regular,
+    open_regular,
+    write_quarantine,
+)
 from beava.durability.snapshots import (
     STATE_FORMAT,
     LoadedSnapshot,
@@ -37,7 +53,7 @@ from beava.durability.snapshots import (
     list_snapshots,
     read_snapshot,
 )
-from beava.durability.wal import DIR_MODE, FILE_MODE, list_segments, sync_dir, sync_fd
+from beava.durability.wal import list_segments, sync_dir, sync_fd
 from beava.durability.wal_format import (
     LOCK_FILE,
     QUARANTINE_DIR,
@@ -48,24 +64,23 @@ from beava.durability.wal_format import (
     FormatError,
     Record,
     SegmentHeader,
-    decode_record,
     decode_segment_header,
     is_snapshot_tmp_name,
     parse_segment_name,
     parse_snapshot_name,
     quarantine_range_name,
     quarantine_record_name,
-    record_lsn_at,
-    record_size_at,
 )
-from beava.durability.wal_scan import AfterDamage, resync, valid_after
+from beava.durability.wal_scan import DamageAt, RecordAt, SegmentReader, walk
 
 MOUNTS_PATH = "/proc/mounts"
 
-# What recovery does when valid records follow damage in the newest segment.
-ON_CORRUPTION_QUARANTINE = "quarantine"  # quarantine the whole tail, truncate, start (G10)
+# What recovery does at damage that is not a torn tail (§9.7).
+ON_CORRUPTION_REPLAY = "replay"  # quarantine the damaged bytes, apply every intact record
+ON_CORRUPTION_POINT_IN_TIME = "point-in-time"  # stop at the damage, quarantine the rest
 ON_CORRUPTION_REFUSE = "refuse"  # exit 3 without touching anything; `beava wal repair`
-ON_CORRUPTION_POLICIES = (ON_CORRUPTION_QUARANTINE, ON_CORRUPTION_REFUSE)
+ON_CORRUPTION_POLICIES = (ON_CORRUPTION_REPLAY, ON_CORRUPTION_POINT_IN_TIME,
+                          ON_CORRUPTION_REFUSE)
 
 
 class Unapplicable(Exception):
@@ -80,35 +95,37 @@ class RecoveryFatal(Exception):
     """Recovery cannot produce a trustworthy state: log ``server.fatal`` and exit 3."""
 
 
-class TailDamage(NamedTuple):
-    """The first damage in the newest segment and what follows it."""
+@dataclass
+class FirstDamage:
+    """The first damage in the WAL that is not a torn tail, and the valid records after it."""
 
+    segment: str
     offset: int
-    """Where the damage starts: the first invalid record, or 0 for an invalid header."""
     bytes: int
-    """Bytes from ``offset`` to the end of the file."""
     last_good: int
-    """LSN of the last valid record before the damage (the base LSN - 1 if none)."""
-    after: AfterDamage
-    """Valid records after the damage: none for a torn tail, some for corruption."""
-
-    @property
-    def corruption(self) -> bool:
-        return self.after.records > 0
+    """The highest LSN read before it."""
+    resumed_at_lsn: int | None
+    """LSN of the record reading resumes at; None when no valid record follows."""
+    records_after: int = 0
+    """Structurally valid records after the damage (to the end of the WAL)."""
+    first_lsn_after: int = 0
+    last_lsn_after: int = 0
 
 
 class WalCorruption(RecoveryFatal):
-    """Valid records follow damage in the newest segment and the policy is ``refuse``."""
+    """The WAL is damaged (not only a torn tail) and the policy is ``refuse``."""
 
-    def __init__(self, wal_dir: str, segment: str, damage: TailDamage) -> None:
-        after = damage.after
+    def __init__(self, wal_dir: str, damage: FirstDamage) -> None:
+        data_dir = data_dir_of(wal_dir)
+        after = (f"{damage.records_after} valid records (LSN {damage.first_lsn_after}-"
+                 f"{damage.last_lsn_after}) follow the damage" if damage.records_after
+                 else "no valid record follows the damage")
         super().__init__(
-            f"WAL corruption in {segment} at offset {damage.offset}: {after.records} valid "
-            f"records (LSN {after.first_lsn}-{after.last_lsn}) follow the damage; refusing "
-            f"to start (--wal-on-corruption refuse), nothing was changed. Inspect with "
-            f"'beava wal check {data_dir_of(wal_dir)}'; 'beava wal repair "
-            f"{data_dir_of(wal_dir)} --yes' moves the damaged tail to quarantine")
-        self.segment = segment
+            f"WAL corruption in {damage.segment} at offset {damage.offset}: {damage.bytes} "
+            f"damaged bytes after LSN {damage.last_good}; {after}; refusing to start "
+            f"(--wal-on-corruption refuse), nothing was changed. Inspect with 'beava wal "
+            f"check {data_dir}'; 'beava wal repair {data_dir} --yes' moves the damaged "
+            f"bytes to quarantine and keeps every intact record")
         self.damage = damage
 
 
@@ -119,13 +136,11 @@ def data_dir_of(wal_dir: str) -> str:
     return os.path.dirname(path) or "." if os.path.basename(path) == "wal" else path
 
 
-def read_segment_header(path: str, base: int) -> tuple[SegmentHeader | None, str]:
+def read_segment_header(reader: SegmentReader, base: int) -> tuple[SegmentHeader | None, str]:
     """A segment's header and ``""``, or None and why it is invalid (including a
     ``base_lsn`` that differs from the one in the file name)."""
-    with open(path, "rb") as f:
-        raw = f.read(SEGMENT_HEADER_SIZE)
     try:
-        header = decode_segment_header(raw)
+        header = decode_segment_header(reader.header())
     except FormatError as exc:
         return None, str(exc)
     if header.base_lsn != base:
@@ -133,28 +148,24 @@ def read_segment_header(path: str, base: int) -> tuple[SegmentHeader | None, str
     return header, ""
 
 
-def newest_segment_damage(data: bytes, base: int, header_valid: bool) -> TailDamage | None:
-    """The first damage in the newest segment's bytes, None when it ends cleanly.
-
-    ``base`` is the LSN in the file name. Records are read in order from the header; at the
-    first one that is not structurally valid (or at the header when it is invalid), the rest
-    of the file is scanned for valid records with higher LSNs (:func:`valid_after`).
-    """
-    end = len(data)
-    last_good = base - 1
-    offset = SEGMENT_HEADER_SIZE
-    if not header_valid:
-        offset = 0
-    else:
-        while offset < end:
-            size = record_size_at(data, offset, end)
-            if size == 0:
-                break
-            last_good = max(last_good, record_lsn_at(data, offset))
-            offset += size
-        else:
-            return None
-    return TailDamage(offset, end - offset, last_good, valid_after(data, offset, end, last_good))
+def first_damage(segments: list[tuple[str, SegmentReader, bool]]) -> FirstDamage | None:
+    """The first damage of a WAL that is not a torn tail, with the valid records after it;
+    ``segments`` are ``(name, reader, header valid)`` in LSN order, the newest last."""
+    found: FirstDamage | None = None
+    last_good = 0
+    for index, (name, reader, header_valid) in enumerate(segments):
+        newest = index == len(segments) - 1
+        for item in walk(reader, header_valid, last_good):
+            if isinstance(item, RecordAt):
+                last_good = max(last_good, item.lsn)
+                if found is not None and item.lsn > found.last_good:
+                    found.records_after += 1
+                    found.first_lsn_after = found.first_lsn_after or item.lsn
+                    found.last_lsn_after = item.lsn
+            elif found is None and not (newest and item.resume >= reader.size):
+                resumed = reader.lsn_at(item.resume) if item.resume < reader.size else None
+                found = FirstDamage(name, item.offset, item.bytes, item.last_good, resumed)
+    return found
 
 
 @dataclass
@@ -175,7 +186,7 @@ class RecoveryResult:
     watermark_ms: int
     """Last replayed EVENT's timestamp; 0 after a later RESET; else the snapshot's (step 7)."""
     quarantined: int
-    """Damaged byte ranges plus unapplicable records quarantined (torn tails not counted)."""
+    """Damaged byte ranges plus valid records quarantined (torn tails not counted)."""
     segments_read: int
     duration_ms: int
 
@@ -196,9 +207,10 @@ def recover(wal_dir: str, snapshot_dir: str, *,
             crash_points: CrashPoints | None = None,
             state_formats: frozenset[int] = frozenset({STATE_FORMAT}),
             mounts_path: str = MOUNTS_PATH,
-            on_corruption: str = ON_CORRUPTION_QUARANTINE) -> RecoveryResult:
-    """Run recovery; raises RecoveryFatal for the §9.6 conditions (exit 3), and
-    WalCorruption for corruption of the newest segment under the ``refuse`` policy.
+            on_corruption: str = ON_CORRUPTION_REPLAY) -> RecoveryResult:
+    """Run recovery; raises RecoveryFatal for the §9.6 conditions (exit 3), for an entry
+    of the data directories that is a link or not a regular file, and WalCorruption for
+    damage under the ``refuse`` policy.
 
     An OSError on the data directories is reported as RecoveryFatal too.
     """
@@ -206,9 +218,11 @@ def recover(wal_dir: str, snapshot_dir: str, *,
         raise ValueError(f"unknown WAL corruption policy {on_corruption!r}")
     run = _Recovery(wal_dir, snapshot_dir, load_snapshot, apply, log,
                     crash_points if crash_points is not None else CrashPoints(None),
-                    state_formats, mounts_path, on_corruption == ON_CORRUPTION_REFUSE)
+                    state_formats, mounts_path, on_corruption)
     try:
         return run.run()
+    except UnusableEntry as exc:
+        raise RecoveryFatal(str(exc)) from None
     except OSError as exc:
         raise RecoveryFatal(f"recovery: data directory I/O error: {exc}") from exc
 
@@ -217,9 +231,9 @@ class _Recovery:
     def __init__(self, wal_dir: str, snapshot_dir: str,
                  load_snapshot: Callable[[LoadedSnapshot], None],
                  apply: Callable[[Record], None], log: Any, crash: CrashPoints,
-                 state_formats: frozenset[int], mounts_path: str, refuse: bool) -> None:
+                 state_formats: frozenset[int], mounts_path: str, policy: str) -> None:
         self.wal_dir = wal_dir
-        self.refuse = refuse
+        self.policy = policy
         self.snapshot_dir = snapshot_dir
         self.load_snapshot = load_snapshot
         self.apply = apply
@@ -227,13 +241,13 @@ class _Recovery:
         self.crash = crash
         self.state_formats = state_formats
         self.mounts_path = mounts_path
-        self.quarantine_dir = os.path.join(wal_dir, QUARANTINE_DIR)
         self.quarantined = 0
         self.replayed = 0
         self.last_seen = 0  # highest LSN of a valid record read in order (the "last good" LSN)
         self.last_record: Record | None = None
         self.registry_version: int | None = None
         self.watermark: int | None = None
+        self.stopped = False  # point-in-time: the history ended at a damage
 
     # -- driver ------------------------------------------------------------------------------
 
@@ -242,22 +256,27 @@ class _Recovery:
         self.log.info("recovery.started", "recovery started", wal_dir=self.wal_dir,
                       snapshot_dir=self.snapshot_dir)
         segments = self._read_headers()
-        if self.refuse:
-            self._refuse_corrupt_newest(segments)  # before anything on disk changes
+        snapshots = list_snapshots(self.snapshot_dir)
+        for _lsn, path in snapshots:
+            check_regular(path)
+        if self.policy == ON_CORRUPTION_REFUSE:
+            self._refuse_damage(segments)  # before anything on disk changes
         self._delete_snapshot_temps()
         self._check_filesystem()
         self._report_foreign_files()
         max_base = segments[-1].base if segments else 0
-        segments = self._drop_interrupted_newest(segments)
         segments = self._apply_history_boundary(segments)
         snapshot, had_invalid = self._load_newest_snapshot()
         s_lsn = snapshot.header.snapshot_lsn if snapshot is not None else 0
         first = self._first_relevant(segments, s_lsn, had_invalid)
         relevant = segments[first:] if first is not None else []
         for index, seg in enumerate(relevant):
+            if self.stopped:
+                self._quarantine_segment(seg)
+                continue
             next_base = relevant[index + 1].base if index + 1 < len(relevant) else None
             damaged_to_eof = self._replay_segment(seg, s_lsn, next_base)
-            if next_base is not None:
+            if next_base is not None and not self.stopped:
                 end_lsn = max(self.last_seen, s_lsn)
                 if next_base > end_lsn + 1 and not damaged_to_eof:
                     raise RecoveryFatal(f"recovery: WAL gap after LSN {end_lsn}")
@@ -271,7 +290,7 @@ class _Recovery:
             registry_version = self.registry_version
         if self.watermark is not None:
             watermark = self.watermark
-        next_lsn = max(self.last_seen + 1, s_lsn + 1, max_base)
+        next_lsn = max(self.last_seen + 1, s_lsn + 1, 0 if self.stopped else max_base)
         last_lsn = self.last_record.lsn if self.last_record is not None else s_lsn
         return RecoveryResult(
             next_lsn=next_lsn, snapshot_lsn=s_lsn,
@@ -327,79 +346,34 @@ class _Recovery:
     # -- step 2: segment headers ----------------------------------------------------------------
 
     def _read_headers(self) -> list[_Segment]:
+        """Every segment with its header, or why the header is invalid; a segment with an
+        invalid header keeps the base LSN of its name and is read as damage from offset 0."""
         segments = []
         for base, name in list_segments(self.wal_dir):
             path = os.path.join(self.wal_dir, name)
-            header, error = read_segment_header(path, base)
+            with SegmentReader(path) as reader:
+                header, error = read_segment_header(reader, base)
             segments.append(_Segment(base, name, path, header, error))
         return segments
 
-    def _refuse_corrupt_newest(self, segments: list[_Segment]) -> None:
-        """The ``refuse`` policy: raise WalCorruption when valid records follow damage in
-        the newest segment (its header included)."""
-        if not segments:
-            return
-        seg = segments[-1]
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        damage = newest_segment_damage(data, seg.base, seg.header is not None)
+    def _refuse_damage(self, segments: list[_Segment]) -> None:
+        """The ``refuse`` policy: raise WalCorruption at the first damage that is not a
+        torn tail, in any segment (its header included)."""
+        readers: list[tuple[str, SegmentReader, bool]] = []
+        try:
+            for seg in segments:
+                readers.append((seg.name, SegmentReader(seg.path), seg.header is not None))
+            damage = first_damage(readers)
+        finally:
+            for _name, reader, _valid in readers:
+                reader.close()
         if damage is not None:
-            self._refuse_if_policy(seg, damage)
-
-    def _drop_interrupted_newest(self, segments: list[_Segment]) -> list[_Segment]:
-        """A newest segment whose header is short or invalid was being created: quarantine
-        it. If valid records follow the header, it is corruption, reported as such."""
-        if not segments or segments[-1].header is not None:
-            return segments
-        seg = segments[-1]
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        damage = newest_segment_damage(data, seg.base, False)
-        assert damage is not None  # an invalid header is damage at offset 0
-        target = os.path.join(self._quarantine(), quarantine_range_name(seg.base, 0))
-        os.replace(seg.path, target)
-        sync_dir(self.quarantine_dir)
-        sync_dir(self.wal_dir)
-        if damage.corruption:
-            self._log_corruption(seg, damage, target)
-        else:
-            self.log.warn("recovery.wal_tail_truncated",
-                          f"newest WAL segment has an invalid header ({seg.header_error}); "
-                          "moved to quarantine", segment=seg.name, offset=0,
-                          bytes=len(data), quarantine_path=target)
-        return segments[:-1]
-
-    def _refuse_if_policy(self, seg: _Segment, damage: TailDamage) -> None:
-        # Checked before anything changes, and again at the damage during replay, where
-        # the last good LSN may differ when an earlier segment ends past this one's base.
-        if self.refuse and damage.corruption:
-            self._log_corruption(seg, damage, None)
-            raise WalCorruption(self.wal_dir, seg.name, damage)
-
-    def _log_corruption(self, seg: _Segment, damage: TailDamage,
-                        quarantine_path: str | None) -> None:
-        """ERROR ``recovery.wal_corruption`` for damage in the newest segment followed by
-        valid records; ``quarantine_path`` None: refused, nothing changed. A quarantined
-        tail counts once for the damage and once per valid record discarded with it."""
-        after = damage.after
-        if damage.offset == 0:
-            message = "newest WAL segment header damaged with valid records after it; "
-            done = "the whole segment was moved to quarantine"
-        else:
-            message = "newest WAL segment damaged with valid records after the damage; "
-            done = "the whole tail was copied to quarantine and truncated"
-        if quarantine_path is None:
-            message += "refusing to start"
-        else:
-            message += done
-            self.quarantined += 1 + after.records
-        self.log.error("recovery.wal_corruption", message, segment=seg.name,
-                       offset=damage.offset, bytes=damage.bytes, resumed_at_lsn=None,
-                       quarantine_path=quarantine_path, last_good_lsn=damage.last_good,
-                       valid_records_after=after.records, first_lsn_after=after.first_lsn,
-                       last_lsn_after=after.last_lsn,
-                       policy=ON_CORRUPTION_REFUSE if quarantine_path is None
-                       else ON_CORRUPTION_QUARANTINE)
+            self.log.error("recovery.wal_corruption", "WAL damaged; refusing to start",
+                           segment=damage.segment, offset=damage.offset, bytes=damage.bytes,
+                           last_good_lsn=damage.last_good,
+                           resumed_at_lsn=damage.resumed_at_lsn, quarantine_path=None,
+                           policy=ON_CORRUPTION_REFUSE)
+            raise WalCorruption(self.wal_dir, damage)
 
     # -- step 3: history boundary ----------------------------------------------------------------
 
@@ -431,6 +405,8 @@ class _Recovery:
             try:
                 snapshot = read_snapshot(path, self.state_formats)
                 self.load_snapshot(snapshot)
+            except UnusableEntry:
+                raise
             except (SnapshotInvalid, OSError) as exc:
                 reason = exc.reason if isinstance(exc, SnapshotInvalid) else str(exc)
                 self.log.warn("recovery.snapshot_invalid", "invalid snapshot skipped",
@@ -471,63 +447,52 @@ class _Recovery:
         ``next_base`` is the next segment's base LSN; None marks the newest segment.
         """
         newest = next_base is None
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        if seg.header is None:
-            # Only sealed segments get here (an invalid newest header was quarantined).
-            self._quarantine_range(seg, data, 0, len(data), next_base,
-                                   f"invalid segment header: {seg.header_error}")
-            return True
-        end = len(data)
-        offset = SEGMENT_HEADER_SIZE
-        damaged_to_eof = False
-        while offset < end:
-            size = record_size_at(data, offset, end)
-            if size == 0:
-                if newest:
-                    damage = TailDamage(offset, end - offset, self.last_seen,
-                                        valid_after(data, offset, end, self.last_seen))
-                    self._refuse_if_policy(seg, damage)
-                    self._truncate_tail(seg, data, damage)
-                    end = offset
+        with SegmentReader(seg.path) as reader:
+            end = reader.size
+            for item in walk(reader, seg.header is not None, self.last_seen):
+                if isinstance(item, RecordAt):
+                    self._record(reader, item, s_lsn)
+                    continue
+                if newest and item.resume >= end:
+                    self._truncate(seg, reader, item, "torn tail")
+                    end = item.offset
                     break
-                resume = resync(data, offset + 1, end, self.last_seen)
-                resumed_lsn = record_lsn_at(data, resume) if resume < end else next_base
-                self._quarantine_range(seg, data, offset, resume, resumed_lsn,
-                                       "record not structurally valid")
-                if resume >= end:
-                    damaged_to_eof = True
+                resumed = reader.lsn_at(item.resume) if item.resume < end else next_base
+                if (self.policy == ON_CORRUPTION_POINT_IN_TIME
+                        and (resumed is None or resumed > s_lsn + 1)):
+                    self.stopped = True
+                    self._truncate(seg, reader, item, "point-in-time")
+                    end = item.offset
                     break
-                offset = resume
-                continue
-            self._record(data, offset, size, s_lsn)
-            offset += size
-        if newest and end == SEGMENT_HEADER_SIZE:
+                self._quarantine_damage(seg, reader, item, resumed)
+                if item.resume >= end:
+                    return True
+        if (newest or self.stopped) and end <= SEGMENT_HEADER_SIZE:
             # No record survived: the new active segment (step 8) may need this name.
             os.unlink(seg.path)
             sync_dir(self.wal_dir)
-        return damaged_to_eof
+        return False
 
-    def _record(self, data: bytes, offset: int, size: int, s_lsn: int) -> None:
-        lsn = record_lsn_at(data, offset)
+    def _record(self, reader: SegmentReader, item: RecordAt, s_lsn: int) -> None:
+        lsn = item.lsn
         if lsn <= s_lsn:
             # Reflected in the snapshot already.
             self.last_seen = max(self.last_seen, lsn)
             return
         if lsn <= self.last_seen:
-            self._quarantine_record(data, offset, size, lsn,
-                                    f"LSN {lsn} is not greater than {self.last_seen}")
+            self._quarantine_record(reader, item, f"LSN {lsn} is not greater than "
+                                                  f"{self.last_seen}")
             return
         self.last_seen = lsn
         try:
-            record = decode_record(data, offset)
+            record = reader.decode_at(item.offset, item.size)
         except ValueError:
-            self._quarantine_record(data, offset, size, lsn, "event name is not valid UTF-8")
+            self._quarantine_record(reader, item, "event name is not valid UTF-8")
             return
         try:
             self.apply(record)
         except Unapplicable as exc:
-            self._quarantine_record(data, offset, size, lsn, exc.reason)
+            self._quarantine_record(reader, item, exc.reason)
             return
         self.replayed += 1
         self.last_record = record
@@ -543,73 +508,81 @@ class _Recovery:
 
     # -- quarantine ---------------------------------------------------------------------------
 
-    def _quarantine(self) -> str:
-        if not os.path.isdir(self.quarantine_dir):
-            os.makedirs(self.quarantine_dir, mode=DIR_MODE, exist_ok=True)
-            sync_dir(self.wal_dir)
-        return self.quarantine_dir
-
-    def _write_quarantine(self, name: str, data: bytes | memoryview) -> str:
-        return write_quarantine(self.wal_dir, name, data)
-
-    def _truncate_tail(self, seg: _Segment, data: bytes, damage: TailDamage) -> None:
-        """§9.4: copy the tail from the damage on to quarantine, truncate the segment there,
-        fsync. A torn tail is a WARN; valid records after the damage make it corruption."""
-        offset = damage.offset
-        target = quarantine_tail(self.wal_dir, seg.path, seg.base, data, offset)
-        if damage.corruption:
-            self._log_corruption(seg, damage, target)
-        else:
+    def _truncate(self, seg: _Segment, reader: SegmentReader, item: DamageAt,
+                  why: str) -> None:
+        """Copy the segment's bytes from the damage on to quarantine and cut them off: a
+        torn tail (§9.4, WARN), or the end of the history under point-in-time (ERROR, with
+        the valid records discarded counted)."""
+        size = reader.size - item.offset
+        if why == "torn tail":
+            target = quarantine_tail(self.wal_dir, seg.path, seg.base, reader, item.offset)
             self.log.warn("recovery.wal_tail_truncated", "torn WAL tail removed",
-                          segment=seg.name, offset=offset, bytes=damage.bytes,
+                          segment=seg.name, offset=item.offset, bytes=size,
                           quarantine_path=target)
+            return
+        discarded = 0
+        offset = item.resume
+        while offset < reader.size:  # the valid records cut off with the damage
+            found = reader.record_at(offset)
+            if found:
+                discarded += 1
+                offset += found
+            else:
+                offset = reader.resync(offset + 1, item.last_good)
+        target = quarantine_tail(self.wal_dir, seg.path, seg.base, reader, item.offset)
+        self.quarantined += 1 + discarded
+        self.log.error("recovery.wal_corruption",
+                       "damaged WAL bytes: replay stopped there (point-in-time); the rest "
+                       "of the WAL was moved to quarantine", segment=seg.name,
+                       offset=item.offset, bytes=size, last_good_lsn=item.last_good,
+                       resumed_at_lsn=None, valid_records_discarded=discarded,
+                       quarantine_path=target, policy=self.policy)
 
-    def _quarantine_range(self, seg: _Segment, data: bytes, start: int, stop: int,
-                          resumed_at_lsn: int | None, why: str) -> None:
-        """§9.5: copy damaged bytes of a sealed segment; the segment itself is left as is."""
-        target = self._write_quarantine(quarantine_range_name(seg.base, start),
-                                        memoryview(data)[start:stop])
+    def _quarantine_segment(self, seg: _Segment) -> None:
+        """Point-in-time, after the history stopped: move a later segment to quarantine."""
+        with SegmentReader(seg.path) as reader:
+            target = write_quarantine(self.wal_dir, quarantine_range_name(seg.base, 0), reader,
+                                      0, reader.size)
+            discarded = sum(1 for step in walk(reader, seg.header is not None, 0)
+                            if isinstance(step, RecordAt))
+        os.unlink(seg.path)
+        sync_dir(self.wal_dir)
+        self.quarantined += discarded
+        self.log.error("recovery.wal_segment_quarantined",
+                       "WAL segment after the damage moved to quarantine (point-in-time)",
+                       segment=seg.name, valid_records_discarded=discarded,
+                       quarantine_path=target)
+
+    def _quarantine_damage(self, seg: _Segment, reader: SegmentReader, item: DamageAt,
+                           resumed_at_lsn: int | None) -> None:
+        """§9.5: copy damaged bytes to quarantine; the segment itself is left as is."""
+        target = write_quarantine(self.wal_dir, quarantine_range_name(seg.base, item.offset),
+                                  reader, item.offset, item.resume)
         self.quarantined += 1
-        self.log.error("recovery.wal_corruption", f"damaged WAL bytes quarantined ({why})",
-                       segment=seg.name, offset=start, bytes=stop - start,
-                       resumed_at_lsn=resumed_at_lsn, quarantine_path=target)
+        why = (f"invalid segment header: {seg.header_error}"
+               if item.offset == 0 and seg.header is None else "record not structurally valid")
+        self.log.error("recovery.wal_corruption", f"damaged WAL bytes quarantined ({why}); "
+                       "replay resumed at the next valid record", segment=seg.name,
+                       offset=item.offset, bytes=item.bytes, last_good_lsn=item.last_good,
+                       resumed_at_lsn=resumed_at_lsn, quarantine_path=target,
+                       policy=self.policy)
 
-    def _quarantine_record(self, data: bytes, offset: int, size: int, lsn: int,
-                           reason: str) -> None:
-        target = self._write_quarantine(quarantine_record_name(lsn),
-                                        memoryview(data)[offset:offset + size])
+    def _quarantine_record(self, reader: SegmentReader, item: RecordAt, reason: str) -> None:
+        target = write_quarantine(self.wal_dir, quarantine_record_name(item.lsn), reader,
+                                  item.offset, item.offset + item.size)
         self.quarantined += 1
-        self.log.warn("recovery.wal_record_quarantined", "WAL record quarantined", lsn=lsn,
-                      reason=reason, quarantine_path=target)
+        self.log.warn("recovery.wal_record_quarantined", "WAL record quarantined",
+                      lsn=item.lsn, reason=reason, quarantine_path=target)
 
 
-def write_quarantine(wal_dir: str, name: str, data: bytes | memoryview) -> str:
-    """Write ``data`` to ``<wal_dir>/quarantine/<name>`` (created if needed), fsync the file
-    and the directory; returns its path."""
-    directory = os.path.join(wal_dir, QUARANTINE_DIR)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
-        sync_dir(wal_dir)
-    path = os.path.join(directory, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        sync_fd(fd)
-    finally:
-        os.close(fd)
-    sync_dir(directory)
-    return path
-
-
-def quarantine_tail(wal_dir: str, path: str, base: int, data: bytes, offset: int) -> str:
-    """Copy the newest segment's bytes from ``offset`` on (``data`` is the whole file) to
-    ``quarantine/seg-<base>-off-<offset>.bin``, then truncate the segment at ``offset`` and
-    fsync it (§9.4). Returns the quarantine file's path."""
-    target = write_quarantine(wal_dir, quarantine_range_name(base, offset),
-                              memoryview(data)[offset:])
-    fd = os.open(path, os.O_WRONLY)
+def quarantine_tail(wal_dir: str, path: str, base: int, reader: SegmentReader,
+                    offset: int) -> str:
+    """Copy a segment's bytes from ``offset`` on to ``quarantine/seg-<base>-off-<offset>.bin``,
+    then truncate the segment at ``offset`` and fsync it (§9.4). Returns the quarantine
+    file's path."""
+    target = write_quarantine(wal_dir, quarantine_range_name(base, offset), reader, offset,
+                              reader.size)
+    fd = open_regular(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, offset)
         sync_fd(fd)
@@ -621,16 +594,11 @@ def quarantine_tail(wal_dir: str, path: str, base: int, data: bytes, offset: int
 def _starts_with_reset(seg: _Segment) -> bool:
     """A history boundary counts only if its first record is a valid RESET at its base LSN:
     a boundary whose RESET never became durable must not erase the older history."""
-    with open(seg.path, "rb") as f:
-        f.seek(SEGMENT_HEADER_SIZE)
-        prefix = f.read(4)
-        if len(prefix) < 4:
+    with SegmentReader(seg.path) as reader:
+        size = reader.record_at(SEGMENT_HEADER_SIZE)
+        if not size:
             return False
-        rest = f.read(int.from_bytes(prefix, "little"))
-    data = prefix + rest
-    if not record_size_at(data, 0, len(data)):
-        return False
-    record = decode_record(data, 0)
+        record = reader.decode_at(SEGMENT_HEADER_SIZE, size)
     return record.type == RECORD_RESET and record.lsn == seg.base
 
 

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from beava.durability.crash_points import CrashPoints, kill_self
+from beava.durability.data_files import open_regular
 from beava.durability.wal import FILE_MODE, now_ms, sync_dir, sync_fd
 from beava.durability.wal_format import (
     SNAPSHOT_SUFFIX,
@@ -56,6 +57,7 @@ _decode_json = msgspec.json.Decoder().decode
 # The child reports to the parent through a pipe it writes once before exiting; keep the
 # message far below the pipe buffer so the write never blocks.
 _MAX_REASON = 1000
+_READ_CHUNK = 4 << 20  # a body's CRC is checked in reads of this size before it is read whole
 
 
 class SnapshotInvalid(Exception):
@@ -132,9 +134,16 @@ def encode_snapshot_body(snapshot_lsn: int, registry_version: int, nodes: list[A
 
 def read_snapshot_header(path: str, expected_lsn: int | None = None) -> SnapshotHeader:
     """Check a snapshot's header and file length without reading the body."""
-    with open(path, "rb") as f:
-        header = decode_snapshot_header(f.read(SNAPSHOT_HEADER_SIZE))
-        size = os.fstat(f.fileno()).st_size
+    fd = open_regular(path)
+    try:
+        return _checked_header(fd, path, expected_lsn)
+    finally:
+        os.close(fd)
+
+
+def _checked_header(fd: int, path: str, expected_lsn: int | None) -> SnapshotHeader:
+    header = decode_snapshot_header(os.pread(fd, SNAPSHOT_HEADER_SIZE, 0))
+    size = os.fstat(fd).st_size
     if expected_lsn is not None and header.snapshot_lsn != expected_lsn:
         raise SnapshotInvalid(f"snapshot_lsn {header.snapshot_lsn} does not match the name")
     if size != SNAPSHOT_HEADER_SIZE + header.body_len:
@@ -143,27 +152,47 @@ def read_snapshot_header(path: str, expected_lsn: int | None = None) -> Snapshot
     return header
 
 
+def _read_body(fd: int, header: SnapshotHeader) -> bytes:
+    """The body, once its CRC is known to match (checked in bounded reads first, so that
+    a header claiming a huge body allocates nothing)."""
+    crc = 0
+    pos = SNAPSHOT_HEADER_SIZE
+    stop = SNAPSHOT_HEADER_SIZE + header.body_len
+    while pos < stop:
+        chunk = os.pread(fd, min(_READ_CHUNK, stop - pos), pos)
+        if not chunk:
+            raise SnapshotInvalid("file shrank while being read")
+        crc = zlib.crc32(chunk, crc)
+        pos += len(chunk)
+    if crc != header.body_crc:
+        raise SnapshotInvalid("body CRC mismatch")
+    parts = []
+    pos = SNAPSHOT_HEADER_SIZE
+    while pos < stop:
+        chunk = os.pread(fd, stop - pos, pos)
+        if not chunk:
+            raise SnapshotInvalid("file shrank while being read")
+        parts.append(chunk)
+        pos += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def read_snapshot(path: str, state_formats: frozenset[int] = frozenset({STATE_FORMAT})
                   ) -> LoadedSnapshot:
     """Read and fully validate a snapshot (header, length, body CRC, body shape).
 
     Raises SnapshotInvalid (with a reason) for anything a recovery must not load, including an
-    unsupported ``state_format``. OSError propagates.
+    unsupported ``state_format``; UnusableEntry when the entry is a link or not a regular
+    file. OSError propagates.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    header = decode_snapshot_header(data)
-    expected_lsn = parse_snapshot_name(os.path.basename(path))
-    if expected_lsn is not None and header.snapshot_lsn != expected_lsn:
-        raise SnapshotInvalid(f"snapshot_lsn {header.snapshot_lsn} does not match the name")
-    if len(data) != SNAPSHOT_HEADER_SIZE + header.body_len:
-        raise SnapshotInvalid(f"file is {len(data)} bytes, header says "
-                              f"{SNAPSHOT_HEADER_SIZE + header.body_len}")
-    body_bytes = memoryview(data)[SNAPSHOT_HEADER_SIZE:]
-    if zlib.crc32(body_bytes) != header.body_crc:
-        raise SnapshotInvalid("body CRC mismatch")
+    fd = open_regular(path)
     try:
-        body = _decode_msgpack(body_bytes)
+        header = _checked_header(fd, path, parse_snapshot_name(os.path.basename(path)))
+        data = _read_body(fd, header)
+    finally:
+        os.close(fd)
+    try:
+        body = _decode_msgpack(data)
     except (msgspec.DecodeError, RecursionError) as exc:
         raise SnapshotInvalid(f"body is not MessagePack: {exc}") from None
     if not isinstance(body, dict):

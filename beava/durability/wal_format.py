@@ -191,31 +191,45 @@ def encode_reset_record(lsn: int, timestamp_ms: int, new_version: int) -> bytes:
     return encode_record(lsn, RECORD_RESET, BODY_JSON, timestamp_ms, new_version, b"", body)
 
 
-def record_size_at(buf: bytes | bytearray | memoryview, offset: int, end: int) -> int:
-    """Size on disk of the structurally valid record starting at ``offset``, else 0.
+def record_head_size(buf: bytes | bytearray | memoryview, offset: int, end: int) -> int:
+    """Size on disk the record starting at ``offset`` declares when its fixed fields make
+    it structurally valid apart from the CRC, else 0.
 
-    Structurally valid (§5): ``34 <= record_len <= 2^30``, the record ends at or before
-    ``end``, ``record_len == 34 + name_len + body_len``, known type and body format, and the
-    CRC matches.
+    The fields (§5): ``34 <= record_len <= 2^30``, the record ends at or before ``end``,
+    ``record_len == 34 + name_len + body_len``, known type and body format, flags 0. ``buf``
+    must hold the record's first ``38 + name_len`` bytes (``end`` may lie beyond it).
     """
-    if end - offset < 4 + RECORD_FIXED_LEN:
+    if end - offset < 4 + RECORD_FIXED_LEN or len(buf) - offset < 4 + RECORD_FIXED_LEN:
         return 0
     record_len: int
-    record_len, crc, _lsn, rtype, fmt, _flags, _ts, _ver, name_len = _FULL_HEAD.unpack_from(
+    record_len, _crc, _lsn, rtype, fmt, flags, _ts, _ver, name_len = _FULL_HEAD.unpack_from(
         buf, offset)
     if record_len < RECORD_FIXED_LEN or record_len > RECORD_MAX_LEN:
         return 0
     size = 4 + record_len
-    if offset + size > end or rtype not in RECORD_TYPES or fmt not in BODY_FORMATS:
+    if offset + size > end or rtype not in RECORD_TYPES or fmt not in BODY_FORMATS or flags:
         return 0
     if RECORD_FIXED_LEN + name_len > record_len:
         return 0
     if record_len != RECORD_FIXED_LEN + name_len + _U32.unpack_from(
             buf, offset + RECORD_NAME_OFFSET + name_len)[0]:
         return 0
-    if _crc32(memoryview(buf)[offset + 8:offset + size]) != crc:
-        return 0
     return size
+
+
+def record_crc_at(buf: bytes | bytearray | memoryview, offset: int) -> int:
+    """The CRC field of the record at ``offset`` (no validation)."""
+    crc: int = _U32.unpack_from(buf, offset + 4)[0]
+    return crc
+
+
+def record_size_at(buf: bytes | bytearray | memoryview, offset: int, end: int) -> int:
+    """Size on disk of the structurally valid record starting at ``offset``, else 0: the
+    fields of :func:`record_head_size` and the CRC. ``buf`` holds the record whole."""
+    size = record_head_size(buf, offset, end)
+    if size and _crc32(memoryview(buf)[offset + 8:offset + size]) == record_crc_at(buf, offset):
+        return size
+    return 0
 
 
 def record_lsn_at(buf: bytes | bytearray | memoryview, offset: int) -> int:

@@ -6,6 +6,7 @@ pushes are read back from the WAL segments on disk. Segments older than the olde
 snapshot may have been deleted (reclamation, spec/durability.md §7); a backfill is then
 exact only if every deleted record is at or before ``until_ms``. :func:`events_after`
 checks that and raises :class:`WalTailLost` naming the earliest ``until_ms`` it can serve.
+Segments are read in bounded windows (``wal_scan.SegmentReader``).
 
 Runs on the event loop after the durability log's barrier: every accepted record is then
 written, and no write is in flight.
@@ -23,10 +24,9 @@ from beava.durability.wal_format import (
     SEGMENT_HEADER_SIZE,
     FormatError,
     Record,
-    decode_record,
     decode_segment_header,
-    record_size_at,
 )
+from beava.durability.wal_scan import SegmentReader
 
 
 class WalTailLost(Exception):
@@ -49,25 +49,24 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
     out: list[Record] = []
     first: tuple[int, bool, int | None] | None = None  # base, boundary, first record time
     for base, name in segments:
-        with open(os.path.join(wal_dir, name), "rb") as f:
-            data = f.read()
-        header = decode_segment_header(data[:SEGMENT_HEADER_SIZE])
-        offset = SEGMENT_HEADER_SIZE
-        end = len(data)
-        first_time: int | None = None
-        while offset < end:
-            size = record_size_at(data, offset, end)
-            if size == 0:
-                raise FormatError(f"segment {name}: no valid record at offset {offset}")
-            record = decode_record(data, offset)
-            offset += size
-            if first_time is None:
-                first_time = record.timestamp_ms
-            if record.lsn > last_lsn:
-                break
-            if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
-                    and record.name in events):
-                out.append(record)
+        with SegmentReader(os.path.join(wal_dir, name)) as reader:
+            header = decode_segment_header(reader.header())
+            offset = SEGMENT_HEADER_SIZE
+            end = reader.size
+            first_time: int | None = None
+            while offset < end:
+                size = reader.record_at(offset)
+                if size == 0:
+                    raise FormatError(f"segment {name}: no valid record at offset {offset}")
+                record = reader.decode_at(offset, size)
+                offset += size
+                if first_time is None:
+                    first_time = record.timestamp_ms
+                if record.lsn > last_lsn:
+                    break
+                if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
+                        and record.name in events):
+                    out.append(record)
         if first is None:
             first = (base, header.history_boundary, first_time)
     if first is not None:

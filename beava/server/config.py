@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from beava.durability.recovery import ON_CORRUPTION_POLICIES, ON_CORRUPTION_QUARANTINE
+from beava.durability.recovery import ON_CORRUPTION_POLICIES, ON_CORRUPTION_REPLAY
 from beava.server.log_lines import parse_level
 from beava.server.security import YAML_SCHEMA as SECURITY_YAML_SCHEMA
 from beava.server.security import SecurityConfig, SecurityConfigError, resolve_security
@@ -47,7 +47,7 @@ class Config:
     wal_fsync_bytes: int = 1_048_576
     wal_segment_bytes: int = 67_108_864
     # valid records after damage in the newest segment: quarantine the tail, or refuse
-    wal_on_corruption: str = ON_CORRUPTION_QUARANTINE
+    wal_on_corruption: str = ON_CORRUPTION_REPLAY
     dedupe_sweep_secs: int = 60
     snapshot_interval_ms: int = 60_000
     snapshot_retain_count: int = 2
@@ -330,7 +330,9 @@ def _sync_mode(text: str, what: str) -> str:
 def _corruption_policy(text: str, what: str) -> str:
     policy = text.strip().lower()
     if policy not in ON_CORRUPTION_POLICIES:
-        raise ConfigError(f"invalid {what} {text!r}: expected quarantine or refuse")
+        raise ConfigError(f"invalid {what} {text!r}: expected "
+                          f"{', '.join(ON_CORRUPTION_POLICIES[:-1])} or "
+                          f"{ON_CORRUPTION_POLICIES[-1]}")
     return policy
 
 

@@ -110,13 +110,16 @@ def test_connection_limits(tmp_path):
 
 
 def test_wal_on_corruption_policy(tmp_path):
-    assert resolve(CommandLine(), {}).wal_on_corruption == "quarantine"
+    assert resolve(CommandLine(), {}).wal_on_corruption == "replay"
     path = tmp_path / "c.yaml"
     path.write_text("durability:\n  wal_on_corruption: refuse\n")
     assert resolve(CommandLine(config=str(path)), {}).wal_on_corruption == "refuse"
-    env = {"BEAVA_WAL_ON_CORRUPTION": "Quarantine"}
-    assert resolve(CommandLine(config=str(path)), env).wal_on_corruption == "quarantine"
+    env = {"BEAVA_WAL_ON_CORRUPTION": "Point-In-Time"}
+    assert resolve(CommandLine(config=str(path)), env).wal_on_corruption == "point-in-time"
     cli = CommandLine(wal_on_corruption="refuse")
     assert resolve(cli, env).wal_on_corruption == "refuse"
+    # the policy of earlier versions that quarantined everything after the damage is gone
+    with pytest.raises(ConfigError, match="expected replay, point-in-time or refuse"):
+        resolve(CommandLine(), {"BEAVA_WAL_ON_CORRUPTION": "quarantine"})
     with pytest.raises(ConfigError, match="BEAVA_WAL_ON_CORRUPTION"):
         resolve(CommandLine(), {"BEAVA_WAL_ON_CORRUPTION": "ignore"})

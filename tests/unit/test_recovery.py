@@ -233,9 +233,9 @@ def test_corrupt_last_record_is_a_torn_tail(tmp_path: Path) -> None:
     assert lines(log, "recovery.wal_tail_truncated")[0]["bytes"] == starts[-1] - starts[-2]
 
 
-def test_damage_mid_newest_segment_truncates_everything_after(tmp_path: Path) -> None:
-    """Valid records after the damage make it corruption: by default the whole tail is
-    still quarantined and cut (no resynchronisation in the newest segment), but loudly."""
+def test_damage_mid_newest_segment_replays_every_intact_record(tmp_path: Path) -> None:
+    """Valid records after damage in the newest segment are not a torn tail (§9.4): only the
+    damaged bytes are quarantined and every record after them is applied (G11)."""
     dirs = Dirs(tmp_path)
     build(dirs, 6)
     starts = offsets(dirs.seg(1))
@@ -243,18 +243,80 @@ def test_damage_mid_newest_segment_truncates_everything_after(tmp_path: Path) ->
     data[starts[2] + 9] ^= 0x01  # record 3
     dirs.seg(1).write_bytes(bytes(data))
     result, replayer, log = dirs.recover()
-    assert replayer.lsns == [1, 2]
-    assert result.next_lsn == 3
-    assert os.path.getsize(dirs.seg(1)) == starts[2]
+    assert replayer.lsns == [1, 2, 4, 5, 6]
+    assert result.next_lsn == 7
+    assert dirs.seg(1).read_bytes() == bytes(data)  # nothing cut off
     assert lines(log, "recovery.wal_tail_truncated") == []
     name = f"seg-0000000000000001-off-{starts[2]}.bin"
     assert lines(log, "recovery.wal_corruption") == [{
-        "segment": wf.segment_name(1), "offset": starts[2], "bytes": starts[-1] - starts[2],
-        "resumed_at_lsn": None, "quarantine_path": str(dirs.wal / "quarantine" / name),
-        "last_good_lsn": 2, "valid_records_after": 3, "first_lsn_after": 4,
-        "last_lsn_after": 6, "policy": "quarantine"}]
-    assert (dirs.wal / "quarantine" / name).read_bytes() == bytes(data[starts[2]:])
-    assert result.quarantined == 4  # the damaged record and the 3 valid ones after it
+        "segment": wf.segment_name(1), "offset": starts[2], "bytes": starts[3] - starts[2],
+        "last_good_lsn": 2, "resumed_at_lsn": 4,
+        "quarantine_path": str(dirs.wal / "quarantine" / name), "policy": "replay"}]
+    assert (dirs.wal / "quarantine" / name).read_bytes() == bytes(data[starts[2]:starts[3]])
+    assert result.quarantined == 1
+
+
+def test_damage_then_torn_tail_in_newest_segment(tmp_path: Path) -> None:
+    """Damage with valid records after it, then a torn last record: the damage is skipped,
+    the tail after the last valid record is cut."""
+    dirs = Dirs(tmp_path)
+    build(dirs, 6)
+    starts = offsets(dirs.seg(1))
+    data = bytearray(dirs.seg(1).read_bytes()[:starts[5] + 9])  # record 6 torn
+    data[starts[1] + 30] ^= 0x01  # record 2
+    dirs.seg(1).write_bytes(bytes(data))
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 3, 4, 5] and result.next_lsn == 6
+    assert [(c["offset"], c["resumed_at_lsn"]) for c in lines(log, "recovery.wal_corruption")
+            ] == [(starts[1], 3)]
+    assert [(t["offset"], t["bytes"]) for t in lines(log, "recovery.wal_tail_truncated")] == [
+        (starts[5], 9)]
+    assert dirs.seg(1).read_bytes() == bytes(data[:starts[5]])
+
+
+def test_point_in_time_stops_at_the_damage(tmp_path: Path) -> None:
+    """``point-in-time``: the prefix before the first damage, no hole; the rest of that
+    segment is cut off to quarantine and every later segment moved there."""
+    dirs = Dirs(tmp_path)
+    build(dirs, 12, per_segment=4)  # seg-1: 1-4, seg-5: 5-8, seg-9: 9-12, seg-13 empty
+    starts = offsets(dirs.seg(5))
+    original = dirs.seg(5).read_bytes()
+    data = bytearray(original)
+    data[starts[1] + 30] ^= 0x01  # record 6
+    dirs.seg(5).write_bytes(bytes(data))
+    later = dirs.seg(9).read_bytes()
+    result, replayer, log = dirs.recover(on_corruption="point-in-time")
+    assert replayer.lsns == [1, 2, 3, 4, 5] and result.next_lsn == 6
+    assert dirs.segments() == [1, 5]
+    assert dirs.seg(5).read_bytes() == original[:starts[1]]
+    (corruption,) = lines(log, "recovery.wal_corruption")
+    assert (corruption["offset"], corruption["bytes"], corruption["last_good_lsn"],
+            corruption["valid_records_discarded"], corruption["policy"]) == (
+        starts[1], len(data) - starts[1], 5, 2, "point-in-time")
+    assert dirs.quarantine() == [f"seg-0000000000000005-off-{starts[1]}.bin",
+                                 "seg-0000000000000009-off-0.bin",
+                                 "seg-000000000000000d-off-0.bin"]
+    assert (dirs.wal / "quarantine" / "seg-0000000000000009-off-0.bin").read_bytes() == later
+    assert result.quarantined == 1 + 2 + 4
+    writer = dirs.writer()
+    writer.start(result.next_lsn)  # the history continues right after the prefix
+    writer.write_and_sync(event(6))
+    writer.close()
+    result, replayer, log = dirs.recover(on_corruption="point-in-time")
+    assert replayer.lsns == [1, 2, 3, 4, 5, 6] and lines(log, "recovery.wal_corruption") == []
+
+
+def test_point_in_time_passes_over_damage_the_snapshot_covers(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 8)
+    starts = offsets(dirs.seg(1))
+    data = bytearray(dirs.seg(1).read_bytes())
+    data[starts[2] + 30] ^= 0x01  # record 3, older than the snapshot
+    dirs.seg(1).write_bytes(bytes(data))
+    dirs.snapshot(5)
+    result, replayer, log = dirs.recover(on_corruption="point-in-time")
+    assert replayer.snapshots == [5] and replayer.lsns == [6, 7, 8]
+    assert [c["resumed_at_lsn"] for c in lines(log, "recovery.wal_corruption")] == [4]
 
 
 def test_torn_first_record_empties_and_removes_newest_segment(tmp_path: Path) -> None:
@@ -290,7 +352,8 @@ def test_flipped_byte_in_sealed_segment(tmp_path: Path) -> None:
     name = f"seg-0000000000000001-off-{starts[3]}.bin"
     assert lines(log, "recovery.wal_corruption") == [{
         "segment": wf.segment_name(1), "offset": starts[3], "bytes": starts[4] - starts[3],
-        "resumed_at_lsn": 5, "quarantine_path": str(dirs.wal / "quarantine" / name)}]
+        "last_good_lsn": 3, "resumed_at_lsn": 5,
+        "quarantine_path": str(dirs.wal / "quarantine" / name), "policy": "replay"}]
     assert [level for level, kind, _ in log.lines if kind == "recovery.wal_corruption"] == [
         "ERROR"]
     assert (dirs.wal / "quarantine" / name).read_bytes() == bytes(damaged[starts[3]:starts[4]])
@@ -352,19 +415,22 @@ def test_damage_to_end_of_sealed_segment_allows_gap(tmp_path: Path) -> None:
     assert result.quarantined == 1
 
 
-def test_invalid_header_on_sealed_segment_quarantines_whole_file(tmp_path: Path) -> None:
+def test_invalid_header_on_sealed_segment_hides_no_record(tmp_path: Path) -> None:
+    """A damaged header: the base LSN comes from the file name, the header's bytes are
+    quarantined and the segment's records replayed (§9.1 step 2)."""
     dirs = Dirs(tmp_path)
     build(dirs, 12, per_segment=4)  # seg-1, seg-5, seg-9, seg-13
     data = bytearray(dirs.seg(5).read_bytes())
     data[3] ^= 0xFF
     dirs.seg(5).write_bytes(bytes(data))
     result, replayer, log = dirs.recover()
-    assert replayer.lsns == [1, 2, 3, 4, 9, 10, 11, 12]
+    assert replayer.lsns == list(range(1, 13))
     assert result.quarantined == 1
     corruption = lines(log, "recovery.wal_corruption")
     assert [(c["segment"], c["offset"], c["bytes"], c["resumed_at_lsn"]) for c in corruption] == [
-        (wf.segment_name(5), 0, len(data), 9)]
-    assert (dirs.wal / "quarantine" / "seg-0000000000000005-off-0.bin").read_bytes() == data
+        (wf.segment_name(5), 0, 32, 5)]
+    assert (dirs.wal / "quarantine" / "seg-0000000000000005-off-0.bin").read_bytes() == data[:32]
+    assert dirs.seg(5).read_bytes() == bytes(data)
 
 
 def test_header_base_must_match_name(tmp_path: Path) -> None:
@@ -373,8 +439,10 @@ def test_header_base_must_match_name(tmp_path: Path) -> None:
     data = dirs.seg(5).read_bytes()
     dirs.seg(5).write_bytes(wf.encode_segment_header(6, 0, 0) + data[32:])
     result, replayer, log = dirs.recover()
-    assert replayer.lsns == [1, 2, 3, 4]
-    assert lines(log, "recovery.wal_corruption")[0]["segment"] == wf.segment_name(5)
+    assert replayer.lsns == list(range(1, 9))
+    (corruption,) = lines(log, "recovery.wal_corruption")
+    assert (corruption["segment"], corruption["offset"], corruption["bytes"]) == (
+        wf.segment_name(5), 0, 32)
 
 
 def test_invalid_newest_header_is_moved_to_quarantine(tmp_path: Path) -> None:

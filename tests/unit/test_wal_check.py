@@ -11,18 +11,17 @@ import pytest
 
 from beava.cli_wal import main as wal_main
 from beava.durability import wal_format as wf
-from beava.durability.recovery import WalCorruption, newest_segment_damage
+from beava.durability.recovery import WalCorruption
 from beava.durability.wal import lock_wal_dir
 from beava.durability.wal_check import (
     CHECK_CLEAN,
     CHECK_CORRUPTION,
     CHECK_TORN_TAIL,
     CORRUPTION,
-    SKIPPED,
     TORN_TAIL,
     check,
 )
-from beava.durability.wal_scan import resync, valid_after
+from beava.durability.wal_scan import RecordAt, SegmentReader, walk
 from tests.unit.test_recovery import Dirs, build, event, lines, offsets
 
 
@@ -55,36 +54,21 @@ def wal(argv: list[str]) -> tuple[int, str]:
 # -- the scan ----------------------------------------------------------------------------------
 
 
-def test_valid_after_counts_increasing_lsns_past_further_damage() -> None:
+def test_resync_and_walk_skip_damage_to_higher_lsns(tmp_path: Path) -> None:
     records = [event(lsn) for lsn in range(1, 9)]
-    data = bytearray(b"".join(records))
-    starts = [sum(len(r) for r in records[:i]) for i in range(len(records))]
+    data = bytearray(wf.encode_segment_header(1, 0, 0) + b"".join(records))
+    starts = [32 + sum(len(r) for r in records[:i]) for i in range(len(records))]
     data[starts[2] + 20] ^= 1  # record 3
     data[starts[5] + 20] ^= 1  # record 6
-    found = valid_after(bytes(data), starts[2], len(data), 2)
-    assert found == (4, 4, 8)  # 4, 5, 7, 8
-    assert resync(bytes(data), starts[2] + 1, len(data), 2) == starts[3]
-    # Only records with a higher LSN than the last good one count.
-    assert valid_after(bytes(data), starts[2], len(data), 8) == (0, 0, 0)
-
-
-def test_newest_segment_damage_tells_torn_tail_from_corruption(tmp_path: Path) -> None:
-    dirs = Dirs(tmp_path)
-    build(dirs, 5)
-    seg = dirs.seg(1)
-    starts = offsets(seg)
-    data = seg.read_bytes()
-    assert newest_segment_damage(data, 1, True) is None
-    torn = newest_segment_damage(data[:starts[4] + 7], 1, True)
-    assert torn is not None and not torn.corruption
-    assert (torn.offset, torn.bytes, torn.last_good) == (starts[4], 7, 4)
-    flipped = bytearray(data)
-    flipped[starts[1] + 30] ^= 1
-    hit = newest_segment_damage(bytes(flipped), 1, True)
-    assert hit is not None and hit.corruption
-    assert (hit.offset, hit.last_good, tuple(hit.after)) == (starts[1], 1, (3, 3, 5))
-    header = newest_segment_damage(data, 1, False)
-    assert header is not None and header.offset == 0 and tuple(header.after) == (5, 1, 5)
+    path = tmp_path / wf.segment_name(1)
+    path.write_bytes(bytes(data))
+    with SegmentReader(str(path)) as reader:
+        assert reader.resync(starts[2] + 1, 2) == starts[3]
+        assert reader.resync(starts[2] + 1, 8) == len(data)  # only higher LSNs count
+        steps = list(walk(reader, True, 0))
+    assert [s.lsn if isinstance(s, RecordAt) else (s.offset, s.resume, s.last_good)
+            for s in steps] == [1, 2, (starts[2], starts[3], 2), 4, 5,
+                                (starts[5], starts[6], 5), 7, 8]
 
 
 # -- recovery policies -------------------------------------------------------------------------
@@ -102,17 +86,28 @@ def test_refuse_policy_raises_and_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(WalCorruption) as caught:
         dirs.recover(on_corruption="refuse")
     message = str(caught.value)
-    assert f"{wf.segment_name(7)} at offset {starts[1]}" in message
-    assert "4 valid records (LSN 9-12)" in message
+    assert f"{wf.segment_name(7)} at offset {starts[1]}: {starts[2] - starts[1]} damaged " \
+        "bytes after LSN 7; 4 valid records (LSN 9-12) follow the damage" in message
     assert f"beava wal repair {dirs.root}" in message and "\n" not in message
     assert tree(dirs.root) == before  # not even the snapshot temp file was deleted
-    # The default policy starts, quarantining the tail with its 4 valid records.
+    # The default policy starts and applies every intact record.
     result, replayer, log = dirs.recover()
-    assert replayer.lsns == [1, 2, 3, 4, 5, 6, 7]
+    assert replayer.lsns == [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12]
     (corruption,) = lines(log, "recovery.wal_corruption")
-    assert (corruption["offset"], corruption["valid_records_after"],
-            corruption["first_lsn_after"], corruption["last_lsn_after"]) == (starts[1], 4, 9, 12)
-    assert result.quarantined == 5
+    assert (corruption["offset"], corruption["last_good_lsn"], corruption["resumed_at_lsn"]) \
+        == (starts[1], 7, 9)
+    assert result.quarantined == 1
+
+
+def test_refuse_policy_covers_sealed_segments(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path)
+    build(dirs, 12, per_segment=6)
+    starts = offsets(dirs.seg(1))
+    damage(dirs.seg(1), starts[2] + 25)  # record 3
+    before = tree(dirs.root)
+    with pytest.raises(WalCorruption, match=f"{wf.segment_name(1)} at offset {starts[2]}"):
+        dirs.recover(on_corruption="refuse")
+    assert tree(dirs.root) == before
 
 
 def test_refuse_policy_still_truncates_a_torn_tail(tmp_path: Path) -> None:
@@ -127,22 +122,27 @@ def test_refuse_policy_still_truncates_a_torn_tail(tmp_path: Path) -> None:
     assert lines(log, "recovery.wal_corruption") == [] and result.quarantined == 0
 
 
-def test_damaged_newest_header_with_records_after_it_is_corruption(tmp_path: Path) -> None:
+def test_damaged_newest_header_with_records_after_it(tmp_path: Path) -> None:
     dirs = Dirs(tmp_path)
     build(dirs, 8, per_segment=4)  # seg-1: 1-4, seg-5: 5-8, seg-9 empty
     dirs.seg(9).unlink()
-    damage(dirs.seg(5), 3)  # the magic
+    damaged = damage(dirs.seg(5), 3)  # the magic
     before = tree(dirs.root)
-    with pytest.raises(WalCorruption, match="offset 0: 4 valid records"):
+    with pytest.raises(WalCorruption, match="offset 0: 32 damaged bytes after LSN 4; 4 valid"):
         dirs.recover(on_corruption="refuse")
     assert tree(dirs.root) == before
     result, replayer, log = dirs.recover()
-    assert replayer.lsns == [1, 2, 3, 4] and result.next_lsn == 5
+    assert replayer.lsns == list(range(1, 9)) and result.next_lsn == 9
     assert lines(log, "recovery.wal_tail_truncated") == []
     (corruption,) = lines(log, "recovery.wal_corruption")
-    assert (corruption["offset"], corruption["valid_records_after"]) == (0, 4)
+    assert (corruption["offset"], corruption["bytes"], corruption["resumed_at_lsn"]) == (0, 32, 5)
     assert dirs.quarantine() == ["seg-0000000000000005-off-0.bin"]
-    assert result.quarantined == 5
+    assert (dirs.wal / "quarantine" / dirs.quarantine()[0]).read_bytes() == damaged[:32]
+    assert result.quarantined == 1
+    # at the next start the same bytes are found again; their quarantine copy is kept
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == list(range(1, 9)) and dirs.quarantine() == [
+        "seg-0000000000000005-off-0.bin"]
 
 
 def test_unknown_policy_is_rejected(tmp_path: Path) -> None:
@@ -174,19 +174,21 @@ def test_check_reports_each_kind_with_its_exit_code(tmp_path: Path) -> None:
     damage(dirs.seg(7), newest[1] + 30)
     report = check(str(dirs.wal), str(dirs.snaps))
     assert report.exit_code == CHECK_CORRUPTION
-    assert [(d.kind, d.offset, d.resumed_at_lsn) for d in report.segments[0].damage] == [
-        (SKIPPED, sealed[2], 4)]
+    assert [(d.kind, d.offset, d.last_good_lsn, d.resumed_at_lsn)
+            for d in report.segments[0].damage] == [(CORRUPTION, sealed[2], 2, 4)]
     assert report.segments[0].records == 5
-    (hit,) = report.segments[1].damage
-    assert (hit.kind, hit.offset, hit.valid_after, hit.first_lsn_after,
-            hit.last_lsn_after) == (CORRUPTION, newest[1], 3, 9, 11)
+    assert [(d.kind, d.offset, d.last_good_lsn, d.resumed_at_lsn)
+            for d in report.segments[1].damage] == [
+        (CORRUPTION, newest[1], 7, 9), (TORN_TAIL, newest[5], 11, None)]
+    assert report.segments[1].records == 4  # 7, 9, 10, 11: what recovery applies
     code, text = wal(["check", str(dirs.wal)])
     assert code == CHECK_CORRUPTION
-    assert f"CORRUPTION at offset {newest[1]}: 3 valid records (LSN 9-11)" in text
-    assert f"{sealed[3] - sealed[2]} damaged bytes skipped; replay resumes at LSN 4" in text
+    assert f"CORRUPTION at offset {newest[1]}: {newest[2] - newest[1]} damaged bytes after " \
+        "LSN 7; replay resumes at LSN 9" in text
+    assert f"{sealed[3] - sealed[2]} damaged bytes after LSN 2; replay resumes at LSN 4" in text
 
 
-def test_repair_dry_run_then_yes_then_recovery_is_clean(tmp_path: Path) -> None:
+def test_repair_dry_run_then_yes_keeps_every_intact_record(tmp_path: Path) -> None:
     dirs = Dirs(tmp_path / "data")
     dirs.snaps.rename(dirs.root / "snapshots")  # the --data-dir layout
     dirs.snaps = dirs.root / "snapshots"
@@ -196,9 +198,8 @@ def test_repair_dry_run_then_yes_then_recovery_is_clean(tmp_path: Path) -> None:
     before = tree(dirs.root)
     code, text = wal(["repair", str(dirs.root)])
     assert code == 0 and tree(dirs.root) == before
-    assert f"would copy {len(damaged) - starts[2]} bytes of {wf.segment_name(1)} from offset " \
-        f"{starts[2]} and truncate it there" in text
-    assert "discards 3 valid records (LSN 4-6)" in text
+    assert f"would rewrite {wf.segment_name(1)} keeping its 5 valid records; 1 damaged " \
+        f"range(s), {starts[3] - starts[2]} bytes" in text
     fd = lock_wal_dir(str(dirs.wal))  # a running server (creates LOCK)
     try:
         before = tree(dirs.root)
@@ -209,15 +210,32 @@ def test_repair_dry_run_then_yes_then_recovery_is_clean(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     code, text = wal(["repair", str(dirs.root), "--yes"])
-    assert code == 0 and "done: copy" in text
-    assert dirs.seg(1).read_bytes() == damaged[:starts[2]]
+    assert code == 0 and "done: rewrite" in text
+    assert dirs.seg(1).read_bytes()[32:] == damaged[32:starts[2]] + damaged[starts[3]:]
     assert dirs.quarantine() == [f"seg-0000000000000001-off-{starts[2]}.bin"]
-    assert (dirs.wal / "quarantine" / dirs.quarantine()[0]).read_bytes() == damaged[starts[2]:]
+    assert (dirs.wal / "quarantine" / dirs.quarantine()[0]).read_bytes() == \
+        damaged[starts[2]:starts[3]]
     assert wal(["check", str(dirs.root)])[0] == CHECK_CLEAN
     result, replayer, log = dirs.recover(on_corruption="refuse")
-    assert replayer.lsns == [1, 2]
+    assert replayer.lsns == [1, 2, 4, 5, 6]
     assert lines(log, "recovery.wal_corruption") == lines(log, "recovery.wal_tail_truncated") \
         == []
+
+
+def test_repair_merges_a_segment_damaged_to_its_end_with_the_next(tmp_path: Path) -> None:
+    """Damage running to the end of a sealed segment: its lost LSNs would read as a missing
+    segment once the damage is gone, so the next segment's records join it."""
+    dirs = Dirs(tmp_path)
+    build(dirs, 12, per_segment=4)  # seg-1: 1-4, seg-5: 5-8, seg-9: 9-12, seg-13 empty
+    starts = offsets(dirs.seg(5))
+    damage(dirs.seg(5), starts[3] + 30)  # record 8, the last of seg-5
+    damage(dirs.seg(9), 5)  # seg-9's header
+    code, text = wal(["repair", str(dirs.wal), "--yes"])
+    assert code == 0, text
+    assert dirs.segments() == [1, 5, 13]
+    assert check(str(dirs.wal), None).exit_code == CHECK_CLEAN
+    result, replayer, log = dirs.recover(on_corruption="refuse")
+    assert replayer.lsns == [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12] and result.next_lsn == 13
 
 
 def test_check_of_a_missing_directory_exits_4(tmp_path: Path) -> None:
