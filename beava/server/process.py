@@ -12,6 +12,8 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NoReturn
 
 from beava import __version__
@@ -23,6 +25,7 @@ from beava.durability.wal_format import LOCK_FILE
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
+from beava.protocol.connection import ServerConnection, tls_accept
 from beava.protocol.dispatch import FrameDispatch, HttpDispatch, error_frame
 from beava.protocol.http import HttpProtocol
 from beava.protocol.reply_slots import PendingReply
@@ -221,7 +224,7 @@ class BeavaServer:
             gate.bind(conn.end_after_replies)
             return conn
 
-        factories = {
+        factories: dict[str, Callable[[], ServerConnection]] = {
             "http": lambda: HttpProtocol(http.respond, http.protocol_error, state),
             "tcp": tcp_connection,
             "admin": lambda: HttpProtocol(admin, self.admin.protocol_error, state,
@@ -229,8 +232,10 @@ class BeavaServer:
         }
         tls = self.cfg.security.ssl_context
         for name, sock in self.sockets.items():
-            server = await loop.create_server(factories[name], sock=sock, backlog=BACKLOG,
-                                              ssl=tls)
+            factory: Callable[[], asyncio.BaseProtocol] = factories[name]
+            if tls is not None:  # counted from the accept, the handshake within a timeout
+                factory = partial(tls_accept, factories[name], tls)
+            server = await loop.create_server(factory, sock=sock, backlog=BACKLOG)
             self._servers.append(server)
         self._serving = True
         if self._stopping:  # a signal arrived during start-up

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import select
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,4 +180,59 @@ def test_mutual_tls_needs_a_client_certificate(pki: Pki) -> None:
                             tls=pki.context(client_cert=True)) as web:
             assert web.ping()["pong"] is True
     finally:
+        proc.terminate()
+
+
+def client_hello(pki: Pki) -> bytes:
+    """The first flight of a real TLS client: its ClientHello."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = pki.context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_stalled_handshakes_count_against_the_cap_and_time_out(pki: Pki) -> None:
+    """80 peers that send nothing or half a ClientHello to a TLS server capped at 8: the
+    ones past the cap are closed at once (a connection counts from its accept, not from
+    the end of its handshake), the others when the request timeout ends their handshake;
+    then a real client connects."""
+    proc = BeavaProcess("--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
+                        env={"BEAVA_MAX_CONNECTIONS": "8", "BEAVA_REQUEST_TIMEOUT_MS": "4000"})
+    hello = client_hello(pki)
+    stalled: list[socket.socket] = []
+    try:
+        started = time.monotonic()
+        for index in range(80):
+            sock = socket.create_connection(proc.tcp, timeout=10)
+            if index % 2:
+                sock.sendall(hello[:len(hello) // 2])
+            stalled.append(sock)
+        open_at: dict[socket.socket, float] = {sock: started for sock in stalled}
+        closed_after: dict[socket.socket, float] = {}
+        while open_at and time.monotonic() - started < 30:
+            readable, _, _ = select.select(list(open_at), [], [], 0.1)
+            for sock in readable:
+                if closed_by_peer(sock):
+                    closed_after[sock] = time.monotonic() - started
+                    del open_at[sock]
+        assert not open_at, f"{len(open_at)} stalled handshakes still open after 30 s"
+        times = sorted(closed_after.values())
+        # past the cap: closed at once, well before the 4 s handshake bound
+        assert len([t for t in times if t < 2.0]) >= 72, times
+        # the 8 counted ones: by the request timeout (not asyncio's 60 s)
+        assert times[-1] < 4.0 + 6.0, times
+        with TcpClient.from_url(f"tcps://{proc.addrs['tcp']}", ca=str(pki.ca_file),
+                                timeout=5.0) as client:
+            assert client.ping()["registry_version"] == 0
+    finally:
+        for sock in stalled:
+            sock.close()
         proc.terminate()
