@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +19,8 @@ from beava.dsl.compiler import compile_register_payload
 from beava.engine.store import FeatureStore
 from beava_client import client_for_url
 from beava_client.errors import ServerError
-from beava_client.opcodes import CT_MSGPACK, OP_BACKFILL
-from tests.support import BeavaProcess, http_request
+from beava_client.opcodes import CT_MSGPACK, OP_BACKFILL, OP_ERROR, OP_PING
+from tests.support import BeavaProcess, FrameConn, frame, http_request
 
 T0 = 1_700_000_000_000
 MIN = 60_000
@@ -238,3 +239,140 @@ def test_a_full_chunk_fits_an_http_body_as_base64(durable: BeavaProcess) -> None
         assert error_of(lambda: c.request("POST", "/admin/backfill", {
             "action": "begin", "table": "Visits", "until_ms": 1, "size": (1 << 30) + 1,
             "nodes": NODES}))["path"] == "size"
+
+
+@bv.event
+class Tag:
+    user_id: str
+    tag: str
+
+
+@bv.table(key="user_id")
+def Tags(t: Tag) -> bv.Table:
+    return t.group_by("user_id").agg(top=bv.max("tag"))
+
+
+TAG_NODES: list[dict[str, Any]] = compile_register_payload(Tag, Tags)["nodes"]
+
+
+def upload(conn: FrameConn, table: str, nodes: list[Any], data: bytes) -> str:
+    """Stage ``data`` for ``table`` over a framed-TCP connection; the upload id."""
+    def call(body: dict[str, Any]) -> dict[str, Any]:
+        op, _, reply = conn.request(OP_BACKFILL, CT_MSGPACK, msgspec.msgpack.encode(body))
+        assert op == OP_BACKFILL, reply
+        answer: dict[str, Any] = json.loads(reply)
+        return answer
+
+    upload_id: str = call({"action": "begin", "table": table, "until_ms": 0,
+                           "size": len(data), "nodes": nodes})["upload"]
+    step = 1 << 21
+    for offset in range(0, len(data), step):
+        call({"action": "chunk", "upload": upload_id, "offset": offset,
+              "data": data[offset:offset + step]})
+    return upload_id
+
+
+def commit_frame(upload_id: str) -> bytes:
+    return frame(OP_BACKFILL, CT_MSGPACK,
+                 msgspec.msgpack.encode({"action": "commit", "upload": upload_id}))
+
+
+def test_a_planted_value_no_push_could_hold_is_refused(durable: BeavaProcess) -> None:
+    """A dump of max(tag) with its value replaced by a map with an integer key used to
+    commit, and every read of the entity and scan of the table answered 500 after it."""
+    with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
+        c.register({"nodes": TAG_NODES})
+        c.push("Tag", {"user_id": "u1", "tag": "a"})
+        store = FeatureStore(memory_governance_enforce=False)
+        assert store.register(json.dumps({"nodes": TAG_NODES}).encode())[0] == 200
+        store.push("Tag", {"user_id": "u1", "tag": "b"})
+        state = store.table("Tags").dump()
+        state["columns"]["top"]["objs"][0] = {1: "x"}
+        conn = FrameConn(durable.tcp)
+        try:
+            conn.send(commit_frame(upload(conn, "Tags", TAG_NODES,
+                                          msgspec.msgpack.encode(state))))
+            reply = conn.recv_frame()
+        finally:
+            conn.close()
+        assert reply is not None and reply[0] == OP_ERROR
+        error = json.loads(reply[2])["error"]
+        assert (error["code"], error["path"]) == ("invalid_backfill", "state.columns.top")
+        assert "table Tags, feature top" in error["message"]
+        assert c.get("Tags", "u1") == {"top": "a"}
+    status, _, body = http_request(durable.http, "POST", "/scan", b'{"table": "Tags"}',
+                                   {"Content-Type": "application/json"})
+    assert status == 200 and json.loads(body)["rows"] == [{"top": "a", "user_id": "u1"}]
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_an_upload_of_the_wrong_shape_builds_nothing(durable: BeavaProcess) -> None:
+    """4 MiB of one array of 4M empty maps: decoded whole, it used to take +286 MB and
+    block the loop for about a second before it was refused."""
+    n = 4_000_000
+    data = b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+    conn = FrameConn(durable.tcp)
+    try:
+        with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
+            c.register({"nodes": NODES})
+        upload_id = upload(conn, "Visits", NODES, data)
+        before = _peak_rss_mb(durable.proc.pid)
+        conn.send(commit_frame(upload_id))
+        reply = conn.recv_frame()
+        assert reply is not None and reply[0] == OP_ERROR
+        error = json.loads(reply[2])["error"]
+        assert (error["code"], error["path"]) == ("invalid_backfill", "state")
+        assert _peak_rss_mb(durable.proc.pid) - before < 64
+    finally:
+        conn.close()
+
+
+@bv.event
+class Note:
+    user_id: str
+    body: str
+
+
+@bv.table(key="user_id")
+def Notes(n: Note) -> bv.Table:
+    return n.group_by("user_id").agg(last_body=bv.last("body"), n_notes=bv.count())
+
+
+NOTE_NODES: list[dict[str, Any]] = compile_register_payload(Note, Notes)["nodes"]
+
+
+def test_a_large_commit_is_served_in_slices(durable: BeavaProcess) -> None:
+    """Another client's PING is answered while a commit of 300,000 entities is still being
+    decoded (it used to wait for the whole commit)."""
+    store = FeatureStore(memory_governance_enforce=False)
+    assert store.register(json.dumps({"nodes": NOTE_NODES}).encode())[0] == 200
+    users = 300_000
+    for i in range(users):
+        store.push("Note", {"user_id": f"user-{i}", "body": f"note {i}"})
+    data = msgspec.msgpack.encode(store.table("Notes").dump())
+    with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
+        c.register({"nodes": NOTE_NODES})
+        committer = FrameConn(durable.tcp, timeout=60)
+        pinger = FrameConn(durable.tcp)
+        try:
+            committer.send(commit_frame(upload(committer, "Notes", NOTE_NODES, data)))
+            time.sleep(0.01)  # the commit is read first
+            assert pinger.request(OP_PING)[0] == OP_PING
+            committer.sock.settimeout(0)
+            with pytest.raises(BlockingIOError):  # the commit is not answered yet
+                committer.sock.recv(1, socket.MSG_PEEK)
+            committer.sock.settimeout(60)
+            reply = committer.recv_frame()
+        finally:
+            committer.close()
+            pinger.close()
+        assert reply is not None and reply[0] == OP_BACKFILL
+        assert json.loads(reply[2])["entities"] == users
+        assert c.get("Notes", "user-7") == {"last_body": "note 7", "n_notes": 1}
