@@ -3,15 +3,16 @@
 
 ``EventChecker`` is compiled once per event schema at register time. ``check(fields)``
 walks the pushed map once: control characters in keys and strings at any depth, undeclared
-fields, defaults, required fields and their types, and integers beyond 64 bits (widened to
-float; one beyond the range of a double is not storable). It returns None when the body is
-accepted, else the error code.
+fields, defaults, required fields and their types, integers beyond 64 bits (widened to
+float; one beyond the range of a double is not storable), and non-finite floats (NaN,
+±Infinity) as a field's value, which are refused (spec/wire.md §6.3). It returns None when
+the body is accepted, else the error code.
 
 ``check_msgpack`` answers the same question from a MessagePack body's bytes, without
 decoding it, for the bodies check() would accept unchanged (flat maps of declared names to
-numbers, booleans and ASCII text): the push pass then skips check(), and in strict mode
-logs the pushed bytes and decodes them only when it applies them. Anything else it leaves
-to check().
+finite numbers, booleans and ASCII text): the push pass then skips check(), and in strict
+mode logs the pushed bytes and decodes them only when it applies them. Anything else it
+leaves to check().
 """
 
 from datetime import datetime
@@ -20,9 +21,11 @@ from msgspec.msgpack import Ext
 
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
+from libc.math cimport isfinite
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -236,6 +239,15 @@ cdef inline Py_ssize_t _text_size(const unsigned char* b, Py_ssize_t n,
     return size
 
 
+cdef inline bint _non_finite(unsigned char tag, uint64_t bits) noexcept:
+    """Whether the MessagePack float (``tag`` 0xca: float 32, 0xcb: float 64; ``bits``: its
+    big-endian bytes) is NaN or ±Infinity: every bit of its exponent is set. (Shifted, not
+    masked: Cython makes a 64-bit mask literal a Python int, and the test a Python call.)"""
+    if tag == 0xca:
+        return (bits >> 23) & 0xff == 0xff
+    return (bits >> 52) & 0x7ff == 0x7ff
+
+
 cdef inline bint _plain_ascii(const unsigned char* p, Py_ssize_t n) noexcept:
     """Whether every byte is printable ASCII (no control character, nothing to decode)."""
     cdef Py_ssize_t i
@@ -376,7 +388,7 @@ cdef class EventChecker:
             if code & CONTROL or seen & bit:
                 return None
             seen |= bit
-            # the value: a number, a boolean or ASCII text without control characters
+            # the value: a finite number, a boolean or ASCII text without control characters
             if at >= n:
                 return None
             c = b[at]
@@ -404,7 +416,10 @@ cdef class EventChecker:
                 if at + 1 + size > n:
                     return None
                 bits64 = _get_be(b + at + 1, <int>size)
-                if c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
+                if c <= 0xcb:  # float 32 or 64: NaN and ±Infinity are refused by check()
+                    if _non_finite(c, bits64):
+                        return None
+                elif c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
                     return None
                 kind = T_NUM
                 if row is not None:
@@ -442,7 +457,7 @@ cdef class EventChecker:
         cdef bint undeclared = False
         cdef bint event_time = False
         cdef bint widen = False
-        cdef bint unstorable = False  # an extension, a non-string key, too deep, 1e400
+        cdef bint unstorable = False  # an extension, a non-string key, too deep, 1e400, NaN
         cdef int overflow = 0
         cdef int scanned
         cdef int code
@@ -470,6 +485,8 @@ cdef class EventChecker:
             if t is str:
                 if str_has_control(<str><object>val):
                     return "control_character_in_string"
+            elif t is float:  # NaN and ±Infinity: refused in any field (spec/wire.md §6.3)
+                unstorable = unstorable or not isfinite(PyFloat_AS_DOUBLE(<object>val))
             elif t is dict or t is list:
                 scanned = scan_value(<object>val, 0)
                 if scanned == SCAN_CONTROL:

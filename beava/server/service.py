@@ -451,7 +451,7 @@ class Service:
         store = self.store
         top = {"registry_version": store.registry_version} if tcp else None
         try:
-            request = (messages.push_many_json(payload) if ct == CT_JSON
+            request = (messages.push_many_json_wide(payload) if ct == CT_JSON
                        else messages.push_many_msgpack(payload))
         except messages.DECODE_ERRORS as exc:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
@@ -563,7 +563,7 @@ class Service:
         try:
             if ct == CT_JSON:
                 envelope = messages.tcp_push_json(payload)
-                fields = messages.json_any(envelope.body)
+                fields = messages.json_any_wide(envelope.body)
             else:
                 envelope = messages.tcp_push_msgpack(payload)
                 fields = envelope.body
@@ -638,7 +638,7 @@ class Service:
 
     def _http_push(self, request: HttpRequest, params: tuple[str, ...]) -> bytes | PendingReply:
         try:
-            envelope = messages.json_any(request.body)
+            envelope = messages.json_any_wide(request.body)
         except messages.DECODE_ERRORS:
             raise BeavaError("invalid_json_body") from None
         except RecursionError:  # nested past what any accepted value may be
@@ -651,7 +651,7 @@ class Service:
                          ) -> bytes | PendingReply:
         (event,) = params
         try:
-            fields = messages.json_any(request.body)
+            fields = messages.json_any_wide(request.body)
         except messages.DECODE_ERRORS:
             raise BeavaError("invalid_event") from None
         except RecursionError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
+import struct
 import sys
 
 import msgspec
@@ -154,11 +156,13 @@ def test_control_characters_win_over_unstorable_values(events):
 
 NAMES = ["user", "amount", "qty", "ok", "blob", "currency", "note", "extra", "zz", "event_time",
          "us\ter", ""]
-PLAIN_VALUES = st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False),
+FINITE_FLOATS = st.floats(allow_nan=False, allow_infinity=False)
+NON_FINITE = [math.nan, math.inf, -math.inf]
+PLAIN_VALUES = st.one_of(st.integers(-(2**63), 2**63 - 1), FINITE_FLOATS,
                          st.booleans(), st.text(alphabet=st.characters(min_codepoint=0x20,
                                                                        max_codepoint=0x7e)))
 WIRE_INTS = st.integers(-(2**63), 2**64 - 1)  # what MessagePack can carry
-ANY_VALUES = st.one_of(PLAIN_VALUES, st.none(), WIRE_INTS, st.binary(), st.text(),
+ANY_VALUES = st.one_of(PLAIN_VALUES, st.none(), WIRE_INTS, st.binary(), st.text(), st.floats(),
                        st.lists(WIRE_INTS, max_size=2),
                        st.dictionaries(st.text(max_size=3), WIRE_INTS, max_size=2))
 
@@ -209,7 +213,7 @@ def test_bytes_check_accepts_only_what_check_accepts_unchanged(events, body):
 
 
 @given(st.fixed_dictionaries({"user": st.text(alphabet="abc", min_size=1),
-                              "amount": st.floats(allow_nan=False) | st.integers(-5, 2**63 - 1),
+                              "amount": FINITE_FLOATS | st.integers(-5, 2**63 - 1),
                               "qty": st.integers(-(2**63), 2**63 - 1),
                               "ok": st.booleans(), "blob": PLAIN_VALUES,
                               "currency": st.sampled_from(["USD", "EUR"])},
@@ -292,3 +296,61 @@ def test_bytes_check_reads_names_whatever_the_last_body_was():
                         assert not checker.accepts_unchanged(changed), key
                         assert checker.settled_row(changed) is None
                         assert checker.accepts_unchanged(pack(body))  # the guesses again
+
+
+def test_non_finite_floats_are_refused_in_any_field(events):
+    """NaN and ±Infinity in a required f64 or i64 field, an optional one (typed or not) or a
+    json field: invalid_event naming the field (spec/wire.md §6.3); inside a value they are
+    not looked at."""
+    for field in ("amount", "qty", "blob", "note", "extra"):
+        for value, got in zip(NON_FINITE, ("NaN", "Infinity", "-Infinity"), strict=True):
+            with pytest.raises(BeavaError) as info:
+                validate_push("Txn", {**good(), field: value}, events)
+            assert info.value.code == "invalid_event"
+            assert info.value.fields["field"] == field and info.value.fields["got"] == got
+            assert info.value.fields["message"] == \
+                f"field {field!r}: expected a finite number, got {got}"
+    # an undeclared field is that first; a value of another type is that first
+    assert code_of(events, "Txn", {**good(), "zz": math.nan}) == "unknown_field_v0"
+    with pytest.raises(BeavaError) as info:
+        validate_push("Txn", {**good(), "user": math.inf}, events)
+    assert info.value.fields["expected"] == "str" and info.value.fields["got"] == "float"
+    validate_push("Txn", {**good(), "blob": [math.nan, {"x": math.inf}]}, events)
+    validate_push("Txn", {**good(), "amount": 1.7976931348623157e308, "qty": -5e-324}, events)
+
+
+def float_bytes(value: float, width: int) -> bytes:
+    """``value`` as a MessagePack float 32 or float 64."""
+    return b"\xca" + struct.pack(">f", value) if width == 32 else b"\xcb" + struct.pack(">d", value)
+
+
+@given(st.fixed_dictionaries({"user": st.text(alphabet="abc", min_size=1),
+                              "amount": FINITE_FLOATS, "qty": st.integers(-5, 5),
+                              "ok": st.booleans(), "blob": PLAIN_VALUES,
+                              "currency": st.sampled_from(["USD", "EUR"])},
+                             optional={"note": PLAIN_VALUES, "extra": PLAIN_VALUES}),
+       st.data())
+@settings(max_examples=200, deadline=None)
+def test_both_paths_refuse_a_non_finite_float_in_any_field(events, body, data):
+    """A flat body the bytes check settles, one of its fields replaced by NaN or ±Infinity
+    as a float 32 or a float 64 (payloads and signs of NaN varied): the bytes check leaves
+    it to check(), which refuses it naming the field."""
+    checker = checker_of(events)
+    field = data.draw(st.sampled_from(sorted(body)))
+    bits = data.draw(st.sampled_from([0x7FF0000000000000, 0xFFF0000000000000,
+                                      0x7FF8000000000000, 0xFFF8000000000001,
+                                      0x7FF0000000000001, 0x7FFFFFFFFFFFFFFF]))
+    value = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+    width = data.draw(st.sampled_from([32, 64]))
+    pack = msgspec.msgpack.encode
+    encoded = raw_map([(pack(k), float_bytes(value, width) if k == field else pack(v))
+                       for k, v in body.items()])
+    assert checker.accepts_unchanged(pack(body))
+    assert not checker.accepts_unchanged(encoded)
+    assert checker.settled_row(encoded) is None
+    fields = msgspec.msgpack.decode(encoded)
+    assert not math.isfinite(fields[field])
+    assert checker.check(dict(fields)) == "invalid_event"
+    with pytest.raises(BeavaError) as info:
+        validate_push("Txn", fields, events)
+    assert info.value.code == "invalid_event" and info.value.fields["field"] == field

@@ -7,6 +7,7 @@ checks that involve the event name.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ __all__ = ["CheckerEntry", "EventChecker", "build_checkers", "event_not_found_er
 # What a declared type accepts, in words (spec/wire.md §6.3).
 _ACCEPTS = {"str": "a string", "i64": "a number", "f64": "a number", "bool": "a boolean"}
 _LONGEST_SHOWN = 40
+# A non-finite float as JavaScript and JSON texts that allow them spell it.
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 # (spec, its compiled checker, its index among the registry's events: the push counters',
@@ -164,6 +167,10 @@ def explain_push_error(code: str, spec: EventSpec, fields: dict[Any, Any]) -> di
                         "message": f"field {name!r} is declared {declared_type} and takes "
                                    f"{accepts}; got {got}{shown}"}
         for name, value in fields.items():
+            if type(value) is float and not math.isfinite(value):  # spec/wire.md §6.3
+                got = _NON_FINITE[repr(value)]
+                return {"field": name, "expected": "finite number", "got": got,
+                        "message": f"field {name!r}: expected a finite number, got {got}"}
             why = _unstorable(value)
             if why is not None:
                 return {"field": name, "got": wire_type_name(value),
