@@ -44,6 +44,13 @@ cdef class FrameSplitter:
         """Bytes held back as an incomplete frame."""
         return len(self._pending)
 
+    @property
+    def reserved(self):
+        """Bytes the incomplete frame will hold once complete: its declared length and
+        header once its length has arrived, else what is held of it; 0 without one."""
+        cdef Py_ssize_t held = len(self._pending)
+        return 0 if held == 0 else max(held, self._need)
+
     def feed(self, data):
         """Consume one read; return the complete frames it finishes, in order."""
         cdef list frames = []

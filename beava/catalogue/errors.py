@@ -71,6 +71,7 @@ HTTP_STATUS: dict[str, int] = {
     # extensions: connection limits (docs/limits.md)
     "too_many_connections": 503,
     "request_timeout": 408,
+    "server_busy": 503,
 }
 
 

@@ -31,6 +31,7 @@ class ServerConnection(asyncio.Protocol, ABC):
         self.state = state
         self._limited = limited  # counts against state.limits.max_connections
         self._counted = False
+        self._buffered = 0  # bytes its incomplete request holds of state.buffered
         self._last_read = 0.0  # loop time of the last bytes received (or of the connect)
         self._request_since: float | None = None  # first byte of an incomplete request
         self._stalled_since: float | None = None  # replies not taken by the peer since
@@ -109,6 +110,28 @@ class ServerConnection(asyncio.Protocol, ABC):
         if self._counted:
             self._counted = False
             self.state.counted -= 1
+
+    def hold_request(self, size: int) -> bool:
+        """This connection's incomplete request now holds ``size`` bytes (0: none). False,
+        holding nothing, when that would pass the server's budget for incomplete requests
+        (the caller answers ``server_busy``)."""
+        state = self.state
+        total = state.buffered - self._buffered + size
+        limit = state.limits.request_buffer_bytes
+        if size > self._buffered and 0 < limit < total:
+            state.buffered -= self._buffered
+            self._buffered = 0
+            return False
+        state.buffered = total
+        self._buffered = size
+        return True
+
+    def busy_error(self) -> BeavaError:
+        """``server_busy``: a request that would pass the budget of incomplete requests."""
+        limit = self.state.limits.request_buffer_bytes
+        return BeavaError("server_busy", limit=limit,
+                          message=f"incomplete requests already hold {self.state.buffered} "
+                                  f"of the server's {limit} bytes for them; retry later")
 
     def handshake_ended(self, waiter: asyncio.Future[None]) -> None:
         """TLS: the handshake is over; unless it made this connection, it is gone."""
@@ -197,6 +220,7 @@ class ServerConnection(asyncio.Protocol, ABC):
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)
         self.release()
+        self.hold_request(0)
         self._transport = None
 
     def stop_reading(self) -> None:

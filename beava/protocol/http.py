@@ -93,6 +93,7 @@ class HttpProtocol(ServerConnection):
         self._began = False  # a request began in the bytes being parsed
         self._in_message = False  # a request has begun and is not complete yet
         self._held_reading = False  # not read while a request is served in slices
+        self._over_budget = False  # a request's head would pass the server's budget
         self._reset_message()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -155,6 +156,9 @@ class HttpProtocol(ServerConnection):
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if self._over_budget:
+                self.refuse(self.busy_error())
+                return
             if not self._closing:
                 self._out.append(self._protocol_error())
                 self._closing = True
@@ -231,8 +235,17 @@ class HttpProtocol(ServerConnection):
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length")
-        if length is not None and length.strip().isdigit() and int(length) > MAX_BODY_BYTES:
-            raise HttpLimitError("body too large")
+        body = 0
+        if length is not None and length.strip().isdigit():
+            body = int(length)
+            if body > MAX_BODY_BYTES:
+                raise HttpLimitError("body too large")
+        elif "chunked" in self._headers.get("transfer-encoding", "").lower():
+            body = MAX_BODY_BYTES  # its length is not known: it holds as much as one may
+        # the request holds its head and its body from now until it is complete
+        if not self.hold_request(self._header_bytes + body):
+            self._over_budget = True
+            raise HttpLimitError("server busy")
         if self._headers.get("expect", "").lower() == "100-continue" and not self._closing:
             self._out.append(CONTINUE)
             self.flush_ready()
@@ -244,6 +257,7 @@ class HttpProtocol(ServerConnection):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        self.hold_request(0)
         if self._closing:
             return
         keep_alive = self._parser.should_keep_alive()

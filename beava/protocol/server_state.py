@@ -140,15 +140,20 @@ class ConnectionLimits:
     request line, a frame's header) to its last; a request still incomplete then is
     answered ``request_timeout`` and the connection closed (a slowloris client). The clock
     stops while the server itself does not read the connection. ``idle_timeout_s``: a
-    connection with nothing received, buffered or owed for that long is closed."""
+    connection with nothing received, buffered or owed for that long is closed.
+    ``request_buffer_bytes``: bytes of requests not yet complete, all connections together
+    (each holds its declared length from its head on); a request whose head would pass it
+    is answered ``server_busy`` and its connection closed."""
 
-    __slots__ = ("max_connections", "request_timeout_s", "idle_timeout_s")
+    __slots__ = ("max_connections", "request_timeout_s", "idle_timeout_s",
+                 "request_buffer_bytes")
 
     def __init__(self, max_connections: int = 0, request_timeout_s: float = 0.0,
-                 idle_timeout_s: float = 0.0) -> None:
+                 idle_timeout_s: float = 0.0, request_buffer_bytes: int = 0) -> None:
         self.max_connections = max_connections
         self.request_timeout_s = request_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.request_buffer_bytes = request_buffer_bytes
 
     def sweep_interval(self) -> float:
         """How often the timeouts are checked: a quarter of the shorter one, 1 s at most."""
@@ -160,11 +165,11 @@ class ServerState:
     """The open connections (shutdown walks them), the connections whose deferred replies
     were resolved since the last flush, the connections with replies held by an LSN tag,
     where acknowledgements are released from (``acks``), the intake gate, the turn
-    scheduler, the connection limits with the count of connections they cap, and the
-    request latency histograms (``timings``)."""
+    scheduler, the connection limits with the count of connections they cap and the bytes
+    of incomplete requests they bound, and the request latency histograms (``timings``)."""
 
     __slots__ = ("connections", "dirty", "held", "acks", "intake", "turns", "limits",
-                 "counted", "timings", "_sweeping")
+                 "counted", "buffered", "timings", "_sweeping")
 
     def __init__(self, acks: AckSource | None = None,
                  limits: ConnectionLimits | None = None) -> None:
@@ -176,6 +181,7 @@ class ServerState:
         self.turns = TurnScheduler()
         self.limits = limits if limits is not None else ConnectionLimits()
         self.counted = 0  # connections that count against limits.max_connections
+        self.buffered = 0  # bytes held by incomplete requests (limits.request_buffer_bytes)
         self.timings = RequestTimings()
         self._sweeping = False
 

@@ -87,7 +87,11 @@ class FramedTcpProtocol(ServerConnection):
         started = time.perf_counter()
         splitter = self._splitter
         frames = splitter.feed(data)
-        self.received(bool(frames), splitter.buffered > 0)
+        held = splitter.reserved
+        if held != self._buffered and not self.hold_request(held):
+            self.refuse(self.busy_error())  # nothing of this read is answered
+            return
+        self.received(bool(frames), held > 0)
         if frames:
             if self._parked:  # never overtake frames that are still waiting
                 self._parked.extend(frames)

@@ -23,6 +23,17 @@ class ConfigError(Exception):
     """Invalid configuration: the server exits 1 with ``Error: <message>``."""
 
 
+def default_request_buffer_bytes() -> int:
+    """256 MiB (64 requests of the largest frame in flight at once), or an eighth of the
+    machine's memory when that is less."""
+    cap = 256 * 1024 * 1024
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return cap
+    return min(cap, memory // 8) if memory > 0 else cap
+
+
 @dataclass
 class Config:
     http_addr: tuple[str, int] = ("127.0.0.1", 8080)
@@ -38,6 +49,8 @@ class Config:
     max_connections: int = 4096
     request_timeout_ms: int = 30_000
     idle_timeout_ms: int = 300_000
+    # bytes of requests not yet complete, all connections together (docs/limits.md)
+    request_buffer_bytes: int = field(default_factory=default_request_buffer_bytes)
     wal_dir: str = "./beava-wal"
     snapshot_dir: str = "./beava-snapshots"
     wal_sync_mode: str = "strict"
@@ -119,7 +132,8 @@ _YAML_SCHEMA: dict[str, Any] = {
     "listen_addr": str, "admin_addr": str, "log_level": str, "test_mode": bool,
     "memory_only": bool, "memory_governance_enforce": bool,
     "tcp": {"enabled": bool, "host": str, "port": int, "max_frame_bytes": int},
-    "connections": {"max": int, "request_timeout_ms": int, "idle_timeout_ms": int},
+    "connections": {"max": int, "request_timeout_ms": int, "idle_timeout_ms": int,
+                    "request_buffer_bytes": int},
     "durability": {
         "wal_dir": str, "snapshot_dir": str, "wal_sync_mode": str, "wal_tick_ms": int,
         "wal_fsync_bytes": int, "wal_segment_bytes": int, "wal_fsync_interval_ms": int,
@@ -244,7 +258,8 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
                                       2**32 - 4)
     conns = doc.get("connections") or {}
     for key, attr in (("max", "max_connections"), ("request_timeout_ms", "request_timeout_ms"),
-                      ("idle_timeout_ms", "idle_timeout_ms")):
+                      ("idle_timeout_ms", "idle_timeout_ms"),
+                      ("request_buffer_bytes", "request_buffer_bytes")):
         if key in conns:
             setattr(cfg, attr, r.clamp(f"connections.{key}", conns[key], 0, None))
     dur = doc.get("durability") or {}
@@ -353,7 +368,8 @@ def _apply_env(cfg: Config, r: _Resolver, env: Mapping[str, str]) -> None:
         cfg.max_frame_bytes = frame
     for var, attr in (("BEAVA_MAX_CONNECTIONS", "max_connections"),
                       ("BEAVA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
-                      ("BEAVA_IDLE_TIMEOUT_MS", "idle_timeout_ms")):
+                      ("BEAVA_IDLE_TIMEOUT_MS", "idle_timeout_ms"),
+                      ("BEAVA_REQUEST_BUFFER_BYTES", "request_buffer_bytes")):
         value = r.env_int_strict(env, var)
         if value is not None:
             if value < 0:

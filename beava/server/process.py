@@ -112,7 +112,8 @@ class BeavaServer:
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
         self.state = ServerState(self.store, ConnectionLimits(
-            cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000))
+            cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000,
+            cfg.request_buffer_bytes))
         self.persistence = Persistence(cfg, self.store, log, self.crash,
                                        flush_replies=self.state.flush_dirty,
                                        on_pressure=self.state.intake.set,

@@ -163,3 +163,83 @@ def test_a_client_that_never_reads_its_replies_is_dropped_after_the_idle_timeout
         other.close()
     finally:
         assert server.terminate() == 0
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_incomplete_requests_are_held_within_the_server_budget() -> None:
+    """64 connections each send the first 768 KiB of a 1 MiB frame to a server whose
+    budget for incomplete requests is 8 MiB: the requests past the budget are answered
+    `server_busy` and closed as their heads arrive, the server's memory stays bounded, a
+    new large request (framed TCP or HTTP) is refused too; once the senders finish or
+    close, large requests are served again."""
+    budget = 8 * 1024 * 1024
+    server = BeavaProcess(env={"BEAVA_REQUEST_BUFFER_BYTES": str(budget)})
+    size = 1024 * 1024
+    big = frame(OP_PING, 1, b" " * size)
+    senders: list[FrameConn] = []
+    try:
+        FrameConn(server.tcp).request(OP_PING)  # the server is warm
+        before = rss_bytes(server.proc.pid)
+        for _ in range(64):
+            conn = FrameConn(server.tcp)
+            conn.send(big[:768 * 1024])
+            senders.append(conn)
+        time.sleep(0.5)
+        grown = rss_bytes(server.proc.pid) - before
+        admitted = []
+        for conn in senders:
+            conn.sock.settimeout(0.2)
+            try:
+                reply = conn.recv_frame()
+            except TimeoutError:
+                admitted.append(conn)  # still sending its request: held within the budget
+                continue
+            refused = json.loads(reply[2])["error"] if reply is not None else {}
+            assert (refused.get("code"), refused.get("limit")) == ("server_busy", budget)
+            conn.sock.settimeout(5)
+            assert conn.is_closed()
+        assert 1 <= len(admitted) <= budget // size, len(admitted)
+        assert grown < budget + 16 * 1024 * 1024, grown
+        # new large requests while the budget is held: refused on both transports
+        late = FrameConn(server.tcp)
+        late.send(big[:4096])
+        assert error_code(late.recv_frame()) == "server_busy"
+        late.close()
+        head = (f"POST /ping HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {size}\r\n\r\n").encode()
+        web = socket.create_connection(server.http, timeout=10)
+        web.sendall(head)
+        answer = read_http(web)
+        web.close()
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b'"server_busy"' in answer and b"Connection: close" in answer
+        # one sender finishes its request: it is answered, and its bytes are free again
+        admitted[0].sock.settimeout(10)
+        admitted[0].send(big[768 * 1024:])
+        assert (admitted[0].recv_frame() or (0,))[0] == OP_PING
+        for conn in senders:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while True:
+            retry = FrameConn(server.tcp)
+            retry.send(big)
+            reply = retry.recv_frame()
+            retry.close()
+            if reply is not None and reply[0] == OP_PING:
+                break
+            assert time.monotonic() < deadline, reply
+            time.sleep(0.1)
+        status, _, body = http_request(server.http, "POST", "/ping", b" " * size,
+                                       {"Content-Type": "application/json"})
+        assert status == 200, body
+    finally:
+        for conn in senders:
+            conn.close()
+        assert server.terminate() == 0

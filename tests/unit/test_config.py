@@ -123,3 +123,16 @@ def test_wal_on_corruption_policy(tmp_path):
         resolve(CommandLine(), {"BEAVA_WAL_ON_CORRUPTION": "quarantine"})
     with pytest.raises(ConfigError, match="BEAVA_WAL_ON_CORRUPTION"):
         resolve(CommandLine(), {"BEAVA_WAL_ON_CORRUPTION": "ignore"})
+
+
+def test_request_buffer_budget(tmp_path):
+    cfg = resolve(CommandLine(), {})
+    assert 0 < cfg.request_buffer_bytes <= 256 * 1024 * 1024
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("connections:\n  request_buffer_bytes: 1048576\n")
+    assert resolve(CommandLine(config=str(yaml_file)), {}).request_buffer_bytes == 1048576
+    cfg = resolve(CommandLine(config=str(yaml_file)), {"BEAVA_REQUEST_BUFFER_BYTES": "0"})
+    assert cfg.request_buffer_bytes == 0  # off
+    for bad in ("-1", "many"):
+        with pytest.raises(ConfigError, match="BEAVA_REQUEST_BUFFER_BYTES"):
+            resolve(CommandLine(), {"BEAVA_REQUEST_BUFFER_BYTES": bad})
