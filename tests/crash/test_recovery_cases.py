@@ -238,11 +238,11 @@ PAD_NODES = [
 
 
 @pytest.mark.parametrize("cut,policy", [
-    *((cut, "quarantine") for cut in ("length", "header", "half", "last_byte", "zeros")),
-    ("half", "refuse"), ("zeros", "refuse")])
+    *((cut, "replay") for cut in ("length", "header", "half", "last_byte", "zeros")),
+    ("half", "point-in-time"), ("half", "refuse"), ("zeros", "refuse")])
 def test_torn_final_record(servers: Servers, data_dir: Path, cut: str, policy: str) -> None:
     """G10: a partial final record is cut off and quarantined; every earlier one applies,
-    with either corruption policy (a torn tail is not corruption)."""
+    with every corruption policy (a torn tail is not corruption)."""
     proc = servers.start()
     with TcpClient(*proc.tcp, timeout=10) as client:
         client.register({"nodes": PAD_NODES})
@@ -336,7 +336,7 @@ def push_acked(client: TcpClient, count: int) -> None:
 def damaged_newest_segment(servers: Servers, data_dir: Path) -> tuple[Path, int, int]:
     """3,000 acknowledged pushes (LSN 2-3001), SIGKILL, one byte flipped in the record of
     push 899 (LSN 901) of the newest segment. Returns the segment, the record's offset and
-    how many pushes precede it."""
+    its size."""
     proc = servers.start()
     with TcpClient(*proc.tcp, timeout=10) as client:
         client.register({"nodes": PAD_NODES})
@@ -347,7 +347,7 @@ def damaged_newest_segment(servers: Servers, data_dir: Path) -> tuple[Path, int,
     victim = newest.records[900]
     assert victim.lsn == 901 and victim.fields()["v"] == 899
     flip(newest.path, victim.offset + 40)
-    return newest.path, victim.offset, 899
+    return newest.path, victim.offset, victim.size
 
 
 def wal_command(*args: str) -> subprocess.CompletedProcess[str]:
@@ -360,40 +360,82 @@ def tree(root: Path) -> dict[str, bytes]:
             for path in sorted(root.rglob("*"))}
 
 
-def test_flipped_byte_in_newest_segment_is_loud_corruption(servers: Servers,
-                                                           data_dir: Path) -> None:
-    """Valid records after damage in the newest segment: by default the tail is still
-    quarantined whole and cut (§9.4, G10), but as ERROR recovery.wal_corruption, counted."""
-    segment, offset, kept = damaged_newest_segment(servers, data_dir)
-    tail = segment.read_bytes()[offset:]
+# Every acknowledged push but the damaged one (v = 899).
+ALL_BUT_899 = {"n": 2999, "s": sum(range(3000)) - 899}
+
+
+def test_flipped_byte_in_newest_segment_keeps_every_other_acked_push(servers: Servers,
+                                                                     data_dir: Path) -> None:
+    """G11: damage in the middle of the newest segment is not a torn tail: the damaged
+    record's bytes are quarantined (ERROR, counted once) and the 2,100 acknowledged pushes
+    after it are applied. The segment is left as it is."""
+    segment, offset, size = damaged_newest_segment(servers, data_dir)
+    damaged = segment.read_bytes()
     proc = servers.start()
     corruption = wait_line(proc, "recovery.wal_corruption")
     assert corruption["level"] == "ERROR"
     assert (corruption["segment"], corruption["offset"], corruption["bytes"],
-            corruption["valid_records_after"], corruption["first_lsn_after"],
-            corruption["last_lsn_after"], corruption["policy"]) == (
-        segment.name, offset, len(tail), 2100, 902, 3001, "quarantine")
+            corruption["last_good_lsn"], corruption["resumed_at_lsn"],
+            corruption["policy"]) == (segment.name, offset, size, 900, 902, "replay")
+    assert Path(corruption["quarantine_path"]).read_bytes() == damaged[offset:offset + size]
+    assert segment.read_bytes() == damaged
+    assert lines_of(proc, "recovery.wal_tail_truncated") == []
+    assert metric(proc, "beava_wal_quarantined_records_total") == 1
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == ALL_BUT_899
+        assert client.push("E2", {"user": "u", "v": 0, "pad": ""})["ack_lsn"] == 3002
+
+
+def test_flipped_byte_in_segment_header_hides_no_record(servers: Servers,
+                                                        data_dir: Path) -> None:
+    """G11: a damaged header of the (only, newest) segment: the base LSN comes from the
+    file name and all 1,000 acknowledged pushes are applied."""
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_acked(client, 1000)
+    sigkill(proc)
+    (segment,) = wal_segments(data_dir)
+    flip(segment.path, 9)  # format_version
+    proc = servers.start()
+    corruption = wait_line(proc, "recovery.wal_corruption")
+    assert (corruption["offset"], corruption["bytes"], corruption["resumed_at_lsn"]) == (
+        0, 32, 1)
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        assert client.get("T", "u") == {"n": 1000, "s": sum(range(1000))}
+
+
+def test_point_in_time_policy_keeps_the_prefix(servers: Servers, data_dir: Path) -> None:
+    """``--wal-on-corruption point-in-time``: the 899 pushes before the damage, no hole;
+    everything from the damage on is cut off to quarantine."""
+    segment, offset, _size = damaged_newest_segment(servers, data_dir)
+    tail = segment.read_bytes()[offset:]
+    proc = servers.start({"BEAVA_WAL_ON_CORRUPTION": "point-in-time"})
+    corruption = wait_line(proc, "recovery.wal_corruption")
+    assert (corruption["offset"], corruption["bytes"], corruption["valid_records_discarded"],
+            corruption["policy"]) == (offset, len(tail), 2100, "point-in-time")
     assert Path(corruption["quarantine_path"]).read_bytes() == tail
     assert segment.stat().st_size == offset
-    assert lines_of(proc, "recovery.wal_tail_truncated") == []
     assert metric(proc, "beava_wal_quarantined_records_total") == 2101
     with TcpClient(*proc.tcp, timeout=10) as client:
-        assert client.get("T", "u") == {"n": kept, "s": sum(range(kept))}
+        assert client.get("T", "u") == {"n": 899, "s": sum(range(899))}
 
 
 def test_refuse_policy_exits_3_then_wal_check_and_repair(servers: Servers,
                                                          data_dir: Path) -> None:
     """``--wal-on-corruption refuse``: exit 3 with one line naming segment, offset and the
     repair command, nothing on disk changed; ``beava wal check`` reports the corruption,
-    ``beava wal repair --yes`` quarantines the tail and the server starts again."""
-    segment, offset, kept = damaged_newest_segment(servers, data_dir)
+    ``beava wal repair --yes`` quarantines the damaged bytes, keeping every intact record,
+    and the server starts again."""
+    segment, offset, size = damaged_newest_segment(servers, data_dir)
     before = tree(data_dir)
     refused = servers.start({"BEAVA_WAL_ON_CORRUPTION": "refuse"}, wait=False)
     assert refused.proc.wait(20) == 3
     refused.join_output()
     error = refused.stderr_text()
     assert error.startswith("Error: WAL corruption in ") and error.count("\n") == 0
-    assert f"{segment.name} at offset {offset}: 2100 valid records (LSN 902-3001)" in error
+    assert f"{segment.name} at offset {offset}: {size} damaged bytes after LSN 900; 2100 " \
+        "valid records (LSN 902-3001)" in error
     assert f"beava wal repair {data_dir} --yes" in error
     fatal = wait_line(refused, "server.fatal")
     assert fatal["exit_code"] == 3
@@ -402,23 +444,83 @@ def test_refuse_policy_exits_3_then_wal_check_and_repair(servers: Servers,
 
     checked = wal_command("check", str(data_dir))
     assert checked.returncode == 3, checked.stderr
-    assert f"CORRUPTION at offset {offset}: 2100 valid records (LSN 902-3001)" \
-        in checked.stdout
+    assert f"CORRUPTION at offset {offset}: {size} damaged bytes after LSN 900; replay " \
+        "resumes at LSN 902" in checked.stdout
     dry = wal_command("repair", str(data_dir))
-    assert dry.returncode == 0 and "would copy" in dry.stdout and tree(data_dir) == before
+    assert dry.returncode == 0 and "would rewrite" in dry.stdout and tree(data_dir) == before
     repaired = wal_command("repair", str(data_dir), "--yes")
     assert repaired.returncode == 0, repaired.stderr
-    assert segment.stat().st_size == offset
+    original = before[f"wal/{segment.name}"]
+    assert segment.read_bytes()[32:] == original[32:offset] + original[offset + size:]
     quarantined = data_dir / "wal" / "quarantine" / f"{segment.name[:20]}-off-{offset}.bin"
-    assert quarantined.read_bytes() == before[f"wal/{segment.name}"][offset:]
+    assert quarantined.read_bytes() == original[offset:offset + size]
     assert wal_command("check", str(data_dir)).returncode == 0
 
     proc = servers.start({"BEAVA_WAL_ON_CORRUPTION": "refuse"})
     assert lines_of(proc, "recovery.wal_corruption") == []
     with TcpClient(*proc.tcp, timeout=10) as client:
-        assert client.get("T", "u") == {"n": kept, "s": sum(range(kept))}
+        assert client.get("T", "u") == ALL_BUT_899
         held = wal_command("repair", str(data_dir), "--yes")  # the server holds the lock
         assert held.returncode == 3 and "locked" in held.stderr
+
+
+# -- hostile data directories -------------------------------------------------------------
+
+
+def unusable(servers: Servers) -> str:
+    """Start a server expected to refuse its data directory; its error line."""
+    proc = servers.start(wait=False)
+    assert proc.proc.wait(20) == 3
+    proc.join_output()
+    fatal = wait_line(proc, "server.fatal")
+    assert fatal["exit_code"] == 3
+    error = proc.stderr_text()
+    assert error.startswith("Error: data directory unusable: ") and error.count("\n") == 0
+    return error
+
+
+def test_fifo_named_like_a_segment_is_refused(servers: Servers, data_dir: Path) -> None:
+    proc = servers.start()
+    sigkill(proc)
+    fifo = data_dir / "wal" / "seg-00000000000000ff.bwal"
+    os.mkfifo(fifo)
+    assert f"{fifo} is a FIFO, not a regular file" in unusable(servers)
+    fifo.unlink()
+    fifo.mkdir()
+    assert f"{fifo} is a directory, not a regular file" in unusable(servers)
+
+
+def test_symlinked_segment_is_refused_and_its_target_untouched(servers: Servers,
+                                                               data_dir: Path,
+                                                               tmp_path: Path) -> None:
+    proc = servers.start()
+    with TcpClient(*proc.tcp, timeout=10) as client:
+        client.register({"nodes": PAD_NODES})
+        push_numbered(client, 5)
+    sigkill(proc)
+    (segment,) = wal_segments(data_dir)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(segment.path.read_bytes()[:segment.size - 3])  # a torn tail
+    before = outside.read_bytes()
+    segment.path.unlink()
+    segment.path.symlink_to(outside)
+    assert f"{segment.path} is a symbolic link, not a regular file" in unusable(servers)
+    assert outside.read_bytes() == before
+    repaired = wal_command("repair", str(data_dir), "--yes")
+    assert repaired.returncode == 4 and str(segment.path) in repaired.stderr
+    assert outside.read_bytes() == before
+
+
+def test_symlinked_quarantine_directory_is_refused(servers: Servers, data_dir: Path,
+                                                   tmp_path: Path) -> None:
+    segment, _offset, _size = damaged_newest_segment(servers, data_dir)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (data_dir / "wal" / "quarantine").symlink_to(outside)
+    before = segment.read_bytes()
+    error = unusable(servers)
+    assert f"{data_dir / 'wal' / 'quarantine'} is a symbolic link" in error
+    assert list(outside.iterdir()) == [] and segment.read_bytes() == before
 
 
 # -- snapshot + tail ----------------------------------------------------------------------

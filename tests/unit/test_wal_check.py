@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from beava.cli_wal import main as wal_main
 from beava.durability import wal_format as wf
-from beava.durability.recovery import WalCorruption
+from beava.durability.recovery import RecoveryFatal, WalCorruption
 from beava.durability.wal import lock_wal_dir
 from beava.durability.wal_check import (
     CHECK_CLEAN,
@@ -240,3 +242,140 @@ def test_repair_merges_a_segment_damaged_to_its_end_with_the_next(tmp_path: Path
 
 def test_check_of_a_missing_directory_exits_4(tmp_path: Path) -> None:
     assert wal(["check", str(tmp_path / "nothing")])[0] == 4
+
+
+# -- hostile data directories (links, FIFOs, huge files) ---------------------------------------
+
+
+def wal_process(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``beava wal ...`` in a child process; ``timeout`` bounds it (a hang fails the test)."""
+    return subprocess.run([sys.executable, "-m", "beava", "wal", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("where", ["segment", "snapshot"])
+def test_fifo_named_like_a_segment_or_snapshot_fails_every_reader(tmp_path: Path,
+                                                                  where: str) -> None:
+    dirs = Dirs(tmp_path / "data")
+    dirs.snaps.rename(dirs.root / "snapshots")
+    dirs.snaps = dirs.root / "snapshots"
+    build(dirs, 3)
+    fifo = (dirs.seg(9) if where == "segment"
+            else dirs.snaps / "snap-0000000000000002.bsnap")
+    os.mkfifo(fifo)
+    for args in (["check", str(dirs.root)], ["repair", str(dirs.root), "--yes"]):
+        done = wal_process(*args)
+        assert done.returncode == 4, (args, done.stdout, done.stderr)
+        assert f"{fifo} is a FIFO, not a regular file" in done.stderr
+    with pytest.raises(RecoveryFatal, match=f"data directory unusable: {fifo} is a FIFO"):
+        dirs.recover()
+
+
+def test_planted_link_at_a_quarantine_name_is_never_followed(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path / "data")
+    build(dirs, 12, per_segment=6)  # seg-1: 1-6, seg-7: 7-12, seg-13 empty
+    starts = offsets(dirs.seg(1))
+    damaged = damage(dirs.seg(1), starts[2] + 30)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"precious")
+    quarantine = dirs.wal / "quarantine"
+    quarantine.mkdir()
+    name = f"seg-0000000000000001-off-{starts[2]}.bin"
+    (quarantine / name).symlink_to(outside)
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert outside.read_bytes() == b"precious" and (quarantine / name).is_symlink()
+    other = quarantine / name.replace(".bin", "-1.bin")
+    assert lines(log, "recovery.wal_corruption")[0]["quarantine_path"] == str(other)
+    assert other.read_bytes() == damaged[starts[2]:starts[3]]
+    other.unlink()
+    done = wal_process("repair", str(dirs.wal), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert outside.read_bytes() == b"precious" and other.read_bytes() == \
+        damaged[starts[2]:starts[3]]
+
+
+def test_symlinked_quarantine_directory_fails_repair(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path / "data")
+    build(dirs, 6)
+    starts = offsets(dirs.seg(1))
+    damage(dirs.seg(1), starts[2] + 30)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (dirs.wal / "quarantine").symlink_to(outside)
+    before = dirs.seg(1).read_bytes()
+    for args in (["check", str(dirs.wal)], ["repair", str(dirs.wal), "--yes"]):
+        done = wal_process(*args)
+        assert done.returncode == 4, (args, done.stdout, done.stderr)
+        assert f"{dirs.wal / 'quarantine'} is a symbolic link, not a directory" in done.stderr
+    assert list(outside.iterdir()) == [] and dirs.seg(1).read_bytes() == before
+
+
+SPARSE_SIZE = 2 << 30
+PEAK_RSS_BOUND_KB = 300 * 1024
+# Runs a command as its child and prints the child's peak RSS (KiB): the caller's own
+# earlier children do not count.
+_PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=300)
+sys.stderr.write(done.stdout + done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+_RECOVER = """
+import sys
+from beava.durability.recovery import recover
+class Log:
+    def __getattr__(self, name):
+        return lambda kind, message, **fields: print(kind, fields)
+result = recover(sys.argv[1], sys.argv[2], load_snapshot=lambda s: None,
+                 apply=lambda r: None, log=Log())
+print("replayed", result.records_replayed)
+"""
+
+
+def peak_rss(*command: str) -> tuple[int, int]:
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, *command], capture_output=True,
+                          text=True, timeout=600, check=True)
+    code, rss = done.stdout.split()
+    return int(code), int(rss)
+
+
+def test_huge_sparse_segment_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A valid header, three records, then 2 GiB of nothing: ``wal check`` and recovery
+    stream it (the old reader held the whole file: 1.5-2 GiB)."""
+    dirs = Dirs(tmp_path)
+    build(dirs, 3)
+    size = os.path.getsize(dirs.seg(1))
+    with open(dirs.seg(1), "r+b") as f:
+        f.truncate(SPARSE_SIZE)
+    code, rss = peak_rss(sys.executable, "-m", "beava", "wal", "check", str(dirs.wal))
+    assert code == CHECK_TORN_TAIL and rss < PEAK_RSS_BOUND_KB, rss
+    code, rss = peak_rss(sys.executable, "-c", _RECOVER, str(dirs.wal), str(dirs.snaps))
+    assert code == 0 and rss < PEAK_RSS_BOUND_KB, rss
+    assert os.path.getsize(dirs.seg(1)) == size  # the torn tail was cut off
+    (copy,) = (dirs.wal / "quarantine").iterdir()
+    assert copy.stat().st_size == SPARSE_SIZE - size
+
+
+def test_huge_damaged_run_in_a_sealed_segment_is_resynchronised(tmp_path: Path) -> None:
+    """Records after 2 GiB of junk in a sealed segment are found and applied, in bounded
+    memory; the junk's quarantine copy keeps the holes."""
+    dirs = Dirs(tmp_path)
+    build(dirs, 3)  # seg-1: 1-3
+    with open(dirs.seg(1), "r+b") as f:
+        start = f.seek(0, os.SEEK_END)
+        f.write(b"\x01\x02\x00\x00" * 8)  # candidates that are no record
+        f.seek(SPARSE_SIZE)
+        f.write(event(4) + event(5))
+    writer = dirs.writer()
+    writer.start(6)
+    writer.write_and_sync(event(6))
+    writer.close()
+    code, rss = peak_rss(sys.executable, "-c", _RECOVER, str(dirs.wal), str(dirs.snaps))
+    assert code == 0 and rss < PEAK_RSS_BOUND_KB, rss
+    (copy,) = (dirs.wal / "quarantine").iterdir()
+    assert copy.name == f"seg-0000000000000001-off-{start}.bin"
+    assert copy.stat().st_size == SPARSE_SIZE - start
+    assert copy.stat().st_blocks * 512 < 16 << 20  # the junk's window, not 2 GiB
+    result, replayer, log = dirs.recover()
+    assert replayer.lsns == [1, 2, 3, 4, 5, 6]
