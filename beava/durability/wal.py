@@ -80,7 +80,8 @@ def lock_wal_dir(wal_dir: str) -> int:
     be opened and DataDirLocked when another process holds the lock."""
     import fcntl
 
-    fd = os.open(os.path.join(wal_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    fd = os.open(os.path.join(wal_dir, LOCK_FILE),
+                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)  # no link
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

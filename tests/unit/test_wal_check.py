@@ -379,3 +379,15 @@ def test_huge_damaged_run_in_a_sealed_segment_is_resynchronised(tmp_path: Path) 
     assert copy.stat().st_blocks * 512 < 16 << 20  # the junk's window, not 2 GiB
     result, replayer, log = dirs.recover()
     assert replayer.lsns == [1, 2, 3, 4, 5, 6]
+
+
+def test_lock_file_link_is_not_followed(tmp_path: Path) -> None:
+    dirs = Dirs(tmp_path / "data")
+    build(dirs, 3)
+    outside = tmp_path / "outside-lock"
+    (dirs.wal / "LOCK").symlink_to(outside)
+    with pytest.raises(OSError):
+        lock_wal_dir(str(dirs.wal))
+    done = wal_process("repair", str(dirs.wal), "--yes")
+    assert done.returncode == 4 and "LOCK" in done.stderr
+    assert not outside.exists()
