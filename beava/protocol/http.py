@@ -9,6 +9,7 @@ full response (status line, headers, body).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from types import MappingProxyType
@@ -28,6 +29,13 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # parks the requests it already parsed (unanswered) until the backlog drains below LOW_WATER.
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1024 * 1024
+# Bounded turns, as on framed TCP (beava.protocol.tcp): the pipelined requests of one read
+# are answered until TURN_BYTES of responses or TURN_SECONDS of work; the rest wait,
+# unread input too, for this connection's next round of the server's turn scheduler. A
+# client that pipelines reads of a large row and never reads the answers used to have a
+# whole read's worth answered at once, as long as the kernel took them (tens of ms).
+TURN_BYTES = 256 * 1024
+TURN_SECONDS = 0.0005
 
 _REASONS = MappingProxyType({
     401: "Unauthorized",
@@ -94,6 +102,9 @@ class HttpProtocol(ServerConnection):
         self._in_message = False  # a request has begun and is not complete yet
         self._held_reading = False  # not read while a request is served in slices
         self._over_budget = False  # a request's head would pass the server's budget
+        self._turn_bytes = 0  # response bytes built in this turn
+        self._turn_end = 0.0  # perf_counter deadline of this turn
+        self._turn_scheduled = False
         self._reset_message()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -108,6 +119,7 @@ class HttpProtocol(ServerConnection):
     def resume_writing(self) -> None:
         if self._transport is not None and self._paused_by_writes:
             self._paused_by_writes = False
+            self._new_turn(time.perf_counter() + TURN_SECONDS)
             self._answer_parked(limited=True)
             if not self._paused_by_writes and not self._parked:
                 self._resume_if_idle()
@@ -129,16 +141,45 @@ class HttpProtocol(ServerConnection):
                 self._transport.pause_reading()
         elif type(response) is bytes:
             self._unflushed += len(response)
+            self._turn_bytes += len(response)
         self._out.append(response)
         if self._unflushed > HIGH_WATER:  # write now: the transport may ask us to pause
             self._unflushed = 0
             self._write_ready()
 
     def _answer_parked(self, *, limited: bool) -> None:
-        """Answer parked requests in order (``limited``: until writes pause again)."""
+        """Answer parked requests in order (``limited``: until writes pause again or the
+        turn is spent; what is left then waits for a later turn)."""
         parked = self._parked
-        while parked and not (limited and (self._paused_by_writes or self.held_back())):
+        while parked and not (limited and self._must_wait()):
             self._answer(parked.popleft())
+        if parked and limited and not self._paused_by_writes and not self.held_back():
+            self._schedule_turn()
+
+    def _must_wait(self) -> bool:
+        """A complete request is not answered now: writes are paused, an earlier request is
+        served in slices, or this turn has used its budget."""
+        return (self._paused_by_writes or self.held_back() or self._turn_bytes >= TURN_BYTES
+                or time.perf_counter() > self._turn_end)
+
+    def _new_turn(self, deadline: float) -> None:
+        self._turn_bytes = 0
+        self._turn_end = deadline
+
+    def _schedule_turn(self) -> None:
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self.state.turns.add(self)
+
+    def next_turn(self, deadline: float) -> None:
+        """Answer requests left over from this connection's previous turn."""
+        self._turn_scheduled = False
+        if self._transport is None or not self._parked:
+            return
+        self._new_turn(deadline)
+        self._answer_parked(limited=True)
+        self._resume_if_idle()
+        self.flush_ready()
 
     def _reset_message(self) -> None:
         self._url = bytearray()
@@ -153,6 +194,7 @@ class HttpProtocol(ServerConnection):
         if self._closing:
             return
         self._began = False
+        self._new_turn(time.perf_counter() + TURN_SECONDS)
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
@@ -195,6 +237,7 @@ class HttpProtocol(ServerConnection):
             # the request served in slices is answered: the ones parked behind it now
             self._held_reading = False
             if not self._paused_by_writes:
+                self._new_turn(time.perf_counter() + TURN_SECONDS)
                 self._answer_parked(limited=True)
                 transport = self._write_ready()
             self._resume_if_idle()
@@ -264,8 +307,12 @@ class HttpProtocol(ServerConnection):
         request = HttpRequest(self._parser.get_method().decode("latin-1"),
                               self._url.decode("latin-1"), self._headers, bytes(self._body),
                               keep_alive)
-        if self._paused_by_writes or self._parked or self.held_back():
+        if self._parked or self._must_wait():
             self._parked.append(request)
+            if self._transport is not None:  # read nothing more until they are answered
+                self._transport.pause_reading()
+            if not self._paused_by_writes and not self.held_back():
+                self._schedule_turn()
         else:
             self._answer(request)
         if not keep_alive:

@@ -18,7 +18,6 @@ from beava.protocol.request_timings import RequestTimings
 if TYPE_CHECKING:
     from beava.protocol.connection import ServerConnection
     from beava.protocol.reply_slots import PendingReply
-    from beava.protocol.tcp import FramedTcpProtocol
 
 # At most this much work per loop iteration for connections with frames left over from
 # an earlier turn (see beava.protocol.tcp): between two rounds the loop polls the sockets.
@@ -71,13 +70,19 @@ class IntakeGate:
                 conn.resume_intake()
 
 
+class Turned(Protocol):
+    """A connection with requests left over from an earlier turn (framed TCP, HTTP)."""
+
+    def next_turn(self, deadline: float) -> None: ...
+
+
 class TurnScheduler:
     """Round-robin over connections with frames left from an earlier turn: one call per
     loop iteration, at most ROUND_SECONDS of work, then back to polling the sockets; and
     the budget of the work socket reads start in one loop iteration (READS_SECONDS)."""
 
     def __init__(self) -> None:
-        self._queue: deque[FramedTcpProtocol] = deque()
+        self._queue: deque[Turned] = deque()
         self._scheduled = False
         self._reads_end = 0.0  # end of this loop iteration's read budget; 0.0: not begun
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,7 +117,7 @@ class TurnScheduler:
     def _end_reads(self) -> None:
         self._reads_end = 0.0
 
-    def add(self, conn: FramedTcpProtocol) -> None:
+    def add(self, conn: Turned) -> None:
         self._queue.append(conn)
         if not self._scheduled:
             self._scheduled = True
