@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"the servers started by the tests would run the beava installed at {found}, not "
             f"this checkout ({REPO / 'beava'}); install it in editable mode first: "
-            "pip install -e ./client -e ./spark_connector -e '.[test]'")
+            "pip install -e ./client -e '.[test]' -e ./spark_connector")
 
 
 @pytest.fixture(scope="session")

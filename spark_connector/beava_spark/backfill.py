@@ -2,7 +2,7 @@
 
 ``backfill(events, registry, url)`` computes, in Spark, each requested table's entity state
 as of ``until_ms`` by replaying the history through the server's own engine (the
-``FeatureStore`` of ``historical_features``, clock at each event's time), and installs it
+``beava.offline.Replay`` of ``historical_features``, each event at its time), and installs it
 into the server at ``url`` with the backfill admin operation (docs/wire.md): the state is
 uploaded in chunks, then committed; the server applies on top the pushes it received after
 ``until_ms`` (read back from its WAL, in order) and swaps the table in, atomically per
@@ -34,13 +34,12 @@ from .historical import (
     _T,
     PREFIX,
     _at,
-    _compile_registry,
+    _check_event_names,
     _event_stream,
+    _pipeline,
     _push,
-    _store,
+    _replay,
     _table_names,
-    _table_plan,
-    _TablePlan,
     _time_ms,
     _union,
 )
@@ -48,12 +47,13 @@ from .historical import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from beava.offline import Pipeline, Replay, TableInfo
+
 __all__ = ["BackfillError", "BackfillTotals", "TableBackfill", "backfill"]
 
 _TB = PREFIX + "tb"  # index of the table a replay row is for
 _PT = PREFIX + "pt"  # the tag that places the table's rows in their own partition
 CHUNK_BYTES = 2 * 1024 * 1024  # state bytes per upload request (at most begin's chunk_bytes)
-_encode_msgpack = msgspec.msgpack.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
 
 
@@ -119,13 +119,9 @@ def backfill(
     arguments before any job runs, BackfillError when the server refuses a step.
     """
     started = time.monotonic()
-    compiled, payload = _compile_registry(registry)
-    wanted = _table_names(compiled, tables)
-    plans = [_table_plan(compiled, payload, name) for name in wanted]
-    unknown = sorted(set(events) - set(compiled.events))
-    if unknown:
-        raise ValueError(f"events names {', '.join(map(repr, unknown))}, which the registry "
-                         f"does not declare (events: {', '.join(compiled.events)})")
+    pipeline = _pipeline(registry)
+    plans = [pipeline.table(name) for name in _table_names(pipeline, tables)]
+    _check_event_names(pipeline, events)
     for plan in plans:
         for event in plan.events:
             if event not in events:
@@ -142,8 +138,8 @@ def backfill(
 
     client = client_for_url(url, timeout=timeout)
     try:
-        with contextlib.closing(_replay(events, compiled, payload, plans, needed, time_col,
-                                        until_ms, order_col)) as states:
+        with contextlib.closing(_table_states(events, pipeline, plans, needed, time_col,
+                                              until_ms, order_col)) as states:
             seen: set[int] = set()
             for index, count, data in states:
                 seen.add(index)
@@ -176,9 +172,10 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
     return int(newest)
 
 
-def _replay(events: Mapping[str, DataFrame], compiled: Any, payload: Mapping[str, Any],
-            plans: Sequence[_TablePlan], needed: Sequence[str], time_col: str,
-            until_ms: int, order_col: str | None) -> Generator[tuple[int, int, bytes], None, None]:
+def _table_states(events: Mapping[str, DataFrame], pipeline: Pipeline,
+                  plans: Sequence[TableInfo], needed: Sequence[str], time_col: str,
+                  until_ms: int, order_col: str | None
+                  ) -> Generator[tuple[int, int, bytes], None, None]:
     """``(table index, events replayed, state bytes)`` per table that history reaches, as
     the Spark tasks finish them."""
     from pyspark.sql import functions as f
@@ -189,8 +186,7 @@ def _replay(events: Mapping[str, DataFrame], compiled: Any, payload: Mapping[str
         time_ms = _time_ms(df, time_col, f"events[{event!r}]")
         # null times stay: the replay refuses them, as historical_features does
         kept = df.where(time_ms.isNull() | (time_ms <= f.lit(until_ms)))
-        streams[event] = _event_stream(kept, compiled.events[event], time_col, order_col,
-                                       payload, set())[0]
+        streams[event] = _event_stream(kept, pipeline, event, time_col, order_col, set())[0]
     base = [_T, _O, _E, _S, _B]
     tags = _partition_tags(len(plans))
     rows = _union([streams[e].select(*base).withColumn(_TB, f.lit(i))
@@ -234,9 +230,8 @@ def _partition_tags(n: int) -> list[int]:
     return [found[i] for i in range(n)]
 
 
-def _empty_state(plan: _TablePlan) -> bytes:
-    store, _ = _store(plan.payload)
-    return bytes(_encode_msgpack(store.table(plan.name).dump()))
+def _empty_state(plan: TableInfo) -> bytes:
+    return _replay(plan.payload).state(plan.name)
 
 
 def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +254,7 @@ def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _install(client: Any, plan: _TablePlan, count: int, data: bytes, until_ms: int,
+def _install(client: Any, plan: TableInfo, count: int, data: bytes, until_ms: int,
              totals: BackfillTotals) -> None:
     nodes = _decode_json(plan.payload)["nodes"]
     begun = _request(client, plan.name, {"action": "begin", "table": plan.name,
@@ -288,29 +283,29 @@ def _install(client: Any, plan: _TablePlan, count: int, data: bytes, until_ms: i
 def _state_task(rows: Iterable[Any], *, payloads: tuple[bytes, ...], names: tuple[str, ...],
                 at: tuple[int, int, int], table_at: int
                 ) -> Iterator[tuple[int, int, int, bytes | None]]:
-    """Replay each table's events (rows sorted by table, then time) into a fresh store and
+    """Replay each table's events (rows sorted by table, then time) into a fresh replay and
     yield its state: ``(table, seq, 0, chunk)`` rows, then ``(table, -1, events, None)``."""
     t, e, b = at
     current = -1
-    store: Any = None
-    clock: Any = None
+    replay: Replay | None = None
     count = 0
     for row in rows:
         index = row[table_at]
         if index != current:
-            if store is not None:
-                yield from _state_rows(store, names[current], current, count)
-            store, clock = _store(payloads[index])
+            if replay is not None:
+                yield from _state_rows(replay, names[current], current, count)
+            replay = _replay(payloads[index])
             current, count = index, 0
-        _push(store, clock, row[e], row[t], row[b])
+        assert replay is not None
+        _push(replay, row[e], row[t], row[b])
         count += 1
-    if store is not None:
-        yield from _state_rows(store, names[current], current, count)
+    if replay is not None:
+        yield from _state_rows(replay, names[current], current, count)
 
 
-def _state_rows(store: Any, name: str, index: int, count: int
+def _state_rows(replay: Replay, name: str, index: int, count: int
                 ) -> Iterator[tuple[int, int, int, bytes | None]]:
-    data = _encode_msgpack(store.table(name).dump())
+    data = replay.state(name)
     for seq, offset in enumerate(range(0, len(data), CHUNK_BYTES)):
         yield index, seq, 0, data[offset:offset + CHUNK_BYTES]
     yield index, -1, count, None

@@ -2,9 +2,9 @@
 
 ``historical_features(spine, events, registry)`` gives, for each row of ``spine``, what a
 GET at the row's time would return had every event of ``events`` been pushed at its own
-time. No aggregation is written twice: every Spark task runs a ``FeatureStore`` (the
-server's feature store, with a clock the task sets) on the events of its entities in time
-order, and reads each spine row through the server's GET code at the spine row's time.
+time. No aggregation is written twice: every Spark task runs a ``beava.offline.Replay``
+(the server's feature store, with a clock the task sets) on the events of its entities in
+time order, and reads each spine row as the server's GET at the spine row's time.
 
 Per requested table:
 1. the events that reach it are repartitioned by the table's entity key (the canonical key
@@ -13,8 +13,8 @@ Per requested table:
 2. each partition is sorted by time, the events of one millisecond in the documented order
    (``order_col``, then event name, then input order), spine rows after the events of
    their millisecond (``inclusive=True``) or before them (``inclusive=False``);
-3. one task replays its partition: clock at the event's time, ``FeatureStore.push``; at a
-   spine row, clock at its time and GET of its key (query time = the spine row's time).
+3. one task replays its partition: each event pushed at its time; at a spine row, a GET of
+   its key at its time (query time = the spine row's time).
 
 Events with a ``dedupe_key`` first go through one pass over the whole event (partitioned by
 the dedupe value), so replays are recognised across entities as the server does.
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,7 +38,7 @@ from .event_schema import EventSchema
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from beava.engine.registry import EventSpec, Registry
+    from beava.offline import EventSpec, FeatureInfo, Pipeline, Replay, TableInfo
 
 __all__ = ["HistoricalReplayError", "historical_features"]
 
@@ -58,34 +57,14 @@ _R = PREFIX + "r"  # the spine row's columns, as one struct (null for events)
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _decode_json = msgspec.json.Decoder().decode
 
-# feature value kind -> Spark SQL type name
+# feature value kind (beava.offline.FeatureInfo) -> Spark SQL type name
 _SPARK_TYPES = {"long": "long", "double": "double", "boolean": "boolean",
                 "string": "string", "json": "string"}
-# catalogue output -> kind; "inherits" takes the kind of the feature's field
-_OUTPUT_KINDS = {"i64": "long", "epoch_ms": "long", "f64": "double", "bool": "boolean",
-                 "list": "json", "map": "json", "top_k": "json", "i64_list": "json"}
-_FIELD_KINDS = {"i64": "long", "f64": "double", "bool": "boolean", "str": "string",
-                "datetime": "string"}
 
 
 class HistoricalReplayError(BeavaSparkError, ValueError):
     """An event row that the server would refuse (its error code and the row), or a row
     without a time. Raised inside the Spark task; Spark's exception carries the text."""
-
-
-@dataclass(frozen=True)
-class _Feature:
-    name: str
-    kind: str  # long, double, boolean, string, json
-
-
-@dataclass(frozen=True)
-class _TablePlan:
-    name: str
-    keys: tuple[str, ...]
-    events: tuple[str, ...]  # the pushed events that reach the table
-    features: tuple[_Feature, ...]  # sorted by name, as GET orders a row
-    payload: bytes  # register payload of the table and what it needs
 
 
 def historical_features(
@@ -125,28 +104,23 @@ def historical_features(
     is not kept. Raises ValueError (``ConversionError`` for event columns) before any job
     runs; an event row the server would refuse fails the job with HistoricalReplayError.
     """
-    compiled, payload = _compile_registry(registry)
-    wanted = _table_names(compiled, tables)
-    plans = [_table_plan(compiled, payload, name) for name in wanted]
+    pipeline = _pipeline(registry)
+    plans = [pipeline.table(name) for name in _table_names(pipeline, tables)]
     _check_spine(spine, plans, time_col)
     needed = [e for plan in plans for e in plan.events]
-    unknown = sorted(set(events) - set(compiled.events))
-    if unknown:
-        raise ValueError(f"events names {', '.join(map(repr, unknown))}, which the registry "
-                         f"does not declare (events: {', '.join(compiled.events)})")
+    _check_event_names(pipeline, events)
     streams: dict[str, tuple[DataFrame, dict[str, str]]] = {}
     for event in dict.fromkeys(needed):
         if event not in events:
             users = [p.name for p in plans if event in p.events]
             raise ValueError(f"table {users[0]} is fed by event {event}, which events does "
                              f"not give (events: {', '.join(events) or 'none'})")
-        key_fields = {k for p in plans if compiled.tables[p.name].source == event
-                      for k in p.keys}
-        streams[event] = _event_stream(events[event], compiled.events[event], time_col,
-                                       order_col, payload, key_fields)
+        key_fields = {k for p in plans if p.source == event for k in p.keys}
+        streams[event] = _event_stream(events[event], pipeline, event, time_col, order_col,
+                                       key_fields)
     out = spine
     for plan in plans:
-        stream = _union([_keyed(*streams[e], plan, compiled) for e in plan.events])
+        stream = _union([_keyed(*streams[e], plan, pipeline) for e in plan.events])
         out = _replay_table(out, stream, plan, time_col, inclusive)
     return out
 
@@ -154,85 +128,38 @@ def historical_features(
 # -- driver side: registry, checks, streams -------------------------------------------------
 
 
-def _compile_registry(registry: Any) -> tuple[Registry, dict[str, Any]]:
-    """The compiled registry and its payload (a register outcome other than 200 raises
-    ValueError with the server's error)."""
-    from beava.dsl.compiler import compile_register_payload
-    from beava.engine.registry import empty_registry, register
+def _pipeline(registry: Any) -> Pipeline:
+    """The registry compiled as the server compiles it (ValueError with the server's error
+    when it would not register)."""
+    from beava.offline import Pipeline
 
-    if isinstance(registry, Mapping) and "nodes" in registry:
-        payload = {"nodes": list(registry["nodes"])}
-    elif isinstance(registry, (list, tuple)):
-        payload = {"nodes": compile_register_payload(*registry)["nodes"]}
-    else:
-        payload = {"nodes": compile_register_payload(registry)["nodes"]}
-    outcome = register(empty_registry(), _encode_json(payload),
-                       memory_governance_enforce=False)
-    if outcome.registry is None:
-        error = outcome.body.get("error", outcome.body)
-        raise ValueError(f"the registry does not register: {error}")
-    return outcome.registry, payload
+    return Pipeline(registry)
 
 
-def _table_names(compiled: Registry, tables: Sequence[Any] | None) -> list[str]:
+def _table_names(pipeline: Pipeline, tables: Sequence[Any] | None) -> list[str]:
+    known = pipeline.table_names
     if tables is None:
-        names = list(compiled.tables)
-        if not names:
+        if not known:
             raise ValueError("the registry has no table")
-        return names
+        return known
     if isinstance(tables, str):
         tables = [tables]
     names = []
     for table in tables:
         name = table if isinstance(table, str) else getattr(table, "_name", None)
-        if not isinstance(name, str) or name not in compiled.tables:
+        if not isinstance(name, str) or name not in known:
             raise ValueError(f"unknown table {name if isinstance(name, str) else table!r}; "
-                             f"tables: {', '.join(compiled.tables) or 'none'}")
+                             f"tables: {', '.join(known) or 'none'}")
         if name not in names:
             names.append(name)
     return names
 
 
-def _table_plan(compiled: Registry, payload: Mapping[str, Any], name: str) -> _TablePlan:
-    from beava.catalogue.operators import lookup
-    from beava.engine.state.chain_ops import chain_output_schema
-
-    spec = compiled.tables[name]
-    schema = chain_output_schema(spec.chain, spec.input_schema)
-    features = []
-    for fname, feature in spec.features.items():
-        op = lookup(feature.op)
-        output = op.output if op is not None else ""
-        if output == "inherits":
-            field = feature.params.get("field")
-            kind = _FIELD_KINDS.get(schema.get(field, "") if isinstance(field, str) else "",
-                                    "json")
-        else:
-            kind = _OUTPUT_KINDS.get(output, "json")
-        features.append(_Feature(fname, kind))
-    feeding = tuple(e for e in compiled.events if any(t.name == name
-                                                      for t in compiled.feeds(e)))
-    return _TablePlan(name, spec.keys, feeding, tuple(features),
-                      _encode_json({"nodes": _nodes_for(payload["nodes"], name)}))
-
-
-def _nodes_for(nodes: Sequence[Mapping[str, Any]], table: str) -> list[Mapping[str, Any]]:
-    """Every event source, and the table with the derivations it reads from: a task's
-    store then computes that table only."""
-    by_name = {node["name"]: node for node in nodes}
-    needed = set()
-    todo = [table]
-    while todo:
-        name = todo.pop()
-        if name in needed or name not in by_name:
-            continue
-        needed.add(name)
-        todo.extend(by_name[name].get("upstreams") or ())
-    return [node for node in nodes if node.get("kind") == "event" or node["name"] in needed]
-
-
-def _events_only(payload: Mapping[str, Any]) -> bytes:
-    return _encode_json({"nodes": [n for n in payload["nodes"] if n.get("kind") == "event"]})
+def _check_event_names(pipeline: Pipeline, events: Mapping[str, Any]) -> None:
+    unknown = sorted(set(events) - set(pipeline.events))
+    if unknown:
+        raise ValueError(f"events names {', '.join(map(repr, unknown))}, which the registry "
+                         f"does not declare (events: {', '.join(pipeline.events)})")
 
 
 def _time_family(df: DataFrame, column: str, what: str) -> str:
@@ -259,7 +186,7 @@ def _time_ms(df: DataFrame, column: str, what: str) -> Column:
     return f.unix_millis(col)
 
 
-def _check_spine(spine: DataFrame, plans: Sequence[_TablePlan], time_col: str) -> None:
+def _check_spine(spine: DataFrame, plans: Sequence[TableInfo], time_col: str) -> None:
     from pyspark.sql import types as t
 
     _time_family(spine, time_col, "the spine")
@@ -290,14 +217,15 @@ def _check_spine(spine: DataFrame, plans: Sequence[_TablePlan], time_col: str) -
             seen[feature.name] = plan.name
 
 
-def _event_stream(df: DataFrame, spec: EventSpec, time_col: str, order_col: str | None,
-                  payload: Mapping[str, Any], key_fields: set[str]
+def _event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
+                  order_col: str | None, key_fields: set[str]
                   ) -> tuple[DataFrame, dict[str, str]]:
-    """The rows of one event as ``(_T, _O, _E, _S, _B)`` plus the converted values of
+    """The rows of ``event`` as ``(_T, _O, _E, _S, _B)`` plus the converted values of
     ``key_fields`` (for keys computed in Spark), dedupe replays removed; and the wire
     type of each field column."""
     from pyspark.sql import functions as f
 
+    spec: EventSpec = pipeline.events[event]
     what = f"events[{spec.name!r}]"
     time = _time_ms(df, time_col, what)
     if order_col is not None and order_col not in df.columns:
@@ -327,24 +255,23 @@ def _event_stream(df: DataFrame, spec: EventSpec, time_col: str, order_col: str 
         return stream, wire  # no column for the field: no row has a value to dedupe by
     keyed = stream.withColumn(_D, f.col(quoted(dedupe)).cast("string"))
     ordered = keyed.repartition(_D).sortWithinPartitions(_T, _O, _E, _S).drop(_D)
-    task = functools.partial(_dedupe_task, payload=_events_only(payload),
+    task = functools.partial(_dedupe_task, payload=pipeline.events_payload(),
                              at=_at(ordered))
     return _frame(ordered.rdd.mapPartitions(task), ordered.schema), wire
 
 
-def _keyed(stream: DataFrame, wire: Mapping[str, str], plan: _TablePlan,
-           compiled: Registry) -> DataFrame:
+def _keyed(stream: DataFrame, wire: Mapping[str, str], plan: TableInfo,
+           pipeline: Pipeline) -> DataFrame:
     """``stream`` with ``_K``, the canonical key the event lands on in ``plan``'s table,
     and only the events that reach a row of it (a chain filter or a null key skips it)."""
     from pyspark.sql import functions as f
 
-    spec = compiled.tables[plan.name]
-    source = compiled.events[spec.source]
+    source = pipeline.events[plan.source]
     base = [_T, _O, _E, _S, _B]
-    fast = (not spec.chain and all(k not in source.defaults for k in spec.keys)
-            and all(wire.get(k) in ("str", "i64", "bool") for k in spec.keys))
+    fast = (not plan.chained and all(k not in source.defaults for k in plan.keys)
+            and all(wire.get(k) in ("str", "i64", "bool") for k in plan.keys))
     if fast:
-        parts = [_spark_keystr(f.col(quoted(PREFIX + "f_" + k)), wire[k]) for k in spec.keys]
+        parts = [_spark_keystr(f.col(quoted(PREFIX + "f_" + k)), wire[k]) for k in plan.keys]
         key = _join_key(parts)
         # a null key reaches no row; such events still go to the replay (in one partition),
         # whose push refuses them when the server would
@@ -398,16 +325,10 @@ def _spine_key(spine: DataFrame, keys: Sequence[str]) -> Column:
         elif isinstance(data_type, t.BooleanType):
             parts.append(_spark_keystr(col, "bool"))
         else:
-            parts.append(f.udf(_float_keystr, t.StringType())(col))
+            from beava.offline import float_key
+
+            parts.append(f.udf(float_key, t.StringType())(col))
     return _join_key(parts)
-
-
-def _float_keystr(value: float | None) -> str | None:
-    from beava.engine.state.keys import keystr
-
-    if value is None or not math.isfinite(value):
-        return None
-    return keystr(float(value))
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:
@@ -417,7 +338,7 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
     return out
 
 
-def _replay_table(spine: DataFrame, stream: DataFrame, plan: _TablePlan, time_col: str,
+def _replay_table(spine: DataFrame, stream: DataFrame, plan: TableInfo, time_col: str,
                   inclusive: bool) -> DataFrame:
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
@@ -470,27 +391,13 @@ def _frame(rdd: Any, schema: Any) -> DataFrame:
 # -- task side --------------------------------------------------------------------------------
 
 
-class _Clock:
-    """A settable clock for a task's FeatureStore."""
+def _replay(payload: bytes) -> Replay:
+    from beava.offline import Replay
 
-    __slots__ = ("now",)
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def _store(payload: bytes) -> tuple[Any, _Clock]:
-    from beava.engine.store import FeatureStore
-
-    clock = _Clock()
-    store = FeatureStore(clock=clock, memory_governance_enforce=False)
-    status, body = store.register(payload)
-    if status != 200:
-        raise HistoricalReplayError(f"the registry does not register in the task: {body}")
-    return store, clock
+    try:
+        return Replay(payload)
+    except ValueError as err:
+        raise HistoricalReplayError(f"in the task: {err}") from None
 
 
 def _rejected(event: str, time: int, body: str, code: str) -> HistoricalReplayError:
@@ -500,70 +407,55 @@ def _rejected(event: str, time: int, body: str, code: str) -> HistoricalReplayEr
         f"({code}): {shown}")
 
 
-def _push(store: Any, clock: _Clock, event: str, time: Any, body: str) -> Any:
-    from beava.catalogue.errors import BeavaError
+def _push(replay: Replay, event: str, time: Any, body: str) -> bool:
+    """Push one event row at its time; True when it is a dedupe replay."""
+    from beava.offline import ReplayRefused
 
     if time is None:
         raise HistoricalReplayError(f"an event {event} has a null time: {body[:500]}")
-    clock.now = time
     try:
-        return store.push(event, _decode_json(body))
-    except BeavaError as err:
+        return replay.push(event, time, _decode_json(body))
+    except ReplayRefused as err:
         raise _rejected(event, time, body, err.code) from None
 
 
 def _dedupe_task(rows: Iterable[Any], *, payload: bytes, at: tuple[int, int, int]
                  ) -> Iterator[Any]:
     """Drop the events the server answers as dedupe replays (rows in push order)."""
-    store, clock = _store(payload)
+    replay = _replay(payload)
     t, e, b = at
     seen = 0
     for row in rows:
-        replay = _push(store, clock, row[e], row[t], row[b])[2]
-        if not replay:
+        if not _push(replay, row[e], row[t], row[b]):
             yield row
         seen += 1
         if seen >= 100_000:  # forget the entries whose window has passed
-            store.sweep_dedupe()
+            replay.sweep_dedupe()
             seen = 0
 
 
 def _key_task(rows: Iterable[Any], *, payload: bytes, table: str) -> Iterator[Any]:
     """Append ``_K`` to each ``(_T, _O, _E, _S, _B)``: the table's chain and key function
     applied to the event (the engine's own); drop the events the table skips."""
-    from beava._fast.table_kernel import group_key
-    from beava.catalogue.errors import BeavaError
-    from beava.engine.state.chain_ops import compile_chain
-    from beava.engine.state.push_validation import build_checkers, validate_push
+    from beava.offline import ReplayRefused
 
-    store, _ = _store(payload)
-    spec = store.registry.tables[table]
-    chain: Callable[[dict[str, Any]], dict[str, Any] | None] | None = (
-        compile_chain(spec.chain, spec.input_schema) if spec.chain else None)
-    checkers = build_checkers(store.registry.events)
-    key_fields = tuple(spec.keys)
+    replay = _replay(payload)
     for row in rows:
         time, _, event, _, body = row
         try:
-            _, fields = validate_push(event, _decode_json(body), checkers)
-        except BeavaError as err:
+            key = replay.key_of(table, event, time, _decode_json(body))
+        except ReplayRefused as err:
             raise _rejected(event, time, body, err.code) from None
-        out = chain(dict(fields)) if chain is not None else fields
-        key = group_key(out, key_fields) if out is not None else None
         if key is not None:
             yield (*row, key)
 
 
 def _replay_task(rows: Iterable[Any], *, payload: bytes, table: str,
                  keys: tuple[int, ...], packed: int, at: tuple[int, int, int],
-                 features: tuple[_Feature, ...]) -> Iterator[tuple[Any, ...]]:
+                 features: tuple[FeatureInfo, ...]) -> Iterator[tuple[Any, ...]]:
     """Replay one partition in order: push each event at its time; for each spine row,
     GET its key at its time. Yields ``(spine row, *feature values)``."""
-    from beava.catalogue.errors import BeavaError
-    from beava.engine.state.reads import get
-
-    store, clock = _store(payload)
-    lookup = store.table
+    replay = _replay(payload)
     convert = {"long": _as_long, "double": _as_double, "boolean": _as_bool,
                "string": _as_string, "json": _as_json}
     named = [(f.name, convert[f.kind]) for f in features]
@@ -571,17 +463,12 @@ def _replay_task(rows: Iterable[Any], *, payload: bytes, table: str,
     for row in rows:
         time, body = row[t], row[b]
         if body is not None:
-            _push(store, clock, row[e], time, body)
+            _push(replay, row[e], time, body)
             continue
         spine_row = row[packed]
         found: dict[str, Any] = {}
         if time is not None:
-            clock.now = time
-            request = {"table": table, "key": [spine_row[i] for i in keys] if keys else ""}
-            try:
-                found = get(lookup, request, store.query_time())
-            except BeavaError:
-                found = {}  # a null or non-finite key: GET refuses it, no row
+            found = replay.get(table, [spine_row[i] for i in keys] if keys else "", time)
         yield (spine_row, *[fn(name, found.get(name)) for name, fn in named])
 
 

@@ -21,6 +21,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./s
 
 import beava as bv  # noqa: E402
 from beava.dsl.compiler import compile_register_payload  # noqa: E402
+from beava.offline import Pipeline  # noqa: E402
 from beava_spark import BackfillError, backfill, historical_features  # noqa: E402
 from tests.spark.test_historical import (  # noqa: E402
     HOUR,
@@ -74,11 +75,10 @@ def durable(tmp_path: Path) -> Iterator[BeavaProcess]:
 
 def test_backfill_into_a_live_server_equals_the_replayed_server(
         spark: Any, clean_server: BeavaProcess, tmp_path: Path) -> None:
-    from beava_spark.historical import _compile_registry, _table_plan
 
     events, _ = history(seed=5)
-    compiled, payload = _compile_registry(registry())
-    plans = {name: _table_plan(compiled, payload, name) for name in TABLES}
+    pipeline = Pipeline(registry())
+    plans = {name: pipeline.table(name) for name in TABLES}
     keys = {name: plan.keys for name, plan in plans.items()}
     spine = read_spine()
     with bv.App(f"tcp://{clean_server.addrs['tcp']}") as reference:

@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
 
 import beava as bv  # noqa: E402
+from beava.offline import Pipeline  # noqa: E402
 from beava_spark import ConversionError, historical_features  # noqa: E402
 from tests.support import BeavaProcess  # noqa: E402
 
@@ -236,11 +237,10 @@ def app(clean_server: BeavaProcess) -> Iterator[bv.App]:
 
 
 def test_equals_a_server_replayed_with_the_test_clock(spark: Any, app: bv.App) -> None:
-    from beava_spark.historical import _compile_registry, _table_plan
 
     events, spine = history()
-    compiled, payload = _compile_registry(registry())
-    plans = {name: _table_plan(compiled, payload, name) for name in TABLES}
+    pipeline = Pipeline(registry())
+    plans = {name: pipeline.table(name) for name in TABLES}
     served = replay_on_server(app, events, spine, {n: p.keys for n, p in plans.items()})
     out = historical_features(frame(spark, spine, SPINE_SCHEMA), event_frames(spark, events),
                               registry(), tables=list(TABLES), order_col="seq")
@@ -274,12 +274,11 @@ def test_not_inclusive_and_the_default_order_equal_the_server(spark: Any, app: b
     """inclusive=False against reads made before the events of their millisecond; without
     order_col, same-millisecond events go by event name, then input order: the order the
     server got them in (``seq`` was given in that order)."""
-    from beava_spark.historical import _compile_registry, _table_plan
 
     events, spine = history(seed=11)
     tables = ("UserClicks", "AllClicks", "RegionSpend", "LoginByUser")
-    compiled, payload = _compile_registry(registry())
-    plans = [_table_plan(compiled, payload, name) for name in tables]
+    pipeline = Pipeline(registry())
+    plans = [pipeline.table(name) for name in tables]
     served = replay_on_server(app, events, spine, {p.name: p.keys for p in plans},
                               inclusive=False)
     out = historical_features(frame(spark, spine, SPINE_SCHEMA), event_frames(spark, events),

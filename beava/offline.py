@@ -1,0 +1,219 @@
+"""The offline door into the engine: replay events through the server's own feature store
+at times the caller chooses, and read rows as a GET at a chosen time would.
+
+Tools that compute features away from a running server (the Spark connector's
+``historical_features`` and ``backfill``) use this module and nothing else of the engine,
+so what they compute is what the server computes, and the engine may change behind it.
+
+- :class:`Pipeline` compiles a registry (a register payload, or what ``App.register``
+  takes) as the server would, and describes its events and tables (keys, feeding events,
+  feature value kinds, the payload that computes one table alone).
+- :class:`Replay` is one feature store with a settable clock: ``push`` an event at its time
+  (validated, deduplicated and applied as a live push), ``get`` a row at a time, ``state``
+  of a table as the backfill operation uploads it, ``key_of`` the entity key an event lands
+  on in a table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from beava._fast.table_kernel import group_key
+from beava.catalogue.errors import BeavaError
+from beava.catalogue.operators import lookup
+from beava.engine.registry import EventSpec, Registry, empty_registry, register
+from beava.engine.state.chain_ops import chain_output_schema, compile_chain
+from beava.engine.state.keys import keystr
+from beava.engine.state.push_validation import validate_push
+from beava.engine.state.reads import get
+from beava.engine.store import FeatureStore
+
+__all__ = ["EventSpec", "FeatureInfo", "Pipeline", "Replay", "ReplayRefused", "TableInfo",
+           "float_key"]
+
+_encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
+_encode_msgpack = msgspec.msgpack.Encoder().encode
+
+# What a feature's value is in a GET row: long, double, boolean, string, or json (a list
+# or map, or a value whose type depends on the data). Catalogue output -> kind;
+# "inherits" takes the kind of the feature's field.
+_OUTPUT_KINDS = {"i64": "long", "epoch_ms": "long", "f64": "double", "bool": "boolean",
+                 "list": "json", "map": "json", "top_k": "json", "i64_list": "json"}
+_FIELD_KINDS = {"i64": "long", "f64": "double", "bool": "boolean", "str": "string",
+                "datetime": "string"}
+
+
+class ReplayRefused(ValueError):
+    """A push the server would refuse: ``code`` is its error code (spec/wire.md §5.2)."""
+
+    def __init__(self, event: str, time_ms: int, code: str) -> None:
+        super().__init__(f"a push of {event} at {time_ms} ms is refused ({code})")
+        self.event = event
+        self.time_ms = time_ms
+        self.code = code
+
+
+@dataclass(frozen=True)
+class FeatureInfo:
+    name: str
+    kind: str  # long, double, boolean, string, json
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One table of a :class:`Pipeline`."""
+
+    name: str
+    source: str  # the root event source its rows come from
+    keys: tuple[str, ...]  # group-by key fields (empty: a global table)
+    chained: bool  # filter / select / with_columns steps between the source and the table
+    events: tuple[str, ...]  # every event whose pushes reach the table
+    features: tuple[FeatureInfo, ...]  # by name
+    payload: bytes  # register payload of every event source and this table alone
+
+
+class Pipeline:
+    """A registry compiled as the server compiles it (``ValueError`` with the server's
+    error when it would not register)."""
+
+    def __init__(self, registry: Any) -> None:
+        from beava.dsl.compiler import compile_register_payload
+
+        if isinstance(registry, Mapping) and "nodes" in registry:
+            nodes = list(registry["nodes"])
+        elif isinstance(registry, (list, tuple)):
+            nodes = compile_register_payload(*registry)["nodes"]
+        else:
+            nodes = compile_register_payload(registry)["nodes"]
+        outcome = register(empty_registry(), _encode_json({"nodes": nodes}),
+                           memory_governance_enforce=False)
+        if outcome.registry is None:
+            error = outcome.body.get("error", outcome.body)
+            raise ValueError(f"the registry does not register: {error}")
+        self._compiled: Registry = outcome.registry
+        self.nodes: list[Mapping[str, Any]] = nodes
+
+    @property
+    def events(self) -> Mapping[str, EventSpec]:
+        """Every event source, by name."""
+        return self._compiled.events
+
+    @property
+    def table_names(self) -> list[str]:
+        return list(self._compiled.tables)
+
+    def table(self, name: str) -> TableInfo:
+        spec = self._compiled.tables[name]
+        schema = chain_output_schema(spec.chain, spec.input_schema)
+        features = []
+        for fname, feature in spec.features.items():
+            op = lookup(feature.op)
+            output = op.output if op is not None else ""
+            if output == "inherits":
+                field = feature.params.get("field")
+                kind = _FIELD_KINDS.get(schema.get(field, "") if isinstance(field, str)
+                                        else "", "json")
+            else:
+                kind = _OUTPUT_KINDS.get(output, "json")
+            features.append(FeatureInfo(fname, kind))
+        feeding = tuple(e for e in self._compiled.events
+                        if any(t.name == name for t in self._compiled.feeds(e)))
+        return TableInfo(name, spec.source, spec.keys, bool(spec.chain), feeding,
+                         tuple(features), _encode_json({"nodes": self._nodes_for(name)}))
+
+    def events_payload(self) -> bytes:
+        """Register payload of the event sources alone (dedupe needs no table)."""
+        return _encode_json({"nodes": [n for n in self.nodes if n.get("kind") == "event"]})
+
+    def _nodes_for(self, table: str) -> list[Mapping[str, Any]]:
+        """Every event source, and the table with the derivations it reads from."""
+        by_name = {node["name"]: node for node in self.nodes}
+        needed = set()
+        todo = [table]
+        while todo:
+            name = todo.pop()
+            if name in needed or name not in by_name:
+                continue
+            needed.add(name)
+            todo.extend(by_name[name].get("upstreams") or ())
+        return [node for node in self.nodes
+                if node.get("kind") == "event" or node["name"] in needed]
+
+
+class _Clock:
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Replay:
+    """One memory-only feature store on a register payload (``payload`` of a
+    :class:`TableInfo`, or :meth:`Pipeline.events_payload`), with a clock set by each call."""
+
+    def __init__(self, payload: bytes) -> None:
+        self._clock = _Clock()
+        self._store = FeatureStore(clock=self._clock, memory_governance_enforce=False)
+        status, body = self._store.register(payload)
+        if status != 200:
+            raise ValueError(f"the registry does not register: {body}")
+        self._chains: dict[str, Any] = {}
+
+    def push(self, event: str, time_ms: int, fields: Any) -> bool:
+        """Push ``fields`` to ``event`` at ``time_ms`` as a live push; True when the server
+        answers it as a dedupe replay (nothing applied). Raises :class:`ReplayRefused`."""
+        self._clock.now = time_ms
+        try:
+            return self._store.push(event, fields)[2]
+        except BeavaError as err:
+            raise ReplayRefused(event, time_ms, err.code) from None
+
+    def get(self, table: str, key: Sequence[Any] | str, time_ms: int) -> dict[str, Any]:
+        """The row a GET of ``key`` at ``time_ms`` answers (``{}``: no row, or a key GET
+        refuses, such as a null part)."""
+        self._clock.now = time_ms
+        try:
+            return get(self._store.table, {"table": table, "key": key},
+                       self._store.query_time())
+        except BeavaError:
+            return {}
+
+    def state(self, table: str) -> bytes:
+        """The table's whole state as the backfill operation uploads it (MessagePack)."""
+        return bytes(_encode_msgpack(self._store.table(table).dump()))
+
+    def sweep_dedupe(self) -> None:
+        """Forget the dedupe entries whose window has passed at the clock's time."""
+        self._store.sweep_dedupe()
+
+    def key_of(self, table: str, event: str, time_ms: int, fields: Any) -> str | None:
+        """The canonical key the push lands on in ``table`` (after the table's chain), None
+        when the chain drops it or a key is null. Nothing is applied; raises
+        :class:`ReplayRefused` for a push the server would refuse."""
+        spec = self._store.registry.tables[table]
+        if table not in self._chains:
+            self._chains[table] = (compile_chain(spec.chain, spec.input_schema)
+                                   if spec.chain else None)
+        chain = self._chains[table]
+        try:
+            _, row = validate_push(event, fields, self._store.checkers)
+        except BeavaError as err:
+            raise ReplayRefused(event, time_ms, err.code) from None
+        out = chain(dict(row)) if chain is not None else row
+        return group_key(out, spec.keys) if out is not None else None
+
+
+def float_key(value: float | None) -> str | None:
+    """The canonical key text of a float key part (spec/wire.md §7.1); None for null or a
+    non-finite value, which no row has."""
+    if value is None or not math.isfinite(value):
+        return None
+    return keystr(float(value))

@@ -1,0 +1,126 @@
+"""beava.offline: the one door into the engine for tools away from a server (the Spark
+connector's historical_features and backfill)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import beava as bv
+from beava.offline import FeatureInfo, Pipeline, Replay, ReplayRefused, float_key
+from tests.support import REPO
+
+HOUR = 3_600_000
+
+
+@bv.event(dedupe_key="txn_id")
+class Pay(bv.Event):
+    txn_id: str
+    user: str
+    card: str
+    amount: float
+    tag: str
+
+
+@bv.table(key="user")
+def PayUser(p: Pay) -> bv.Table:  # noqa: N802
+    return p.group_by("user").agg(n_1h=bv.count(window="1h"), spend=bv.sum("amount"),
+                                  top_tag=bv.max("tag"))
+
+
+@bv.table(key="card")
+def BigCard(p: Pay) -> bv.Table:  # noqa: N802
+    return p.filter(bv.col("amount") > 100).group_by("card").agg(n=bv.count())
+
+
+def _pay(txn: str, user: str = "u1", amount: float = 10.0, card: str = "c1"
+         ) -> dict[str, object]:
+    return {"txn_id": txn, "user": user, "card": card, "amount": amount, "tag": "t" + txn}
+
+
+def test_pipeline_describes_tables_as_the_server_compiles_them() -> None:
+    pipeline = Pipeline([Pay, PayUser, BigCard])
+    assert pipeline.table_names == ["PayUser", "BigCard"]
+    assert set(pipeline.events) == {"Pay"}
+    user = pipeline.table("PayUser")
+    assert (user.source, user.keys, user.chained, user.events) == ("Pay", ("user",), False,
+                                                                   ("Pay",))
+    assert user.features == (FeatureInfo("n_1h", "long"), FeatureInfo("spend", "double"),
+                             FeatureInfo("top_tag", "string"))
+    card = pipeline.table("BigCard")
+    assert card.chained and card.keys == ("card",)
+    names = [n["name"] for n in msgspec.json.decode(card.payload)["nodes"]]
+    assert "PayUser" not in names and "BigCard" in names and "Pay" in names
+    events_only = msgspec.json.decode(pipeline.events_payload())["nodes"]
+    assert [n["name"] for n in events_only] == ["Pay"]
+
+
+def test_pipeline_refuses_what_the_server_refuses() -> None:
+    bad = {"nodes": [{"kind": "event", "name": "E", "schema": {"fields": {"k": "nope"}}}]}
+    with pytest.raises(ValueError, match="does not register"):
+        Pipeline(bad)
+
+
+def test_replay_pushes_at_their_times_and_reads_at_a_time() -> None:
+    pipeline = Pipeline([Pay, PayUser, BigCard])
+    replay = Replay(pipeline.table("PayUser").payload)
+    assert replay.push("Pay", 1_000, _pay("a")) is False
+    assert replay.push("Pay", HOUR // 2, _pay("b", amount=5)) is False
+    assert replay.push("Pay", HOUR // 2, _pay("a")) is True  # a dedupe replay: not applied
+    row = replay.get("PayUser", ["u1"], HOUR // 2)
+    assert row == {"n_1h": 2, "spend": 15.0, "top_tag": "tb"}
+    later = replay.get("PayUser", ["u1"], HOUR + HOUR // 4)  # the first push left the window
+    assert later["n_1h"] == 1 and later["spend"] == 15.0
+    assert replay.get("PayUser", ["nobody"], 3_000) == {}
+    assert replay.get("PayUser", [None], 3_000) == {}  # a key GET refuses: no row
+
+
+def test_replay_refuses_what_a_push_would_refuse() -> None:
+    replay = Replay(Pipeline([Pay, PayUser]).table("PayUser").payload)
+    with pytest.raises(ReplayRefused) as refused:
+        replay.push("Pay", 1_000, {"txn_id": "x", "user": "u", "card": "c", "amount": "ten",
+                                   "tag": "t"})
+    assert refused.value.code == "invalid_event" and refused.value.time_ms == 1_000
+    with pytest.raises(ReplayRefused) as unknown:
+        replay.push("Nope", 1_000, {})
+    assert unknown.value.code == "event_not_found"
+
+
+def test_key_of_runs_the_chain_and_the_key_function() -> None:
+    pipeline = Pipeline([Pay, BigCard])
+    replay = Replay(pipeline.table("BigCard").payload)
+    assert replay.key_of("BigCard", "Pay", 1, _pay("a", amount=500, card="c|2")) == "c|2"
+    assert replay.key_of("BigCard", "Pay", 1, _pay("b", amount=50)) is None  # filtered out
+    assert replay.get("BigCard", ["c|2"], 10) == {}  # key_of applies nothing
+    with pytest.raises(ReplayRefused):
+        replay.key_of("BigCard", "Pay", 1, {"user": "u"})
+
+
+def test_float_key_is_the_servers_key_text() -> None:
+    assert float_key(2.5) == "2.5" and float_key(3.0) == "3.0"
+    assert float_key(float("nan")) is None and float_key(None) is None
+
+
+def test_state_is_the_table_dump_the_backfill_operation_takes() -> None:
+    replay = Replay(Pipeline([Pay, PayUser]).table("PayUser").payload)
+    empty = msgspec.msgpack.decode(replay.state("PayUser"))
+    replay.push("Pay", 1_000, _pay("a"))
+    full = msgspec.msgpack.decode(replay.state("PayUser"))
+    assert full != empty
+    assert "u1" in msgspec.json.encode(full).decode()
+
+
+def test_the_spark_connector_enters_the_engine_through_beava_offline_only() -> None:
+    reached: set[str] = set()
+    for path in sorted((REPO / "spark_connector" / "beava_spark").glob("*.py")):
+        for node in ast.walk(ast.parse(Path(path).read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            reached.update(n for n in names if n == "beava" or n.startswith("beava."))
+    assert reached == {"beava.offline"}
