@@ -239,13 +239,14 @@ cdef inline Py_ssize_t _text_size(const unsigned char* b, Py_ssize_t n,
     return size
 
 
-cdef inline bint _non_finite(unsigned char tag, uint64_t bits) noexcept:
-    """Whether the MessagePack float (``tag`` 0xca: float 32, 0xcb: float 64; ``bits``: its
-    big-endian bytes) is NaN or ±Infinity: every bit of its exponent is set. (Shifted, not
-    masked: Cython makes a 64-bit mask literal a Python int, and the test a Python call.)"""
-    if tag == 0xca:
-        return (bits >> 23) & 0xff == 0xff
-    return (bits >> 52) & 0x7ff == 0x7ff
+cdef inline bint _non_finite(unsigned char tag, const unsigned char* p) noexcept:
+    """Whether the MessagePack float at ``p`` (its big-endian bytes; ``tag`` 0xca: float 32,
+    0xcb: float 64) is NaN or ±Infinity: every bit of its exponent is set, as its first two
+    bytes tell (the sign and the exponent's top 7 bits, then the rest of the exponent). For
+    a body only checked, whose numbers are not decoded; a decoded one tests its double."""
+    if p[0] & 0x7f != 0x7f:  # almost every float ends here
+        return False
+    return p[1] & 0x80 != 0 if tag == 0xca else p[1] & 0xf0 == 0xf0
 
 
 cdef inline bint _plain_ascii(const unsigned char* p, Py_ssize_t n) noexcept:
@@ -416,19 +417,23 @@ cdef class EventChecker:
                 if at + 1 + size > n:
                     return None
                 bits64 = _get_be(b + at + 1, <int>size)
-                if c <= 0xcb:  # float 32 or 64: NaN and ±Infinity are refused by check()
-                    if _non_finite(c, bits64):
-                        return None
-                elif c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
+                if c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
                     return None
                 kind = T_NUM
-                if row is not None:
+                if row is None:  # NaN and ±Infinity are refused by check() (§6.3)
+                    if c <= 0xcb and _non_finite(c, b + at + 1):
+                        return None
+                else:
                     if c == 0xca:
                         bits32 = <uint32_t>bits64
                         memcpy(&f32, &bits32, 4)
+                        if not isfinite(f32):  # refused by check() (§6.3)
+                            return None
                         value = <double>f32
                     elif c == 0xcb:
                         memcpy(&f64, &bits64, 8)
+                        if not isfinite(f64):
+                            return None
                         value = f64
                     elif c <= 0xcf:  # uint 8..64
                         value = <long long>bits64
