@@ -23,6 +23,17 @@ from beava.protocol.server_state import ServerState
 if TYPE_CHECKING:  # ssl is imported only when TLS is configured
     import ssl
 
+# Replies not yet taken by the peer: above HIGH_WATER a connection stops reading, and builds
+# no more replies for requests it already read, until the backlog drains below LOW_WATER.
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 1024 * 1024
+# Bounded turns: a read brings at most TURN_SECONDS of work at once; what is left waits in
+# the connection and is run by the server's turn scheduler, a bounded round per loop
+# iteration, round-robin over the busy connections (beava.protocol.server_state). Between
+# two rounds the loop polls the sockets, so a lone GET on another connection waits about
+# one round, not behind every deep pipeline.
+TURN_SECONDS = 0.0005
+
 
 class ServerConnection(asyncio.Protocol, ABC):
     """Base of the connection protocols: connection-set membership, reply queue, stop."""

@@ -17,7 +17,7 @@ from types import MappingProxyType
 import httptools
 
 from beava.catalogue.errors import BeavaError
-from beava.protocol.connection import ServerConnection
+from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection
 from beava.protocol.messages import encode_json
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
@@ -25,17 +25,12 @@ from beava.protocol.server_state import ServerState
 MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADER_LINES = 64
 MAX_BODY_BYTES = 4 * 1024 * 1024
-# Responses not yet taken by the peer: above HIGH_WATER the connection stops reading and
-# parks the requests it already parsed (unanswered) until the backlog drains below LOW_WATER.
-HIGH_WATER = 4 * 1024 * 1024
-LOW_WATER = 1024 * 1024
-# Bounded turns, as on framed TCP (beava.protocol.tcp): the pipelined requests of one read
-# are answered until TURN_BYTES of responses or TURN_SECONDS of work; the rest wait,
-# unread input too, for this connection's next round of the server's turn scheduler. A
-# client that pipelines reads of a large row and never reads the answers used to have a
-# whole read's worth answered at once, as long as the kernel took them (tens of ms).
+# Bounded turns, as on framed TCP: the pipelined requests of one read are answered until
+# TURN_BYTES of responses or TURN_SECONDS of work; the rest wait, unread input too, for this
+# connection's next round of the server's turn scheduler. A client that pipelines reads of
+# a large row and never reads the answers used to have a whole read's worth answered at
+# once, as long as the kernel took them (tens of ms).
 TURN_BYTES = 256 * 1024
-TURN_SECONDS = 0.0005
 
 _REASONS = MappingProxyType({
     401: "Unauthorized",

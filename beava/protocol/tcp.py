@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import STATE_READ_OPS
-from beava.protocol.connection import ServerConnection
+from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection
 from beava.protocol.dispatch import FrameDispatch, error_frame
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
@@ -32,14 +32,6 @@ from beava_client.opcodes import OP_PUSH
 # (op, ct, payload); a framing error is (FRAME_TOO_LARGE | FRAME_TOO_SHORT, declared, b"")
 Frame = tuple[int, int, bytes]
 
-HIGH_WATER = 4 * 1024 * 1024  # stop reading while this much reply data is unsent
-LOW_WATER = 1024 * 1024
-# Bounded turns: a read brings at most TURN_SECONDS of work at once; what is left waits in
-# the connection and is run by the server's turn scheduler, a bounded round per loop
-# iteration, round-robin over the busy connections (beava.protocol.server_state). Between
-# two rounds the loop polls the sockets, so a lone GET on another connection waits about
-# one round, not behind every deep pipeline.
-TURN_SECONDS = 0.0005
 TURN_CHECK_EVERY = 16  # frames between clock reads
 # Input drained after our FIN before the socket is closed: at shutdown, and after a fatal
 # framing error, when the peer is likely still sending the rest of the frame it announced

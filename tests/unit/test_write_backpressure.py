@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 
 from beava._fast.frame_splitter import encode_frame
+from beava.protocol.connection import HIGH_WATER
 from beava.protocol.dispatch import FrameDispatch, FrameHandler
-from beava.protocol.http import HIGH_WATER as HTTP_HIGH_WATER
 from beava.protocol.http import TURN_BYTES as HTTP_TURN_BYTES
 from beava.protocol.http import HttpProtocol, HttpRequest
 from beava.protocol.server_state import ServerState
-from beava.protocol.tcp import HIGH_WATER, FramedTcpProtocol
+from beava.protocol.tcp import FramedTcpProtocol
 from beava_client.opcodes import CT_JSON, OP_GET, OP_GET_RESPONSE
 from tests.unit.fake_transport import FakeTransport, frame, split_frames
 from tests.unit.test_protocol_dispatch import frame_handlers
@@ -91,7 +91,7 @@ class SlowHttpPeer(FakeTransport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         super().write(data)
-        if not self.paused and len(self.written) > HTTP_HIGH_WATER:
+        if not self.paused and len(self.written) > HIGH_WATER:
             self.paused = True
             self.protocol.pause_writing()
 
