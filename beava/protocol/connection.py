@@ -162,7 +162,10 @@ class ServerConnection(asyncio.Protocol, ABC):
             self.refuse(BeavaError("too_many_connections", limit=state.limits.max_connections))
             return
         if state.intake.shut:
-            transport.pause_reading()  # type: ignore[attr-defined]
+            self.pause_intake()
+            # uvloop starts reading once connection_made returns, undoing a pause made in
+            # it; a callback runs before the loop next polls the socket
+            asyncio.get_running_loop().call_soon(self._pause_if_shut)
 
     def received(self, request_started: bool, request_open: bool) -> None:
         """After bytes arrived: ``request_started`` when a request began in them,
@@ -219,6 +222,10 @@ class ServerConnection(asyncio.Protocol, ABC):
     def pause_intake(self) -> None:
         if self._transport is not None and not self._closing:
             self._transport.pause_reading()
+
+    def _pause_if_shut(self) -> None:
+        if self.state.intake.shut:
+            self.pause_intake()
 
     def resume_intake(self) -> None:
         self._resume_if_idle()

@@ -76,7 +76,7 @@ def test_a_connection_is_flushed_once_per_batch() -> None:
     assert writes == [b"<ack 0><ack 1><ack 2>"]
 
 
-def test_intake_gates_are_per_server() -> None:
+async def test_intake_gates_are_per_server() -> None:
     dispatch = FrameDispatch(_pending_pushes()[0])
     one, two = ServerState(), ServerState()
     _, out_one = _connect(dispatch, one)
@@ -138,3 +138,36 @@ def test_no_module_of_the_protocol_package_holds_mutable_state() -> None:
             if not name.startswith("__") and isinstance(value, state_types):
                 found.append(f"{info.name}.{name}")
     assert found == []
+
+
+def test_a_connection_accepted_while_the_intake_is_shut_is_not_read_under_uvloop() -> None:
+    """uvloop starts reading a connection after ``connection_made`` returns, which undoes a
+    pause made inside it: a request sent at once by a connection accepted while the gate is
+    shut must still wait for the gate."""
+    import uvloop
+
+    dispatch = FrameDispatch(_pending_pushes()[0])
+    state = ServerState()
+    state.intake.set(True)
+
+    async def main() -> tuple[bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: FramedTcpProtocol(dispatch, 1 << 20, state), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(0x0000, CT_JSON, b"{}"))  # a PING, sent with the connect
+        await writer.drain()
+        try:
+            early = await asyncio.wait_for(reader.read(100), 0.3)
+        except TimeoutError:
+            early = b""  # nothing answered while the gate is shut
+        state.intake.set(False)
+        late = await asyncio.wait_for(reader.read(100), 10)
+        writer.close()
+        server.close()
+        return early, late
+
+    early, late = uvloop.run(main())
+    assert early == b""
+    assert late.endswith(b"<reply>")
