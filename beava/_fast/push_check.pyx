@@ -315,14 +315,6 @@ cdef class EventChecker:
     def __dealloc__(self):
         PyMem_Free(self.table)
 
-    def accepts_unchanged(self, bytes body):
-        """check_msgpack on ``body`` (Python-level access for tests)."""
-        return self.check_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) == 1
-
-    def settled_row(self, bytes body):
-        """row_msgpack on ``body`` (Python-level access for tests)."""
-        return self.row_msgpack(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
-
     cdef int check_msgpack(self, const char* p, Py_ssize_t n) except -1:
         """See push_check.pxd."""
         return self._settle(p, n, False) is not None
