@@ -9,36 +9,18 @@ push bodies (finite floats), the canonical key encoding, and mapping server erro
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import datetime
-import os
-import secrets
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any, NoReturn, Protocol
 
 from beava.dsl.compiler import compile_register_payload
-from beava.errors import (
-    BinaryNotFoundError,
-    FeatureNotFoundError,
-    PushError,
-    ReadError,
-    RegistrationError,
-)
-from beava.launcher import (
-    BINARY_ENV,
-    ServerProcess,
-    ServerStartError,
-    installed_server_command,
-    server_command,
-    split_addr,
-)
+from beava.errors import FeatureNotFoundError, PushError, ReadError, RegistrationError
+from beava.launcher import EmbeddedServer
 from beava_client import (
     AsyncHttpClient,
     AsyncTcpClient,
@@ -55,8 +37,6 @@ from beava_client.urls import Endpoint
 
 __all__ = ["App", "AsyncApp"]
 
-STARTUP_TIMEOUT_S = 5.0
-STOP_TIMEOUT_S = 5.0
 _EMBED_REQUIRES_WITH = (
     "Embed mode requires use as a context manager: `with bv.App() as app:` (or pass a "
     "url such as 'tcp://127.0.0.1:8081' to use a running server)"
@@ -216,136 +196,24 @@ def _raise_server_error(err: ServerError) -> NoReturn:
     ) from err
 
 
-# -- embed mode ------------------------------------------------------------------------------
+class _ServerErrors:
+    """``with _SERVER_ERRORS:`` around a request: a ``ServerError`` leaves it as the SDK's
+    error (``_raise_server_error``), anything else unchanged. The one mapping of both
+    ``App`` and ``AsyncApp`` (a plain ``with`` holds across an ``await``)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(err, ServerError):
+            _raise_server_error(err)
 
 
-def _server_command() -> list[str]:
-    """``$BEAVA_BINARY`` when set (no fallback), else this distribution's own server run
-    with ``-P``, so the working directory (a source checkout, say) is not imported."""
-    command = server_command()
-    if os.environ.get(BINARY_ENV) is None:
-        return command
-    binary = command[0]
-    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-        raise BinaryNotFoundError(
-            f"BEAVA_BINARY={binary!r} is not an executable file. Point it at the beava "
-            "server executable, or unset it to run this installation's server "
-            f"({' '.join(installed_server_command())}); install with `pip install beava`."
-        )
-    return command
-
-
-def _startup_timeout() -> float:
-    text = os.environ.get("BEAVA_EMBED_STARTUP_TIMEOUT")
-    if not text:
-        return STARTUP_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT={text!r} is not a number") from None
-    if not value > 0:
-        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT must be positive, got {text!r}")
-    return value
-
-
-class EmbeddedServer:
-    """A private beava server process on OS-assigned ports (spec/sdk.md §8.3).
-
-    ``start()`` spawns it through :class:`beava.launcher.ServerProcess` and waits for its
-    ``server.http_bound`` / ``server.tcp_bound`` stdout lines; if it exits or stays silent
-    first, the ``TimeoutError`` raised (a ``ServerStartError``) carries the last lines of its
-    stderr. ``stop()`` sends SIGTERM (SIGKILL after 5 s) and removes its directory. The data
-    directories are passed as ``BEAVA_WAL_DIR`` / ``BEAVA_SNAPSHOT_DIR`` (the embed contract),
-    or with ``data_dir_flag`` as ``--data-dir`` (how ``beava quickstart`` runs its server).
-    """
-
-    def __init__(
-        self, command: list[str], *, test_mode: bool = False, data_dir_flag: bool = False
-    ) -> None:
-        self.command = command
-        self.test_mode = test_mode
-        self.data_dir_flag = data_dir_flag
-        self.directory = ""
-        self.http_addr: tuple[str, int] | None = None
-        self.tcp_addr: tuple[str, int] | None = None
-        self._server: ServerProcess | None = None
-        self._lock = threading.Lock()
-        self._stopped = False
-
-    @property
-    def _proc(self) -> subprocess.Popen[bytes] | None:
-        """The server's process, once spawned."""
-        server = self._server
-        return None if server is None else server.proc
-
-    def start(self) -> None:
-        """Spawn the server and wait until both listeners are bound."""
-        timeout = _startup_timeout()
-        stamp = int(time.time() * 1000)
-        self.directory = os.path.join(
-            tempfile.gettempdir(), f"beava-embed-{os.getpid()}-{stamp}-{secrets.token_hex(4)}"
-        )
-        os.makedirs(os.path.join(self.directory, "wal"))
-        os.makedirs(os.path.join(self.directory, "snapshots"))
-        atexit.register(self.stop)
-        env = {"BEAVA_DEV_ENDPOINTS": "1"}
-        args: list[str] = []
-        if self.data_dir_flag:
-            args += ["--data-dir", self.directory]  # WAL in <dir>/wal, snapshots beside it
-        else:
-            env["BEAVA_WAL_DIR"] = os.path.join(self.directory, "wal")
-            env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
-        if self.test_mode:
-            env["BEAVA_TEST_MODE"] = "1"
-        server = ServerProcess(args, command=self.command, env=env, keep_output=False)
-        try:
-            server.start()
-        except OSError as exc:
-            self.stop()
-            raise BinaryNotFoundError(
-                f"cannot start the beava server {self.command[0]!r}: {exc}"
-            ) from exc
-        self._server = server
-        try:
-            server.wait_bound(timeout)
-        except ServerStartError:
-            self.stop(kill=True)
-            raise
-        self.http_addr = split_addr(server.addrs["http"])
-        self.tcp_addr = split_addr(server.addrs["tcp"])
-
-    @property
-    def tcp_url(self) -> str:
-        assert self.tcp_addr is not None
-        return f"tcp://{self.tcp_addr[0]}:{self.tcp_addr[1]}"
-
-    @property
-    def http_url(self) -> str:
-        assert self.http_addr is not None
-        return f"http://{self.http_addr[0]}:{self.http_addr[1]}"
-
-    def stop(self, *, kill: bool = False) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 5 s; ``kill``: SIGKILL at once) and
-        remove its directory. Idempotent."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        server = self._server
-        if server is not None:
-            if kill:
-                server.kill()
-                server.join_output(1.0)
-            else:
-                server.stop(STOP_TIMEOUT_S)
-            server.close_pipes()
-        if self.directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-        atexit.unregister(self.stop)
+_SERVER_ERRORS = _ServerErrors()
 
 
 # -- what App and AsyncApp share ---------------------------------------------------------------
-
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -361,6 +229,7 @@ def _epoch_ms(when: int | datetime.datetime) -> int:
     if isinstance(when, bool) or not isinstance(when, int):
         raise TypeError(f"expected epoch milliseconds (int) or a datetime, got {when!r}")
     return when
+
 
 class _AppBase:
     """The checked options and embed-mode state of ``App`` and ``AsyncApp``.
@@ -532,7 +401,7 @@ class App(_AppBase):
         if endpoint is None:
             if not self._entered:
                 raise RuntimeError(_EMBED_REQUIRES_WITH)
-            server = EmbeddedServer(_server_command(), test_mode=self._test_mode)
+            server = EmbeddedServer(test_mode=self._test_mode)
             server.start()
             self._server = server
             endpoint = parse_url(server.tcp_url)
@@ -556,19 +425,15 @@ class App(_AppBase):
     ) -> dict[str, Any]:
         """Register the pipeline (the whole desired registry); returns the server's answer."""
         payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
-        try:
+        with _SERVER_ERRORS:
             return self._client().register(payload)
-        except ServerError as err:
-            _raise_server_error(err)
 
     def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event: ``{"ack_lsn", "idempotent_replay", "registry_version"}``."""
         _check_event_name(event_name)
         body = _check_row(fields)
-        try:
+        with _SERVER_ERRORS:
             return self._client().push(event_name, body)
-        except ServerError as err:
-            _raise_server_error(err)
 
     def push_many(
         self, event_name: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = 1000
@@ -578,73 +443,57 @@ class App(_AppBase):
         _check_event_name(event_name)
         size = _check_chunk_size(chunk_size)
         bodies = [_check_row(row) for row in rows]
-        try:
+        with _SERVER_ERRORS:
             return self._client().push_many(event_name, bodies, chunk_size=size)
-        except ServerError as err:
-            _raise_server_error(err)
 
     def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
     ) -> dict[str, Any]:
         """The feature row of ``key`` (``None``: the global row); ``{}`` when unknown."""
         args = _get_args(table, key, features)
-        try:
+        with _SERVER_ERRORS:
             row: dict[str, Any] = self._client().get(*args)
-        except ServerError as err:
-            _raise_server_error(err)
         return row
 
     def batch_get(self, requests: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Rows for ``(table, key)`` / ``(table, key, features)`` tuples, in order;
         per-entry errors come back inline as ``{"error": {...}}``."""
         entries = _batch_entries(requests)
-        try:
+        with _SERVER_ERRORS:
             return self._client().batch_get(entries)
-        except ServerError as err:
-            _raise_server_error(err)
 
     def ping(self) -> dict[str, Any]:
         """Liveness and ``registry_version``."""
-        try:
+        with _SERVER_ERRORS:
             return self._client().ping()
-        except ServerError as err:
-            _raise_server_error(err)
 
     def describe(self) -> dict[str, Any]:
         """What the server's registry holds, as its admin ``/registry`` lists it:
         ``{"version", "node_count", "nodes"}``; events with their fields, tables with
         their keys and features (op, params, window)."""
-        try:
+        with _SERVER_ERRORS:
             return self._client().describe()
-        except ServerError as err:
-            _raise_server_error(err)
 
     def reset(self) -> None:
         """Drop every registered descriptor and all state (servers in test mode only).
         The test clock returns to the wall clock too."""
-        try:
+        with _SERVER_ERRORS:
             self._client().reset()
-        except ServerError as err:
-            _raise_server_error(err)
         self._pinned_ms = None
 
     def set_time(self, when: int | datetime.datetime | None) -> None:
         """Pin the server's clock (test mode only): pushes are applied at ``when`` and reads
         are answered as of ``when`` (epoch milliseconds, or a datetime; a naive one is UTC).
         ``None`` returns to the wall clock. So windowed features can be tested exactly."""
-        try:
+        with _SERVER_ERRORS:
             self._client().test_clock(self._pin(when))
-        except ServerError as err:
-            _raise_server_error(err)
 
     def advance(self, *, days: float = 0, hours: float = 0, minutes: float = 0,
                 seconds: float = 0, milliseconds: float = 0) -> None:
         """Move the pinned clock forward (from the time last set, else from now)."""
-        try:
+        with _SERVER_ERRORS:
             self._client().test_clock(
                 self._advanced(days, hours, minutes, seconds, milliseconds))
-        except ServerError as err:
-            _raise_server_error(err)
 
 
 # -- the asyncio App ----------------------------------------------------------------------------
@@ -713,7 +562,7 @@ class AsyncApp(_AppBase):
         self._entered = True
         try:
             if self._endpoint is None and self._server is None:
-                server = EmbeddedServer(_server_command(), test_mode=self._test_mode)
+                server = EmbeddedServer(test_mode=self._test_mode)
                 self._server = server
                 await asyncio.to_thread(server.start)
             await self._client().connect()
@@ -777,19 +626,15 @@ class AsyncApp(_AppBase):
     ) -> dict[str, Any]:
         """Register the pipeline; see ``App.register``."""
         payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
-        try:
+        with _SERVER_ERRORS:
             return await self._client().register(payload)
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Push one event; see ``App.push``."""
         _check_event_name(event_name)
         body = _check_row(fields)
-        try:
+        with _SERVER_ERRORS:
             return await self._client().push(event_name, body)
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def push_many(
         self, event_name: str, rows: Iterable[Mapping[str, Any]], *, chunk_size: int = 1000
@@ -798,65 +643,49 @@ class AsyncApp(_AppBase):
         _check_event_name(event_name)
         size = _check_chunk_size(chunk_size)
         bodies = [_check_row(row) for row in rows]
-        try:
+        with _SERVER_ERRORS:
             return await self._client().push_many(event_name, bodies, chunk_size=size)
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def get(
         self, table: str, key: Any = None, features: Sequence[str] | None = None
     ) -> dict[str, Any]:
         """The feature row of ``key``; see ``App.get``."""
         args = _get_args(table, key, features)
-        try:
+        with _SERVER_ERRORS:
             row: dict[str, Any] = await self._client().get(*args)
-        except ServerError as err:
-            _raise_server_error(err)
         return row
 
     async def batch_get(self, requests: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Rows for several reads, in order; see ``App.batch_get``."""
         entries = _batch_entries(requests)
-        try:
+        with _SERVER_ERRORS:
             return await self._client().batch_get(entries)
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def ping(self) -> dict[str, Any]:
         """Liveness and ``registry_version``."""
-        try:
+        with _SERVER_ERRORS:
             return await self._client().ping()
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def describe(self) -> dict[str, Any]:
         """What the server's registry holds (see ``App.describe``)."""
-        try:
+        with _SERVER_ERRORS:
             return await self._client().describe()
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def reset(self) -> None:
         """Drop every registered descriptor and all state (test mode only); the test clock
         returns to the wall clock too."""
-        try:
+        with _SERVER_ERRORS:
             await self._client().reset()
-        except ServerError as err:
-            _raise_server_error(err)
         self._pinned_ms = None
 
     async def set_time(self, when: int | datetime.datetime | None) -> None:
         """``App.set_time``: pin the server's clock (test mode only)."""
-        try:
+        with _SERVER_ERRORS:
             await self._client().test_clock(self._pin(when))
-        except ServerError as err:
-            _raise_server_error(err)
 
     async def advance(self, *, days: float = 0, hours: float = 0, minutes: float = 0,
                       seconds: float = 0, milliseconds: float = 0) -> None:
         """``App.advance``: move the pinned clock forward."""
-        try:
+        with _SERVER_ERRORS:
             await self._client().test_clock(
                 self._advanced(days, hours, minutes, seconds, milliseconds))
-        except ServerError as err:
-            _raise_server_error(err)

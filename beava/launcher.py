@@ -16,31 +16,43 @@ checkout itself.
 When the server does not start, :class:`ServerStartError` says why and carries the last
 lines of its stderr (a traceback, a configuration error).
 
-Standard library only, and nothing of the server is imported here.
+:class:`EmbeddedServer` is the private server of embed mode: a :class:`ServerProcess` on
+OS-assigned ports with a temporary data directory, removed when it stops.
+
+Standard library and ``beava.errors`` only: nothing of the server is imported here.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import json
 import os
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
+from beava.errors import BinaryNotFoundError
+
 __all__ = [
     "BINARY_ENV",
     "BOUND_KINDS",
+    "EMBED_STARTUP_TIMEOUT_S",
     "EPHEMERAL_PORTS",
+    "EmbeddedServer",
     "STDERR_TAIL_LINES",
     "STOP_TIMEOUT_S",
     "ServerProcess",
     "ServerStartError",
+    "embed_command",
     "installed_server_command",
     "server_command",
     "server_env",
@@ -62,6 +74,8 @@ EPHEMERAL_PORTS: dict[str, str] = {
     "BEAVA_ADMIN_ADDR": "127.0.0.1:0",
 }
 STOP_TIMEOUT_S = 5.0
+# How long embed mode waits for its server's listeners ($BEAVA_EMBED_STARTUP_TIMEOUT).
+EMBED_STARTUP_TIMEOUT_S = 5.0
 STDERR_TAIL_LINES = 40
 # A stderr "line" longer than this is kept in pieces (the tail stays bounded in bytes too).
 STDERR_LINE_BYTES = 4096
@@ -343,3 +357,132 @@ class ServerProcess:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+# -- embed mode ------------------------------------------------------------------------------
+
+
+def embed_command() -> list[str]:
+    """The server command of embed mode: ``$BEAVA_BINARY`` when set (no fallback; it must be
+    an executable file), else this distribution's own server run with ``-P``, so the working
+    directory (a source checkout, say) is not imported."""
+    command = server_command()
+    if os.environ.get(BINARY_ENV) is None:
+        return command
+    binary = command[0]
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise BinaryNotFoundError(
+            f"BEAVA_BINARY={binary!r} is not an executable file. Point it at the beava "
+            "server executable, or unset it to run this installation's server "
+            f"({' '.join(installed_server_command())}); install with `pip install beava`."
+        )
+    return command
+
+
+def _embed_startup_timeout() -> float:
+    text = os.environ.get("BEAVA_EMBED_STARTUP_TIMEOUT")
+    if not text:
+        return EMBED_STARTUP_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT={text!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"BEAVA_EMBED_STARTUP_TIMEOUT must be positive, got {text!r}")
+    return value
+
+
+class EmbeddedServer:
+    """A private beava server process on OS-assigned ports (spec/sdk.md §8.3).
+
+    ``command`` defaults to :func:`embed_command`. ``start()`` spawns it through
+    :class:`ServerProcess` and waits for its ``server.http_bound`` / ``server.tcp_bound``
+    stdout lines; if it exits or stays silent first, the :class:`ServerStartError` raised
+    carries the last lines of its stderr. ``stop()`` sends SIGTERM (SIGKILL after 5 s) and
+    removes its directory. The data directories are passed as ``BEAVA_WAL_DIR`` /
+    ``BEAVA_SNAPSHOT_DIR`` (the embed contract), or with ``data_dir_flag`` as
+    ``--data-dir`` (how ``beava quickstart`` runs its server).
+    """
+
+    def __init__(self, command: Sequence[str] | None = None, *, test_mode: bool = False,
+                 data_dir_flag: bool = False) -> None:
+        self.command = list(embed_command() if command is None else command)
+        self.test_mode = test_mode
+        self.data_dir_flag = data_dir_flag
+        self.directory = ""
+        self.http_addr: tuple[str, int] | None = None
+        self.tcp_addr: tuple[str, int] | None = None
+        self._server: ServerProcess | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The server's process, once spawned."""
+        server = self._server
+        return None if server is None else server.proc
+
+    def start(self) -> None:
+        """Spawn the server and wait until both listeners are bound."""
+        timeout = _embed_startup_timeout()
+        stamp = int(time.time() * 1000)
+        self.directory = os.path.join(
+            tempfile.gettempdir(), f"beava-embed-{os.getpid()}-{stamp}-{secrets.token_hex(4)}"
+        )
+        os.makedirs(os.path.join(self.directory, "wal"))
+        os.makedirs(os.path.join(self.directory, "snapshots"))
+        atexit.register(self.stop)
+        env = {"BEAVA_DEV_ENDPOINTS": "1"}
+        args: list[str] = []
+        if self.data_dir_flag:
+            args += ["--data-dir", self.directory]  # WAL in <dir>/wal, snapshots beside it
+        else:
+            env["BEAVA_WAL_DIR"] = os.path.join(self.directory, "wal")
+            env["BEAVA_SNAPSHOT_DIR"] = os.path.join(self.directory, "snapshots")
+        if self.test_mode:
+            env["BEAVA_TEST_MODE"] = "1"
+        server = ServerProcess(args, command=self.command, env=env, keep_output=False)
+        try:
+            server.start()
+        except OSError as exc:
+            self.stop()
+            raise BinaryNotFoundError(
+                f"cannot start the beava server {self.command[0]!r}: {exc}"
+            ) from exc
+        self._server = server
+        try:
+            server.wait_bound(timeout)
+        except ServerStartError:
+            self.stop(kill=True)
+            raise
+        self.http_addr = split_addr(server.addrs["http"])
+        self.tcp_addr = split_addr(server.addrs["tcp"])
+
+    @property
+    def tcp_url(self) -> str:
+        assert self.tcp_addr is not None
+        return f"tcp://{self.tcp_addr[0]}:{self.tcp_addr[1]}"
+
+    @property
+    def http_url(self) -> str:
+        assert self.http_addr is not None
+        return f"http://{self.http_addr[0]}:{self.http_addr[1]}"
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s; ``kill``: SIGKILL at once) and
+        remove its directory. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        server = self._server
+        if server is not None:
+            if kill:
+                server.kill()
+                server.join_output(1.0)
+            else:
+                server.stop(STOP_TIMEOUT_S)
+            server.close_pipes()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        atexit.unregister(self.stop)

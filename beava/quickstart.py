@@ -17,8 +17,7 @@ import time
 from typing import Any
 
 import beava as bv
-from beava.app import EmbeddedServer
-from beava.launcher import installed_server_command
+from beava.launcher import EmbeddedServer, installed_server_command
 
 __all__ = ["run_quickstart"]
 

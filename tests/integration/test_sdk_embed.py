@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import beava as bv
-from beava.app import EmbeddedServer
-from beava.launcher import ServerStartError
+from beava.launcher import EmbeddedServer, ServerStartError
 
 REPO = Path(__file__).resolve().parents[2]
 
