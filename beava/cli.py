@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
 
 from beava import __version__
+from beava.cli_usage import UsageParser
 
 ENV_HELP = """\
 environment variables (command line > environment > YAML > defaults):
@@ -35,16 +35,6 @@ environment variables (command line > environment > YAML > defaults):
   BEAVA_AUTH_TOKENS            inline tokens: TOKEN:SCOPE[+SCOPE][;TOKEN:SCOPE...]
   BEAVA_TLS_CERT, BEAVA_TLS_KEY, BEAVA_TLS_CLIENT_CA   as --tls-cert, --tls-key, --tls-client-ca
 """
-
-
-class UsageParser(argparse.ArgumentParser):
-    """Every ``beava`` command's parser: a usage error prints the usage and the error on
-    stderr and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:

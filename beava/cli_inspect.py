@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from beava.cli import UsageParser
+from beava.cli_usage import UsageParser
 from beava.protocol import commands as wire_commands
 
 COMMANDS = ("registry", "get", "stats")

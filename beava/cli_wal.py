@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from beava.cli import UsageParser
+from beava.cli_usage import UsageParser
 from beava.durability import wal_check
 from beava.durability.wal import DataDirLocked
 
