@@ -61,6 +61,23 @@ encode_json = msgspec.json.Encoder(order="sorted").encode
 encode_msgpack = msgspec.msgpack.Encoder(order="sorted").encode
 
 
+def json_failure(payload: bytes, err: Exception) -> str:
+    """Where decoding the JSON ``payload`` failed (``err``, one of :data:`DECODE_ERRORS`),
+    for the message of the error that refuses it."""
+    if not payload:
+        return "the body is empty; expected a JSON object"
+    if isinstance(err, UnicodeDecodeError):
+        try:  # msgspec counts from the start of the string; count from the body's
+            payload.decode("utf-8")
+        except UnicodeDecodeError as exact:
+            err = exact
+        return f"the body is not valid UTF-8: {err.reason} at byte {err.start}"
+    text = str(err)
+    if text == "Input data was truncated":
+        return f"the JSON ends early: the body stops after {len(payload)} bytes, inside a value"
+    return f"the body is not valid JSON: {text.removeprefix('JSON is malformed: ')}"
+
+
 def json_any_wide(payload: bytes | msgspec.Raw) -> Any:
     """A JSON push body or envelope, numbers beyond a double's range read as ±inf."""
     try:

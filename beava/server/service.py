@@ -23,7 +23,11 @@ from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
 from beava.engine.state import reads, scan
-from beava.engine.state.push_validation import event_not_found_error, has_control_character
+from beava.engine.state.push_validation import (
+    event_not_found_error,
+    has_control_character,
+    not_a_map_error,
+)
 from beava.engine.store import WAL_BODY_ENCODER, FeatureStore, decode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
@@ -639,8 +643,9 @@ class Service:
     def _http_push(self, request: HttpRequest, params: tuple[str, ...]) -> bytes | PendingReply:
         try:
             envelope = messages.json_any_wide(request.body)
-        except messages.DECODE_ERRORS:
-            raise BeavaError("invalid_json_body") from None
+        except messages.DECODE_ERRORS as err:
+            raise BeavaError("invalid_json_body",
+                             message=messages.json_failure(request.body, err)) from None
         except RecursionError:  # nested past what any accepted value may be
             raise BeavaError("invalid_event", reason=TOO_DEEP) from None
         if not isinstance(envelope, dict) or not isinstance(envelope.get("event"), str):
@@ -652,12 +657,13 @@ class Service:
         (event,) = params
         try:
             fields = messages.json_any_wide(request.body)
-        except messages.DECODE_ERRORS:
-            raise BeavaError("invalid_event") from None
+        except messages.DECODE_ERRORS as err:
+            raise BeavaError("invalid_event",
+                             message=messages.json_failure(request.body, err)) from None
         except RecursionError:
             raise BeavaError("invalid_event", reason=TOO_DEEP) from None
         if not isinstance(fields, dict):
-            raise BeavaError("invalid_event")
+            raise not_a_map_error(fields)
         return self._push(event, fields, request)
 
     def _http_push_many(self, request: HttpRequest, params: tuple[str, ...]

@@ -667,7 +667,39 @@ def test_legacy_push_body_not_an_object(push_server: BeavaProcess, route: str,
     for name in ("Txn", "Nope"):
         reply = http_post(push_server, route + name, body)
         assert reply.status == SPEC_STATUS["invalid_event"]
-        assert reply.body == {"error": {"code": "invalid_event"}}
+        assert codes_only(reply.body) == {"error": {"code": "invalid_event"}}
+        assert reply.body["error"]["message"] == LEGACY_BODY_MESSAGES[body]
+    assert counts_row(push_server) == {}
+
+
+# What a refused legacy push body is told: where decoding stopped, or what arrived instead.
+LEGACY_BODY_MESSAGES = {
+    b"": "the body is empty; expected a JSON object",
+    b"{": "the JSON ends early: the body stops after 1 bytes, inside a value",
+    b"5": "the event body must be a map of field names to values, got int",
+    b'[{"user":"u1"}]': "the event body must be a map of field names to values, got array",
+}
+
+
+@pytest.mark.parametrize("route,code,body,where", [
+    ("/push/Txn", "invalid_event", b'{"user":"u1"} x',
+     "the body is not valid JSON: trailing characters (byte 15)"),
+    ("/push/Txn", "invalid_event", b'{"user":u1}',
+     "the body is not valid JSON: invalid character (byte 8)"),
+    ("/push/Txn", "invalid_event", b'{"user":"u\xff1"}',
+     "the body is not valid UTF-8: invalid start byte at byte 10"),
+    ("/push", "invalid_json_body", b'{"event":"Txn","data":{"user":u1}}',
+     "the body is not valid JSON: invalid character (byte 30)"),
+    ("/push", "invalid_json_body", b'{"event":"Txn","data":{"user":"u1"',
+     "the JSON ends early: the body stops after 34 bytes, inside a value"),
+], ids=["legacy-trailing", "legacy-bare-word", "legacy-utf8", "envelope-bare-word",
+        "envelope-truncated"])
+def test_malformed_json_push_says_where_decoding_failed(
+        push_server: BeavaProcess, route: str, code: str, body: bytes, where: str) -> None:
+    """A JSON push body that does not decode is refused with where decoding stopped."""
+    reply = http_post(push_server, route, body)
+    assert (reply.status, reply.body["error"]) == (
+        SPEC_STATUS[code], {"code": code, "message": where})
     assert counts_row(push_server) == {}
 
 
@@ -691,7 +723,7 @@ HTTP_ENVELOPE_CASES = [
 def test_http_push_envelope_error(push_server: BeavaProcess, code: str, body: bytes) -> None:
     reply = http_post(push_server, "/push", body)
     assert reply.status == SPEC_STATUS[code]
-    assert reply.body == {"error": {"code": code}}
+    assert codes_only(reply.body) == {"error": {"code": code}}
     assert counts_row(push_server) == {}
 
 

@@ -16,7 +16,7 @@ from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quot
 from beava.engine.registry import EventSpec
 
 __all__ = ["CheckerEntry", "EventChecker", "build_checkers", "event_not_found_error",
-           "explain_push_error", "has_control_character", "validate_push"]
+           "explain_push_error", "has_control_character", "not_a_map_error", "validate_push"]
 
 # What a declared type accepts, in words (spec/wire.md §6.3).
 _ACCEPTS = {"str": "a string", "i64": "a number", "f64": "a number", "bool": "a boolean"}
@@ -42,9 +42,7 @@ def validate_push(event_name: str, fields: Any,
                   checkers: Mapping[str, CheckerEntry]) -> tuple[EventSpec, dict[str, Any]]:
     """Checks 2-6 of spec/wire.md §6.2; returns ``(event spec, accepted row)``."""
     if type(fields) is not dict:
-        raise BeavaError("invalid_event", got=wire_type_name(fields), expected="map",
-                         message=f"the event body must be a map of field names to values, "
-                                 f"got {wire_type_name(fields)}")
+        raise not_a_map_error(fields)
     if has_control_character(event_name):
         raise BeavaError("control_character_in_string", field="<event name>",
                          message="the event name holds a control character")
@@ -70,6 +68,14 @@ def event_not_found_error(event_name: str, events: Mapping[str, Any]) -> BeavaEr
     if hint:
         extra["hint"] = hint
     return BeavaError("event_not_found", **extra)
+
+
+def not_a_map_error(fields: Any) -> BeavaError:
+    """``invalid_event`` for an event body that is not a map (spec/wire.md §6.2 check 2)."""
+    got = wire_type_name(fields)
+    return BeavaError("invalid_event", got=got, expected="map",
+                      message=f"the event body must be a map of field names to values, "
+                              f"got {got}")
 
 
 def wire_type_name(value: Any) -> str:
