@@ -41,10 +41,10 @@ class WalTailLost(Exception):
 
 
 def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until_ms: int,
-                 last_lsn: int) -> list[Record]:
-    """EVENT records of ``events`` with a timestamp after ``until_ms`` and an LSN up to
-    ``last_lsn``, in LSN order. Raises WalTailLost when reclaimed segments may have held
-    such records; OSError and FormatError (a damaged segment) propagate."""
+                 last_lsn: int, after_lsn: int = 0) -> list[Record]:
+    """EVENT records of ``events`` with a timestamp after ``until_ms`` and an LSN after
+    ``after_lsn`` up to ``last_lsn``, in LSN order. Raises WalTailLost when reclaimed
+    segments may have held such records; OSError and FormatError (a damaged segment) propagate."""
     segments = list_segments(wal_dir)
     out: list[Record] = []
     first: tuple[int, bool, int | None] | None = None  # base, boundary, first record time
@@ -65,7 +65,7 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
                 if record.lsn > last_lsn:
                     break
                 if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
-                        and record.name in events):
+                        and record.lsn > after_lsn and record.name in events):
                     out.append(record)
         if first is None:
             first = (base, header.history_boundary, first_time)

@@ -3,15 +3,19 @@
 A backfill brings one table to what it would be had the server received the history and
 its own live pushes in time order: the entity state as of ``until_ms`` is computed
 elsewhere (the Spark connector replays the history through this engine) and handed over
-as a ``TableState.dump()``; :func:`install` then, in one step on the event loop:
+as a ``TableState.dump()``; :class:`Install` then:
 
-1. makes every accepted push durable and applied (the durability log's barrier);
-2. reads from the WAL the pushes the server received after ``until_ms`` whose event feeds
-   the table (refusing when reclaimed segments may have held some), and applies them to
-   the new state in LSN order, each at its recorded time, through the table's current
+1. makes every accepted push durable and applied (the durability log's barrier), reads
+   from the WAL the pushes the server received after ``until_ms`` whose event feeds the
+   table (refusing when reclaimed segments may have held some), and applies them to the
+   new state in LSN order, each at its recorded time, through the table's current
    definition;
-3. writes the result as one TABLE_STATE WAL record and fsyncs it (durable from here);
-4. swaps the table in: reads and pushes see the old state up to this step, the new one
+2. compares the new state with the live table, entity by entity, a slice per event-loop
+   iteration: kept, changed, created (a dry run ends after step 3 with these counts);
+3. in one step: applies the pushes accepted during step 2 likewise, counts the live
+   entities the new state does not hold (dropped: refused unless the caller allows it),
+   writes the result as one TABLE_STATE WAL record and fsyncs it (durable from here) and
+   swaps the table in: reads and pushes see the old state up to this step, the new one
    after it.
 
 Recovery replays a TABLE_STATE record with :func:`replay_record`: the record holds the
@@ -20,7 +24,7 @@ final state (tail included), so it replaces the table exactly as the live instal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -38,12 +42,16 @@ from beava.durability.wal_format import (
 )
 from beava.durability.wal_tail import WalTailLost, events_after
 from beava.engine.registry import Registry, TableSpec, empty_registry, register
+from beava.engine.state.scan import decode_key
 from beava.engine.state.tables import TableState
 
 if TYPE_CHECKING:
     from beava.engine.store import FeatureStore
 
-__all__ = ["feeding_events", "install", "load_table", "replay_record", "table_spec"]
+__all__ = ["Install", "feeding_events", "load_table", "replay_record", "table_spec"]
+
+FIRST_DROPPED_KEYS = 5  # the dropped entities a refusal names
+_ROWS_PER_STEP = 1024  # entities compared between two looks at the deadline
 
 _encode_msgpack = msgspec.msgpack.Encoder().encode
 _decode_msgpack = msgspec.msgpack.Decoder().decode
@@ -101,68 +109,190 @@ def load_table(spec: TableSpec, state: Any) -> TableState:
     return table
 
 
-def install(store: FeatureStore, table: TableState, until_ms: int) -> dict[str, Any]:
-    """Apply the WAL tail after ``until_ms`` to ``table``, log it durably and swap it in
-    (module docstring). Returns the reply body; BeavaError leaves the server unchanged."""
-    name = table.spec.name
-    store.log.barrier()
-    check_current(table.spec, store.registry)
-    wal = store.wal
-    version = store.registry.version
-    if wal is None:
-        raise BeavaError("backfill_wal_required", table=name,
-                         message="a backfill applies the pushes received after until_ms from "
-                                 "the WAL; this server runs memory-only")
-    try:
-        tail = events_after(wal.wal_dir, wal.snapshot_dir,
-                            frozenset(feeding_events(store.registry, name)), until_ms,
-                            store.last_lsn)
-    except WalTailLost as lost:
-        raise BeavaError(
-            "backfill_wal_reclaimed", table=name, until_ms=until_ms,
-            earliest_until_ms=lost.earliest_until_ms,
-            message=f"the WAL no longer holds every push after {until_ms} ms (segments before "
-                    f"LSN {lost.first_lsn} were reclaimed after a snapshot); backfill with "
-                    f"until_ms >= {lost.earliest_until_ms}",
-            top={"registry_version": version}) from None
-    except (OSError, FormatError) as exc:
-        raise BeavaError("wal_unavailable", reason=f"reading the WAL: {exc}",
-                         top={"registry_version": version}) from None
-    for record in tail:
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Install:
+    """The install of one loaded table state (module docstring), run in steps
+    (:meth:`run`): the WAL tail, then the comparison with the live table a slice of
+    entities per step, then, in one step, the pushes accepted meanwhile, the last counts,
+    the refusal or the write and the swap.
+
+    The counts (:attr:`counts`) say what the install replaces, read at one query time:
+    ``kept`` (an entity of both tables whose row is unchanged), ``changed``, ``created``
+    (only in the new state) and ``dropped`` (holds state now and none after; an entity the
+    tail creates is in the new state, so it is never dropped). ``dry_run`` stops before
+    the write; a drop is refused unless ``drop_missing``."""
+
+    __slots__ = ("store", "table", "until_ms", "dry_run", "drop_missing", "counts",
+                 "tail_events", "reply", "_applied", "_steps")
+
+    def __init__(self, store: FeatureStore, table: TableState, until_ms: int, *,
+                 dry_run: bool = False, drop_missing: bool = False) -> None:
+        self.store = store
+        self.table = table
+        self.until_ms = until_ms
+        self.dry_run = dry_run
+        self.drop_missing = drop_missing
+        self.counts = {"kept": 0, "changed": 0, "created": 0, "dropped": 0}
+        self.tail_events = 0
+        self.reply: dict[str, Any] | None = None
+        self._applied = 0  # the newest LSN the tail applied has been read up to
+        self._steps = self._install()
+
+    def run(self, deadline: float | None, clock: Callable[[], float]) -> dict[str, Any] | None:
+        """Work until done (the reply body) or ``clock()`` passes ``deadline`` (None: call
+        again). BeavaError leaves the server unchanged."""
+        if all(deadline is None or clock() < deadline for _ in self._steps):
+            return self.reply
+        return None
+
+    def _live(self) -> TableState:
+        check_current(self.table.spec, self.store.registry)
+        live: TableState = self.store.table(self.table.spec.name)
+        return live
+
+    def _install(self) -> Generator[None, None, None]:
+        store, table = self.store, self.table
+        self._apply_tail()
+        yield
+        at = store.query_time()
+        created: list[str] = []
+        compared = 0
+        while compared < table.entity_count:
+            live = self._live()
+            stop = compared + _ROWS_PER_STEP
+            for slot, key in enumerate(table.slot_keys(compared, stop), compared):
+                self._compare(live, key, slot, at, created)
+            compared = min(stop, table.entity_count)
+            yield
+        # one step from here: what was pushed meanwhile reaches both tables
+        self._apply_tail()
+        live = self._live()
+        self.counts["created"] = 0
+        for key in created:  # maybe pushed live since it was compared
+            self._compare(live, key, table.slot(key), at, None)
+        for slot, key in enumerate(table.slot_keys(compared, table.entity_count), compared):
+            self._compare(live, key, slot, at, None)
+        dropped = [key for key in live.slot_keys(0, live.entity_count)
+                   if table.slot(key) is None]
+        self.counts["dropped"] = len(dropped)
+        if dropped and not self.drop_missing and not self.dry_run:
+            raise self._refuse_drop(dropped)
+        self.reply = self._write()
+
+    def _compare(self, live: TableState, key: str, slot: int | None, at: int,
+                 created: list[str] | None) -> None:
+        assert slot is not None
+        old = live.row(key, at)
+        if old is None:
+            self.counts["created"] += 1
+            if created is not None:
+                created.append(key)
+        elif old == self.table.read_slot(slot, at):
+            self.counts["kept"] += 1
+        else:
+            self.counts["changed"] += 1
+
+    def _apply_tail(self) -> None:
+        """Apply the pushes after ``until_ms`` whose event feeds the table and that were
+        not applied yet, up to every push accepted so far."""
+        store, table, until_ms = self.store, self.table, self.until_ms
+        name = table.spec.name
+        store.log.barrier()
+        check_current(table.spec, store.registry)
+        wal = store.wal
+        version = store.registry.version
+        if wal is None:
+            raise BeavaError("backfill_wal_required", table=name,
+                             message="a backfill applies the pushes received after until_ms "
+                                     "from the WAL; this server runs memory-only")
+        if self._applied and store.last_lsn == self._applied:
+            return
         try:
-            row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
-                   else _decode_json(record.body))
-            if type(row) is not dict:
-                raise ValueError("body is not a map")
-            table.push(row, record.timestamp_ms)
-        except Exception as exc:  # a record the current definition cannot apply
-            raise BeavaError("backfill_tail_unapplicable", table=name, lsn=record.lsn,
-                             message=f"push at LSN {record.lsn} ({record.name}) does not "
-                                     f"apply to table {name}: {type(exc).__name__}: "
-                                     f"{str(exc)[:200]}",
+            tail = events_after(wal.wal_dir, wal.snapshot_dir,
+                                frozenset(feeding_events(store.registry, name)), until_ms,
+                                store.last_lsn, after_lsn=self._applied)
+        except WalTailLost as lost:
+            raise BeavaError(
+                "backfill_wal_reclaimed", table=name, until_ms=until_ms,
+                earliest_until_ms=lost.earliest_until_ms,
+                message=f"the WAL no longer holds every push after {until_ms} ms (segments "
+                        f"before LSN {lost.first_lsn} were reclaimed after a snapshot); "
+                        f"backfill with until_ms >= {lost.earliest_until_ms}",
+                top={"registry_version": version}) from None
+        except (OSError, FormatError) as exc:
+            raise BeavaError("wal_unavailable", reason=f"reading the WAL: {exc}",
                              top={"registry_version": version}) from None
-    body = _encode_msgpack({"table": name, "until_ms": until_ms, "state": table.dump()})
-    lsn = store.last_lsn + 1
-    data = encode_record(lsn, RECORD_TABLE_STATE, BODY_MSGPACK, store.clock(), version,
-                         name.encode(), body)
-    if len(data) - 4 > RECORD_MAX_LEN:
-        raise BeavaError("backfill_too_large", table=name,
-                         message=f"the table state is {len(body)} bytes; a WAL record holds "
-                                 f"at most {RECORD_MAX_LEN}",
-                         top={"registry_version": version})
-    try:
-        wal.write_registry_record(data)
-    except WalUnavailable:
-        raise BeavaError("wal_unavailable", reason="WAL append for the backfill failed; the "
-                                                   "table is unchanged",
-                         top={"registry_version": version}) from None
-    except WalFatal as exc:
-        store.on_fatal(exc)
-        raise
-    store.last_lsn = store.applied_lsn = lsn
-    store.engine.replace_table(name, table)
-    return {"entities": table.entity_count, "lsn": lsn, "registry_version": version,
-            "table": name, "tail_events": len(tail), "until_ms": until_ms}
+        for record in tail:
+            try:
+                row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
+                       else _decode_json(record.body))
+                if type(row) is not dict:
+                    raise ValueError("body is not a map")
+                table.push(row, record.timestamp_ms)
+            except Exception as exc:  # a record the current definition cannot apply
+                raise BeavaError("backfill_tail_unapplicable", table=name, lsn=record.lsn,
+                                 message=f"push at LSN {record.lsn} ({record.name}) does not "
+                                         f"apply to table {name}: {type(exc).__name__}: "
+                                         f"{str(exc)[:200]}",
+                                 top={"registry_version": version}) from None
+        self.tail_events += len(tail)
+        self._applied = store.last_lsn
+
+    def _refuse_drop(self, dropped: list[str]) -> BeavaError:
+        spec = self.table.spec
+        decode = decode_key(spec)
+        first = [decode(key) for key in dropped[:FIRST_DROPPED_KEYS]]
+        shown = ", ".join(" ".join(f"{k}={_short(v)}" for k, v in key.items()) for key in first)
+        more = f" and {len(dropped) - len(first)} more" if len(dropped) > len(first) else ""
+        return BeavaError(
+            "backfill_would_drop", table=spec.name, dropped=len(dropped), keys=first,
+            until_ms=self.until_ms,
+            message=f"the backfill would drop {len(dropped)} entities of table {spec.name} "
+                    f"that hold state now and would hold none after it ({shown}{more}): the "
+                    f"history up to {self.until_ms} ms does not hold them and no push after "
+                    f"it does; commit with drop_missing to drop them, or give the history "
+                    f"every event up to until_ms",
+            top={"registry_version": self.store.registry.version})
+
+    def _write(self) -> dict[str, Any]:
+        """The reply; unless a dry run, the state logged durably and swapped in first."""
+        store, table = self.store, self.table
+        name = table.spec.name
+        version = store.registry.version
+        reply: dict[str, Any] = {"entities": table.entity_count, "registry_version": version,
+                                 "table": name, "tail_events": self.tail_events,
+                                 "until_ms": self.until_ms, "dry_run": self.dry_run,
+                                 **self.counts}
+        if self.dry_run:
+            return reply
+        wal = store.wal
+        assert wal is not None
+        body = _encode_msgpack({"table": name, "until_ms": self.until_ms,
+                                "state": table.dump()})
+        lsn = store.last_lsn + 1
+        data = encode_record(lsn, RECORD_TABLE_STATE, BODY_MSGPACK, store.clock(), version,
+                             name.encode(), body)
+        if len(data) - 4 > RECORD_MAX_LEN:
+            raise BeavaError("backfill_too_large", table=name,
+                             message=f"the table state is {len(body)} bytes; a WAL record "
+                                     f"holds at most {RECORD_MAX_LEN}",
+                             top={"registry_version": version})
+        try:
+            wal.write_registry_record(data)
+        except WalUnavailable:
+            raise BeavaError("wal_unavailable", reason="WAL append for the backfill failed; "
+                                                       "the table is unchanged",
+                             top={"registry_version": version}) from None
+        except WalFatal as exc:
+            store.on_fatal(exc)
+            raise
+        store.last_lsn = store.applied_lsn = lsn
+        store.engine.replace_table(name, table)
+        return {**reply, "lsn": lsn}
 
 
 def replay_record(store: FeatureStore, record: Record) -> None:

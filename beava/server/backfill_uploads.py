@@ -8,9 +8,11 @@ One request body is a map with an ``action``:
   upload of ``size`` bytes; answers ``{"upload": id, "chunk_bytes": n, "table": name}``;
 - ``chunk`` ``{upload, offset, data}``: appends ``data`` (bytes; base64 text in JSON) at
   ``offset``, which must be the bytes received so far; answers ``{"received": n}``;
-- ``commit`` ``{upload}``: with all ``size`` bytes received, decodes them (MessagePack of a
-  table state dump: plain data, never executed) against the table's shape, a part per
-  slice (:class:`Commit`, ``beava.engine.backfill_state``), and installs the table;
+- ``commit`` ``{upload, dry_run?, drop_missing?}``: with all ``size`` bytes received,
+  decodes them (MessagePack of a table state dump: plain data, never executed) against the
+  table's shape, a part per slice (:class:`Commit`, ``beava.engine.backfill_state``), and
+  installs the table (``beava.engine.backfill.Install``: counts what it replaces, compares
+  a slice of entities per step; ``dry_run`` only counts, a drop needs ``drop_missing``);
 - ``abort`` ``{upload}``: drops the upload.
 
 Uploads live in memory, bounded in number, size and idle time (an upload being committed
@@ -29,7 +31,7 @@ from typing import Any
 
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
-from beava.engine.backfill import install, load_table, table_spec
+from beava.engine.backfill import Install, load_table, table_spec
 from beava.engine.backfill_state import StateDecoder
 from beava.engine.registry import TableSpec
 from beava.engine.store import FeatureStore
@@ -60,6 +62,13 @@ def _int(body: dict[str, Any], name: str, high: int) -> int:
     return value
 
 
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if type(value) is not bool:
+        raise _bad(name, f"{name} must be true or false")
+    return value
+
+
 def _str(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if type(value) is not str or not value:
@@ -71,27 +80,37 @@ class Commit:
     """A commit being served: the upload's state decoded a slice at a time, then loaded and
     installed in one step (``beava.engine.backfill.install``)."""
 
-    __slots__ = ("area", "decoder", "until_ms", "size")
+    __slots__ = ("area", "decoder", "until_ms", "size", "dry_run", "drop_missing", "install")
 
-    def __init__(self, area: BackfillUploads, upload: _Upload) -> None:
+    def __init__(self, area: BackfillUploads, upload: _Upload, dry_run: bool,
+                 drop_missing: bool) -> None:
         self.area = area
         self.decoder = StateDecoder(upload.spec, upload.data)
         self.until_ms = upload.until_ms
         self.size = upload.size
+        self.dry_run = dry_run
+        self.drop_missing = drop_missing
+        self.install: Install | None = None
 
     def run(self, deadline: float | None) -> dict[str, Any] | None:
         """Work until done (the reply body) or ``deadline`` (``time.perf_counter``) has
         passed (None: call again). BeavaError when the upload does not install."""
         try:
-            if not self.decoder.run(deadline, time.perf_counter):
-                return None
+            if self.install is None:
+                if not self.decoder.run(deadline, time.perf_counter):
+                    return None
+                assert self.decoder.state is not None
+                table = load_table(self.decoder.spec, self.decoder.state)
+                self.decoder.state = None  # the loaded table holds it now
+                self.install = Install(self.area.store, table, self.until_ms,
+                                       dry_run=self.dry_run, drop_missing=self.drop_missing)
+            reply = self.install.run(deadline, time.perf_counter)
         except BaseException:
             self.area.committing.discard(self)
             raise
-        self.area.committing.discard(self)
-        assert self.decoder.state is not None
-        table = load_table(self.decoder.spec, self.decoder.state)
-        return install(self.area.store, table, self.until_ms)
+        if reply is not None:
+            self.area.committing.discard(self)
+        return reply
 
 
 class BackfillUploads:
@@ -176,10 +195,11 @@ class BackfillUploads:
 
     def _commit(self, body: dict[str, Any]) -> Commit:
         upload = self._upload(body)
+        dry_run, drop_missing = _bool(body, "dry_run"), _bool(body, "drop_missing")
         if len(upload.data) != upload.size:
             raise BeavaError("invalid_backfill", path="upload", expected=upload.size,
                              message=f"received {len(upload.data)} of {upload.size} bytes")
         del self.uploads[_str(body, "upload")]
-        commit = Commit(self, upload)
+        commit = Commit(self, upload, dry_run, drop_missing)
         self.committing.add(commit)
         return commit

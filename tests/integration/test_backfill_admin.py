@@ -54,7 +54,7 @@ def state_of(pushes: list[tuple[int, str, float]]) -> bytes:
 
 
 def backfill(client: Any, data: bytes, until_ms: int, nodes: list[Any] = NODES,
-             chunk: int = 100) -> dict[str, Any]:
+             chunk: int = 100, **commit: Any) -> dict[str, Any]:
     def call(body: dict[str, Any]) -> dict[str, Any]:
         if hasattr(client, "encode_request"):
             reply: dict[str, Any] = client.request(OP_BACKFILL, body, ct=CT_MSGPACK)
@@ -69,7 +69,7 @@ def backfill(client: Any, data: bytes, until_ms: int, nodes: list[Any] = NODES,
     for offset in range(0, len(data), chunk):
         call({"action": "chunk", "upload": upload, "offset": offset,
               "data": data[offset:offset + chunk]})
-    return call({"action": "commit", "upload": upload})
+    return call({"action": "commit", "upload": upload, **commit})
 
 
 @pytest.fixture
@@ -127,6 +127,43 @@ def test_install_applies_the_wal_tail_and_survives_a_restart(tmp_path: Path,
     finally:
         reference.terminate()
         server.terminate()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "http"])
+def test_counts_dry_run_and_a_drop_refused(durable: BeavaProcess, transport: str) -> None:
+    """A live entity the history does not hold ("gone", pushed before UNTIL) would read
+    empty after the install: the commit is refused naming it unless drop_missing; a dry
+    run counts without installing; u3, which only the tail feeds, is kept."""
+    url = f"tcp://{durable.addrs['tcp']}" if transport == "tcp" else durable.http_url
+    with client_for_url(url) as c:
+        c.register({"nodes": NODES})
+        c.test_clock(T0 + MIN)
+        c.push("Visit", {"user_id": "gone", "ms": 5.0})
+        for at, user, ms in LIVE:
+            c.test_clock(at)
+            c.push("Visit", {"user_id": user, "ms": ms})
+        c.test_clock(T0 + 70 * MIN)
+        before = rows(c, ["gone", "u0", "h9"])
+        history = state_of([*HISTORY, (T0 + 2 * MIN, "h9", 1.0)])
+        counts = {"kept": 1, "changed": 3, "created": 1, "dropped": 1}  # u3; u0-u2; h9; gone
+        preview = backfill(c, history, UNTIL, dry_run=True)
+        assert {k: preview[k] for k in counts} == counts
+        assert preview["dry_run"] is True and "lsn" not in preview
+        assert preview["entities"] == 5 and preview["tail_events"] > 0
+        error = error_of(lambda: backfill(c, history, UNTIL))
+        assert (error["code"], error["dropped"], error["keys"]) == (
+            "backfill_would_drop", 1, [{"user_id": "gone"}])
+        assert "would drop 1 entities of table Visits" in error["message"]
+        assert "user_id='gone'" in error["message"] and "drop_missing" in error["message"]
+        assert rows(c, ["gone", "u0", "h9"]) == before  # neither changed the server
+        assert before["gone"]["visits"] == 1 and before["h9"] == {}
+        done = backfill(c, history, UNTIL, drop_missing=True)
+        assert {k: done[k] for k in counts} == counts and done["dry_run"] is False
+        after = rows(c, ["gone", "u0", "h9"])
+        assert after["gone"] == {} and after["h9"]["visits"] == 1
+        assert after["u0"]["visits"] > before["u0"]["visits"]
+        error = error_of(lambda: backfill(c, history, UNTIL, dry_run="yes"))
+        assert (error["code"], error["path"]) == ("invalid_backfill", "dry_run")
 
 
 def error_of(call: Any) -> dict[str, Any]:
@@ -208,7 +245,7 @@ def test_refused_when_the_wal_tail_was_reclaimed(tmp_path: Path) -> None:
             earliest = error["earliest_until_ms"]
             assert T0 < earliest <= T0 + 7 * MIN
             assert f"until_ms >= {earliest}" in error["message"]
-            done = backfill(c, state_of(HISTORY), T0 + 7 * MIN)
+            done = backfill(c, state_of(HISTORY), T0 + 7 * MIN, drop_missing=True)
             assert done["tail_events"] == 0 and done["entities"] == 3
     finally:
         server.terminate()
@@ -272,9 +309,9 @@ def upload(conn: FrameConn, table: str, nodes: list[Any], data: bytes) -> str:
     return upload_id
 
 
-def commit_frame(upload_id: str) -> bytes:
+def commit_frame(upload_id: str, **options: Any) -> bytes:
     return frame(OP_BACKFILL, CT_MSGPACK,
-                 msgspec.msgpack.encode({"action": "commit", "upload": upload_id}))
+                 msgspec.msgpack.encode({"action": "commit", "upload": upload_id, **options}))
 
 
 def test_a_planted_value_no_push_could_hold_is_refused(durable: BeavaProcess) -> None:
@@ -376,3 +413,44 @@ def test_a_large_commit_is_served_in_slices(durable: BeavaProcess) -> None:
         assert reply is not None and reply[0] == OP_BACKFILL
         assert json.loads(reply[2])["entities"] == users
         assert c.get("Notes", "user-7") == {"last_body": "note 7", "n_notes": 1}
+
+
+def test_pushes_during_a_sliced_commit_reach_the_installed_table(
+        durable: BeavaProcess) -> None:
+    """Pushes accepted while the commit compares entities a slice at a time are applied to
+    the new state before it is swapped in (and counted), whichever step they fall in."""
+    store = FeatureStore(memory_governance_enforce=False)
+    assert store.register(json.dumps({"nodes": NOTE_NODES}).encode())[0] == 200
+    users = 200_000
+    for i in range(users):
+        store.push("Note", {"user_id": f"user-{i}", "body": f"note {i}"})
+    data = msgspec.msgpack.encode(store.table("Notes").dump())
+    with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
+        c.register({"nodes": NOTE_NODES})
+        committer = FrameConn(durable.tcp, timeout=60)
+        pushed = 0
+        try:
+            committer.send(commit_frame(upload(committer, "Notes", NOTE_NODES, data),
+                                        drop_missing=False))
+            committer.sock.settimeout(0)
+            while True:
+                c.push("Note", {"user_id": "user-7", "body": "live"})
+                c.push("Note", {"user_id": "late", "body": "live"})
+                pushed += 1
+                try:
+                    committer.sock.recv(1, socket.MSG_PEEK)
+                    break
+                except BlockingIOError:
+                    pass
+            committer.sock.settimeout(60)
+            reply = committer.recv_frame()
+        finally:
+            committer.close()
+        assert reply is not None and reply[0] == OP_BACKFILL, reply
+        done = json.loads(reply[2])
+        # the pushes before the swap are the tail; at most the last two came after it
+        assert 2 * pushed - 2 <= done["tail_events"] <= 2 * pushed
+        assert done["dropped"] == 0 and done["entities"] == users + 1
+        assert done["kept"] + done["changed"] + done["created"] == users + 1
+        assert c.get("Notes", "user-7") == {"last_body": "live", "n_notes": 1 + pushed}
+        assert c.get("Notes", "late") == {"last_body": "live", "n_notes": pushed}

@@ -140,8 +140,12 @@ class TableState:
             if missing:
                 raise UnknownFeatures(self.spec.name, missing)
             names = sorted(set(features))
-        slot = self._kernel.keys.get(stored_key)
+        slot = self.slot(stored_key)
         return None if slot is None else (slot, names)
+
+    def slot(self, stored_key: str) -> int | None:
+        """The entity's slot; None when it holds no state."""
+        return self._kernel.keys.get(stored_key)
 
     def slot_keys(self, start: int, stop: int) -> list[str]:
         """Stored keys of the slots ``start`` to ``stop - 1`` that exist, in slot order
