@@ -1,9 +1,11 @@
 """``beava registry``, ``beava get`` and ``beava stats``: look inside a running server.
 
-``registry`` and ``get`` talk to the data plane (``--url``, framed TCP or HTTP, as
-``bv.App`` does); ``stats`` samples the admin sidecar's ``/metrics`` and prints live rates,
-one line per interval, like ``redis-cli --stat``. Every command takes ``--token`` (default
-``$BEAVA_TOKEN``). Errors go to stderr with exit status 1.
+``registry`` and ``get`` talk to the data plane (framed TCP or HTTP, as ``bv.App`` does);
+``stats`` samples the admin sidecar's ``/metrics`` and prints live rates, one line per
+interval, like ``redis-cli --stat``. ``--url`` of every command takes either address of a
+server: an HTTP URL is asked ``GET /server``, which only an admin sidecar answers (with
+the server's listeners), so each command finds the listener it needs. Every command takes
+``--token`` (default ``$BEAVA_TOKEN``). Errors go to stderr with exit status 1.
 """
 
 from __future__ import annotations
@@ -17,25 +19,31 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
+from urllib.parse import urlsplit
 
 from beava.cli_usage import UsageParser
+from beava.launcher import split_addr
 from beava.protocol import commands as wire_commands
+from beava.server.config import Config, format_addr
 
 COMMANDS = ("registry", "get", "stats")
 DEFAULT_URL = "tcp://127.0.0.1:8081"
-DEFAULT_ADMIN_URL = "http://127.0.0.1:8090"
+DEFAULT_ADMIN_URL = f"http://{format_addr(*Config.admin_addr)}"
 _TIMEOUT_S = 10.0
+_WILDCARD_HOSTS = ("0.0.0.0", "::")
+_LISTENERS = ("tcp", "http", "admin")  # as a server line names them: data plane first
 
 
 class CommandFailed(Exception):
     """A request failed; the message is printed as ``error: ...``."""
 
 
-def _common(parser: argparse.ArgumentParser, url_default: str, url_help: str) -> None:
+def _common(parser: argparse.ArgumentParser, url_default: str) -> None:
+    default = f"$BEAVA_URL or {url_default}" if url_default == DEFAULT_URL else url_default
     parser.add_argument("--url", default=None, metavar="URL",
-                        help=f"{url_help} (default $BEAVA_URL or {url_default})"
-                        if url_default == DEFAULT_URL else f"{url_help} (default {url_default})")
+                        help="the server: its data-plane URL (tcp://, tcps://, http://, "
+                        f"https://) or its admin sidecar's URL (default {default})")
     parser.add_argument("--token", default=None, metavar="TOKEN",
                         help="access token (default $BEAVA_TOKEN)")
 
@@ -44,17 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = UsageParser(prog="beava", description="Look inside a running beava server.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     reg = sub.add_parser("registry", help="what the registry holds: events, tables, features")
-    _common(reg, DEFAULT_URL, "data-plane URL: tcp://, tcps://, http:// or https://")
+    _common(reg, DEFAULT_URL)
     reg.add_argument("--json", action="store_true", help="print the JSON document")
     get = sub.add_parser("get", help="one entity's feature row")
-    _common(get, DEFAULT_URL, "data-plane URL: tcp://, tcps://, http:// or https://")
+    _common(get, DEFAULT_URL)
     get.add_argument("table", help="table name")
     get.add_argument("key", nargs="?", default=None,
                      help="entity key; KEY1|KEY2 for several key columns; none: global row")
     get.add_argument("--features", default=None, metavar="A,B",
                      help="only these features (comma-separated)")
     stats = sub.add_parser("stats", help="live rates from the admin sidecar's /metrics")
-    _common(stats, DEFAULT_ADMIN_URL, "admin sidecar URL")
+    _common(stats, DEFAULT_ADMIN_URL)
     stats.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                        help="seconds between samples (default 1)")
     stats.add_argument("--count", type=int, default=0, metavar="N",
@@ -70,9 +78,12 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
         if args.command == "stats":
             if args.interval <= 0:
                 raise CommandFailed("--interval must be positive")
-            url = args.url or DEFAULT_ADMIN_URL
-            return run_stats(lambda: scrape(url, token), args.interval, args.count, stream)
-        url = args.url or os.environ.get("BEAVA_URL") or DEFAULT_URL
+            admin = find_admin(args.url or DEFAULT_ADMIN_URL, token)
+            if admin.server is not None:
+                stream.write(f"server: {describe_server(admin.server)}\n")
+            return run_stats(lambda: scrape(admin.url, token), args.interval, args.count,
+                             stream)
+        url = find_data_plane(args.url or os.environ.get("BEAVA_URL") or DEFAULT_URL, token)
         if args.command == "registry":
             doc = _with_app(url, token, lambda app: app.describe())
             stream.write(json.dumps(doc, indent=2) + "\n" if args.json
@@ -102,6 +113,134 @@ def _with_app(url: str, token: str | None, call: Callable[[Any], Any]) -> Any:
         raise CommandFailed(str(exc)) from None
     except OSError as exc:  # TransportError is a ConnectionError
         raise CommandFailed(f"cannot reach {url}: {exc}") from None
+
+
+# -- which server ------------------------------------------------------------------------
+
+
+class Admin(NamedTuple):
+    """An admin sidecar and what its ``/server`` says (None: it did not say, e.g. the
+    token lacks the admin scope)."""
+
+    url: str
+    server: dict[str, Any] | None
+
+
+def _get(url: str, path: str, token: str | None) -> tuple[int, bytes]:
+    """``GET url+path``: the status and body, HTTP errors included."""
+    request = urllib.request.Request(url.rstrip("/") + path)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = None
+    if url.startswith("https://"):
+        ca = os.environ.get("BEAVA_CA")
+        context = ssl.create_default_context(cafile=ca or None)
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S, context=context) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CommandFailed(f"cannot reach {url}: {reason}") from None
+
+
+def probe(url: str, token: str | None) -> Admin | None:
+    """The admin sidecar at the HTTP ``url``, or None when ``url`` is a data-plane URL: the
+    data plane answers the unknown ``/server`` with a ``not_found`` error before any token
+    check, a sidecar with its server document or, without an admin token, 401/403."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    status, body = _get(url, "/server", token)
+    try:
+        doc = json.loads(body) if body else None
+    except ValueError:
+        doc = None
+    if status == 404 and isinstance(doc, dict) and "error" in doc:
+        return None
+    served = status == 200 and isinstance(doc, dict) and "listeners" in doc
+    return Admin(url, doc if served else None)
+
+
+def _endpoint(url: str) -> tuple[str, int | None]:
+    try:
+        parts = urlsplit(url)
+        return parts.hostname or "", parts.port
+    except ValueError as exc:
+        raise CommandFailed(f"--url {url!r}: {exc}") from None
+
+
+def _listener_url(scheme: str, bound: str, host: str) -> str:
+    """A URL for the listener ``bound`` reports, reached at ``host`` when it was bound to
+    every interface."""
+    bound_host, port = split_addr(bound)
+    return f"{scheme}://{format_addr(host if bound_host in _WILDCARD_HOSTS else bound_host, port)}"
+
+
+def serves(server: dict[str, Any], url: str) -> bool:
+    """Does the server that ``/server`` describes listen where ``url`` points (the same
+    port, on the same host or on a listener bound to every interface)?"""
+    host, port = _endpoint(url)
+    for name in ("tcp", "http"):
+        bound_host, bound_port = split_addr(server["listeners"][name])
+        if bound_port == port and (
+                bound_host in (host, *_WILDCARD_HOSTS)
+                or {bound_host, host} <= {"127.0.0.1", "localhost", "::1"}):
+            return True
+    return False
+
+
+def describe_server(server: dict[str, Any]) -> str:
+    """One line naming a server: process id, listeners, data directories."""
+    bound = server["listeners"]
+    listeners = ", ".join(f"{name} {bound[name]}" for name in _LISTENERS if name in bound)
+    wal = server.get("wal_dir")
+    data = f"WAL {wal}, snapshots {server.get('snapshot_dir')}" if wal else "memory only"
+    return f"pid {server.get('pid')}, {listeners}; {data}"
+
+
+def find_data_plane(url: str, token: str | None) -> str:
+    """``url`` itself for a data-plane URL; for an admin sidecar's, the framed-TCP
+    listener of its server."""
+    admin = probe(url, token)
+    if admin is None:
+        return url
+    if admin.server is None:
+        raise CommandFailed(
+            f"{url} is an admin sidecar, which names its server's data plane only to a "
+            "token with the admin scope: pass the data-plane URL (tcp://HOST:PORT or "
+            "http://HOST:PORT) or an admin token")
+    secure = url.startswith("https://")
+    return _listener_url("tcps" if secure else "tcp", admin.server["listeners"]["tcp"],
+                         _endpoint(url)[0])
+
+
+def find_admin(url: str, token: str | None) -> Admin:
+    """The admin sidecar of the server at ``url``: ``url`` itself when it is one; for a
+    data-plane URL, the sidecar at the default admin port of the same host, with a warning
+    on stderr when that sidecar belongs to another server."""
+    admin = probe(url, token)
+    if admin is not None:
+        return admin
+    host = _endpoint(url)[0]
+    scheme = "https" if url.startswith(("https://", "tcps://")) else "http"
+    candidate = f"{scheme}://{format_addr(host, Config.admin_addr[1])}"
+    hint = ("pass --url with the server's admin sidecar URL (its server.admin_bound log "
+            "line; a server that logged server.admin_bind_failed has no sidecar)")
+    try:
+        admin = probe(candidate, token)
+    except CommandFailed as exc:
+        raise CommandFailed(f"{url} is a data-plane URL and no admin sidecar answers at "
+                            f"the default admin address ({exc}): {hint}") from None
+    if admin is None:
+        raise CommandFailed(f"{url} is a data-plane URL and {candidate}, the default admin "
+                            f"address, is not an admin sidecar: {hint}")
+    if admin.server is not None and not serves(admin.server, url):
+        sys.stderr.write(
+            f"warning: the admin sidecar at {candidate} belongs to another server "
+            f"({describe_server(admin.server)}), not to the one at {url}; the figures "
+            f"below are that other server's: {hint}\n")
+    return admin
 
 
 # -- registry ------------------------------------------------------------------------------
@@ -148,24 +287,12 @@ def format_registry(doc: dict[str, Any]) -> str:
 
 def scrape(url: str, token: str | None) -> dict[str, float]:
     """The admin ``/metrics`` as ``{series: value}`` (a series keeps its labels)."""
-    request = urllib.request.Request(url.rstrip("/") + "/metrics")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    context = None
-    if url.startswith("https://"):
-        ca = os.environ.get("BEAVA_CA")
-        context = ssl.create_default_context(cafile=ca or None)
-    try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT_S, context=context) as reply:
-            text = reply.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
+    status, body = _get(url, "/metrics", token)
+    if status != 200:
         hint = " (the admin sidecar needs a token with the admin scope)" \
-            if exc.code in (401, 403) else ""
-        raise CommandFailed(f"{url}/metrics answered HTTP {exc.code}{hint}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CommandFailed(f"cannot reach {url}: {reason}") from None
-    return parse_metrics(text)
+            if status in (401, 403) else ""
+        raise CommandFailed(f"{url}/metrics answered HTTP {status}{hint}")
+    return parse_metrics(body.decode("utf-8", "replace"))
 
 
 def parse_metrics(text: str) -> dict[str, float]:

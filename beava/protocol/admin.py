@@ -1,5 +1,6 @@
 """Admin sidecar routes (spec/wire.md §4): health, ready, registry, metrics; plus the
-status page (``/``) and one entity's row (``/entity``), docs/operations.md."""
+status page (``/``), one entity's row (``/entity``) and which server this is (``/server``),
+docs/operations.md."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from beava.protocol.status_page import StatusPage
 
 _JSON = ("content-type", "application/json")
 _RUNTIME = ("x-runtime", "tokio")
-_ROUTES = ("/", "/health", "/ready", "/registry", "/metrics", "/entity")
+_ROUTES = ("/", "/health", "/ready", "/registry", "/metrics", "/entity", "/server")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -23,10 +24,14 @@ class AdminResponder:
 
     def __init__(self, registry_doc: Callable[[], dict[str, Any]],
                  metrics_text: Callable[[], bytes],
-                 entity_row: Callable[[str, str], dict[str, Any]]) -> None:
+                 entity_row: Callable[[str, str], dict[str, Any]],
+                 server_doc: Callable[[], dict[str, Any]]) -> None:
         self._registry_doc = registry_doc  # () -> every node (engine.registry.describe)
         self._metrics_text = metrics_text
         self._entity_row = entity_row  # (table, key) -> the row, as POST /get reads it
+        # () -> the process this sidecar belongs to (pid, listeners, data directories): a
+        # client that reached a sidecar by its address checks it is the server it meant
+        self._server_doc = server_doc
         self._page = StatusPage()
 
     def __call__(self, request: HttpRequest) -> bytes:
@@ -50,6 +55,8 @@ class AdminResponder:
             body = encode_json({"status": "ok"})
         elif path == "/ready":
             body = encode_json({"status": "ready"})
+        elif path == "/server":
+            body = encode_json(self._server_doc())
         else:
             body = encode_json(self._registry_doc())
         return render_response(status, body, headers, keep,

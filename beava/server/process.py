@@ -130,7 +130,7 @@ class BeavaServer:
                                  self.state.timings)
         self.metrics = ServerMetrics(self._metrics_sample, self.persistence.mode)
         self.admin = AdminResponder(self.service.describe, self.metrics.render,
-                                    self.service.entity)
+                                    self.service.entity, self._server_doc)
         self.sockets: dict[str, socket.socket] = {}
         self.lock: DataDirLock | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -168,6 +168,15 @@ class BeavaServer:
                                    EXIT_CONFIG) from None
             self.log.warn("server.admin_bind_failed", "admin sidecar disabled: bind failed",
                           addr=addr, error=str(exc))
+            # Among the JSON lines the WARN is easy to miss, and the sidecar answering at
+            # the default address is then another server's: say so where a person looks.
+            sys.stderr.write(
+                f"beava: admin sidecar not started: the default admin address {addr} is "
+                f"busy ({exc.strerror or exc}); whatever answers there is not this server. "
+                "This server runs without /metrics, /health and the status page; pick "
+                "another address with --admin-addr HOST:PORT (or BEAVA_ADMIN_ADDR; port 0 "
+                "for any free port).\n")
+            sys.stderr.flush()
         self.log.info("server.http_bound", "HTTP server bound", addr=_bound(self.sockets["http"]))
         self.log.info("server.tcp_bound", "TCP server bound", addr=_bound(self.sockets["tcp"]))
         if "admin" in self.sockets:
@@ -294,6 +303,17 @@ class BeavaServer:
         self._stop.set()
 
     # state for admin ------------------------------------------------------------------
+
+    def _server_doc(self) -> dict[str, Any]:
+        """Which server this is (admin ``/server``, docs/operations.md)."""
+        cfg = self.cfg
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "listeners": {name: _bound(sock) for name, sock in self.sockets.items()},
+            "wal_dir": None if cfg.memory_only else os.path.abspath(cfg.wal_dir),
+            "snapshot_dir": None if cfg.memory_only else os.path.abspath(cfg.snapshot_dir),
+        }
 
     def _on_reset(self, version: int) -> None:
         self.log.info("server.reset_completed", "reset applied", registry_version=version)

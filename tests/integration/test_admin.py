@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from tests.support import http_request
+from beava import __version__
+from tests.support import BeavaProcess, http_request
 
 
 def test_health_ready_registry(clean_server):
@@ -22,6 +23,24 @@ def test_health_ready_registry(clean_server):
     status, _, payload = http_request(clean_server.admin, "GET", "/registry")
     version = ping["registry_version"]
     assert json.loads(payload) == {"node_count": 0, "nodes": [], "version": version}
+
+
+def test_server_names_the_process_its_listeners_and_data(clean_server, tmp_path):
+    status, headers, payload = http_request(clean_server.admin, "GET", "/server")
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert json.loads(payload) == {
+        "pid": clean_server.proc.pid, "version": __version__,
+        "listeners": {"http": clean_server.addrs["http"], "tcp": clean_server.addrs["tcp"],
+                      "admin": clean_server.addrs["admin"]},
+        "wal_dir": None, "snapshot_dir": None}  # memory-only
+    durable = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    try:
+        doc = json.loads(http_request(durable.admin, "GET", "/server")[2])
+        assert doc["pid"] == durable.proc.pid
+        assert (doc["wal_dir"], doc["snapshot_dir"]) == (
+            str(tmp_path / "wal"), str(tmp_path / "snapshots"))
+    finally:
+        durable.terminate()
 
 
 def test_registry_is_current_after_reset(clean_server):

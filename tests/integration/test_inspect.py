@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import pytest
 import beava as bv
 from beava.cli import main
 from beava.cli_inspect import parse_metrics, stat_lines
+from beava.launcher import ServerStartError
 from tests.card_pipeline import Card, CardMerchant, CardSpend
 from tests.support import BeavaProcess, http_request
 
@@ -88,7 +91,11 @@ def test_tokens(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
         assert "needs a token with the admin scope" in capsys.readouterr().err
         monkeypatch.setenv("BEAVA_TOKEN", admin)  # the default token
         code, out = run(["stats", "--url", admin_url, "--count", "1"])
-        assert code == 0 and len(out.splitlines()) == 2
+        assert code == 0 and len(out.splitlines()) == 3  # the server, the header, one line
+        # an admin URL names its data plane only to an admin token
+        assert run(["registry", "--url", admin_url, "--token", reader])[0] == 1
+        assert "pass the data-plane URL" in capsys.readouterr().err
+        assert run(["registry", "--url", admin_url])[0] == 0
         assert run(["get", "Nothing", "--url", server.http_url])[0] == 1
         assert "[unknown_table]" in capsys.readouterr().err
     finally:
@@ -99,7 +106,9 @@ def test_stats_command_prints_live_rates(loaded: BeavaProcess) -> None:
     admin = f"http://{loaded.addrs['admin']}"
     code, out = run(["stats", "--url", admin, "--interval", "0.05", "--count", "3"])
     assert code == 0
-    header, *rows = out.splitlines()
+    server, header, *rows = out.splitlines()
+    assert server == (f"server: pid {loaded.proc.pid}, tcp {loaded.addrs['tcp']}, "
+                      f"http {loaded.addrs['http']}, admin {loaded.addrs['admin']}; memory only")
     assert header.split() == ["pushes", "push/s", "rejected", "rej/s", "replays", "read/s",
                               "entities", "fsync/s", "registry"]
     assert len(rows) == 3
@@ -107,6 +116,79 @@ def test_stats_command_prints_live_rates(loaded: BeavaProcess) -> None:
     assert first[1] == "-" and first[3] == "-" and first[5] == "-"  # no rate before a second
     assert first[6] == "5"  # 2 CardSpend + 3 CardMerchant rows
     assert rows[2].split()[1] == "0"  # nothing pushed meanwhile
+
+
+def test_every_command_takes_either_url(loaded: BeavaProcess,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    admin = f"http://{loaded.addrs['admin']}"
+    tcp = f"tcp://{loaded.addrs['tcp']}"
+    # registry and get given the admin sidecar's URL read through its server's data plane
+    assert run(["registry", "--json", "--url", admin])[1] == run(
+        ["registry", "--json", "--url", tcp])[1]
+    assert json.loads(run(["get", "CardSpend", "u1", "--url", admin])[1]) == {
+        "n": 2, "spend": 14.5}
+    # stats given a data-plane URL looks for the sidecar at the default admin port of that
+    # host; this server's sidecar is elsewhere, so it says what to pass (or, when another
+    # server's sidecar answers there, warns that the figures are that server's)
+    capsys.readouterr()
+    code, out = run(["stats", "--url", tcp, "--count", "1"])
+    err = capsys.readouterr().err
+    if code == 1:
+        assert f"{tcp} is a data-plane URL" in err
+        assert "pass --url with the server's admin sidecar URL" in err
+    else:
+        assert "belongs to another server" in err and f"pid {loaded.proc.pid}," not in out
+
+
+def _start_on_default_admin_port() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A server that asks for the default admin address without naming it: its
+    process and the addresses its bind lines report."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
+    env.update({"BEAVA_LISTEN_ADDR": "127.0.0.1:0", "BEAVA_TCP_PORT": "0"})
+    proc = subprocess.Popen([sys.executable, "-m", "beava", "--config", "/dev/null",
+                             "--memory-only"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    addrs = {}
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = json.loads(raw)
+        if line["kind"].endswith("_bound"):
+            addrs[line["kind"].split(".")[1].removesuffix("_bound")] = line["addr"]
+        if line["kind"] == "server.ready":
+            break
+    return proc, addrs
+
+
+def test_stats_warns_when_the_default_sidecar_is_another_servers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    try:  # the first server holds the default admin address
+        first = BeavaProcess(env={"BEAVA_ADMIN_ADDR": "127.0.0.1:8090"})
+    except ServerStartError:
+        pytest.skip("the default admin port is held by something else")
+    try:
+        second, addrs = _start_on_default_admin_port()
+        try:
+            assert "admin" not in addrs
+            second_tcp = f"tcp://{addrs['tcp']}"
+            capsys.readouterr()
+            code, out = run(["stats", "--url", second_tcp, "--count", "1"])
+            err = capsys.readouterr().err
+            assert code == 0
+            # the figures are the first server's, and both the output and the warning say so
+            assert out.startswith(f"server: pid {first.proc.pid}, ")
+            assert (f"warning: the admin sidecar at http://127.0.0.1:8090 belongs to another "
+                    f"server (pid {first.proc.pid}, ") in err
+            assert f"not to the one at {second_tcp}" in err
+            # the first server's own data-plane URL finds its sidecar without a warning
+            code, out = run(["stats", "--url", f"tcp://{first.addrs['tcp']}", "--count", "1"])
+            assert code == 0 and capsys.readouterr().err == ""
+            assert out.startswith(f"server: pid {first.proc.pid}, ")
+        finally:
+            second.send_signal(signal.SIGTERM)
+            _, stderr = second.communicate(timeout=10)
+        assert "the default admin address 127.0.0.1:8090 is busy" in stderr.decode()
+    finally:
+        first.terminate()
 
 
 def test_stat_lines_compute_rates() -> None:

@@ -213,7 +213,7 @@ def test_default_admin_port_busy_warns_and_continues():
         env.update({"BEAVA_LISTEN_ADDR": "127.0.0.1:0", "BEAVA_TCP_PORT": "0"})
         proc = subprocess.Popen([sys.executable, "-m", "beava", "--config", "/dev/null",
                                  "--memory-only"], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
         kinds = []
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -222,8 +222,13 @@ def test_default_admin_port_busy_warns_and_continues():
             if kind == "server.ready":
                 break
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
+        _, stderr = proc.communicate(timeout=10)
+        assert proc.returncode == 0
         assert "server.admin_bind_failed" in kinds and "server.admin_bound" not in kinds
+        # besides the JSON WARN, a plain notice naming the busy address and the flag
+        notice = stderr.decode()
+        assert "the default admin address 127.0.0.1:8090 is busy" in notice
+        assert "--admin-addr" in notice and "BEAVA_ADMIN_ADDR" in notice
     finally:
         blocker.close()
 

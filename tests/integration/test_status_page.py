@@ -151,6 +151,9 @@ def test_status_page_shows_registry_rates_and_entities(clean_server: BeavaProces
     assert expected_u1 == {"n": 2, "spend": 14.5}
     page.goto(f"http://{clean_server.addrs['admin']}/")
     assert page.title() == "beava status"
+    # the header names the server the sidecar belongs to
+    shows(page, "#server", f"pid {clean_server.proc.pid}")
+    shows(page, "#server", f"tcp {clean_server.addrs['tcp']}")
 
     # the registry: events with their fields, tables with keys and features
     spend = page.locator('[data-node="CardSpend"]')
