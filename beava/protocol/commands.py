@@ -3,9 +3,15 @@ transports need about it in that one row.
 
 Derived from it: framed-TCP dispatch (:class:`beava.protocol.dispatch.FrameDispatch`),
 HTTP routing (:mod:`beava.protocol.http_routes`) and read holding (``STATE_READ_OPS``: a
-read behind an unapplied push of its connection waits, spec/wire.md §2.6). The table only
-names commands; the server supplies one handler per name (:func:`bind_handlers`, checked
-once at start). Opcode and content-type numbers are ``beava_client.opcodes``'s own.
+read behind an unapplied push of its connection waits, spec/wire.md §2.6). Opcode and
+content-type numbers are ``beava_client.opcodes``'s own.
+
+The table only names commands; the server supplies what serves each name, checked once at
+start (:func:`bind_handlers`). A *simple* command (``takes`` set) is one call of the
+server's: the call is given what ``takes`` names, and its value, encoded, is the reply; one
+adapter per transport (``simple_frame_handlers`` and ``simple_http_handlers`` in
+:mod:`beava.protocol.dispatch`) turns the call into the command's handler. Every other
+command has a handler per transport of its own.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ from beava_client.opcodes import (
     OP_TEST_CLOCK,
 )
 
+# What the call of a simple command is given (``Command.takes``).
+NOTHING = "nothing"  # call()
+BODY = "body"  # call(value): the body decoded per content type; undecodable: internal_error
+RAW_BODY = "raw body"  # call(bytes): the body as sent, the call decodes it
+ROUTE_PARAMS = "route params"  # call(*params): the HTTP route parameters (HTTP only)
+
 ANY_CONTENT_TYPE = frozenset(range(256))  # PING ignores the content-type byte
 JSON_ONLY = frozenset((CT_JSON,))
 
@@ -62,6 +74,9 @@ class Command(NamedTuple):
     http_params: int = 0  # parameters in that remainder, "/"-separated, the last takes the rest
     reads_state: bool = False  # the answer depends on applied pushes
     scope: str | None = READ  # the access scope a token needs for it; None: always open
+    takes: str | None = None  # a simple command: what its call is given; None: not simple
+    # a simple command's framed-TCP reply is in the request's content type (else JSON)
+    replies_in_kind: bool = False
 
     @property
     def framed(self) -> bool:
@@ -72,6 +87,11 @@ class Command(NamedTuple):
     def routed(self) -> bool:
         """Served on the HTTP data plane."""
         return self.http_method is not None
+
+    @property
+    def simple(self) -> bool:
+        """Served by one call of the server's through the transports' adapters."""
+        return self.takes is not None
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -90,29 +110,33 @@ COMMANDS: tuple[Command, ...] = (
             http_method="POST", http_paths=("/push_many",)),
     Command("get", op=OP_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/get",)),
-    Command("mget", op=OP_MGET, reply_op=OP_GET_RESPONSE, reads_state=True),
-    Command("get_multi", op=OP_GET_MULTI, reply_op=OP_GET_RESPONSE, reads_state=True),
+    Command("mget", op=OP_MGET, reply_op=OP_GET_RESPONSE, reads_state=True,
+            takes=BODY, replies_in_kind=True),
+    Command("get_multi", op=OP_GET_MULTI, reply_op=OP_GET_RESPONSE, reads_state=True,
+            takes=BODY, replies_in_kind=True),
     Command("batch_get", op=OP_BATCH_GET, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/batch_get",)),
     Command("scan", op=OP_SCAN, reply_op=OP_GET_RESPONSE, reads_state=True,
             http_method="POST", http_paths=("/scan",)),  # extension (docs/wire.md)
     Command("describe", op=OP_DESCRIBE, reply_op=OP_GET_RESPONSE,  # extension (docs/wire.md)
-            http_method="GET", http_paths=("/describe",)),
+            http_method="GET", http_paths=("/describe",), takes=NOTHING),
     Command("legacy_get", reads_state=True,  # GET /get/<feature>/<key>
-            http_method="GET", http_prefixes=("/get/",), http_params=2),
+            http_method="GET", http_prefixes=("/get/",), http_params=2, takes=ROUTE_PARAMS),
     Command("reset", op=OP_RESET, reply_op=OP_GET_RESPONSE, scope=ADMIN,
-            http_method="POST", http_paths=("/reset",)),
+            http_method="POST", http_paths=("/reset",), takes=NOTHING),
     Command("test_clock", op=OP_TEST_CLOCK, reply_op=OP_TEST_CLOCK, content_types=JSON_ONLY,
-            http_method="POST", http_paths=("/test/clock",), scope=ADMIN),  # extension
+            http_method="POST", http_paths=("/test/clock",), scope=ADMIN,  # extension
+            takes=RAW_BODY),
     Command("backfill", op=OP_BACKFILL, reply_op=OP_BACKFILL,  # extension (docs/wire.md)
             http_method="POST", http_paths=("/admin/backfill",), scope=ADMIN),
-    Command("health", http_method="GET", http_paths=("/health",), scope=None),
-    Command("ready", http_method="GET", http_paths=("/ready",), scope=None),
+    Command("health", http_method="GET", http_paths=("/health",), scope=None, takes=NOTHING),
+    Command("ready", http_method="GET", http_paths=("/ready",), scope=None, takes=NOTHING),
 )
 
 BY_OP: Mapping[int, Command] = MappingProxyType({c.op: c for c in COMMANDS if c.op is not None})
 FRAMED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.framed)
 ROUTED: tuple[Command, ...] = tuple(c for c in COMMANDS if c.routed)
+SIMPLE: tuple[Command, ...] = tuple(c for c in COMMANDS if c.simple)
 
 # Request opcodes that wait behind an unapplied push on their connection.
 STATE_READ_OPS = frozenset(c.op for c in COMMANDS if c.reads_state and c.op is not None)

@@ -6,6 +6,13 @@ The server supplies one handler per command name; a handler returns its complete
 raises is turned into the error envelope here, for both transports by :func:`as_error`:
 a :class:`BeavaError` as raised, anything else is a bug, answered ``internal_error`` —
 one request lost, never the connection.
+
+A simple command (``Command.takes``, beava.protocol.commands) is served by one call of the
+server's; :func:`simple_frame_handlers` and :func:`simple_http_handlers` are the one
+adapter per transport that turns such calls into handlers: the body decoded per content
+type (as ``takes`` asks), the call made, its value encoded as the reply (framed TCP: the
+command's reply opcode, JSON or, when the command replies in kind, the request's content
+type; HTTP: 200 with JSON).
 """
 
 from __future__ import annotations
@@ -15,14 +22,26 @@ from time import perf_counter
 from typing import Any
 
 from beava._fast.frame_splitter import encode_frame
+from beava._fast.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
-from beava.protocol.commands import BY_OP, FRAMED, ROUTED, bind_handlers
+from beava.protocol import messages
+from beava.protocol.commands import (
+    BODY,
+    BY_OP,
+    FRAMED,
+    RAW_BODY,
+    ROUTE_PARAMS,
+    ROUTED,
+    SIMPLE,
+    Command,
+    bind_handlers,
+)
 from beava.protocol.http import HttpRequest, render_response
 from beava.protocol.http_routes import resolve
 from beava.protocol.messages import encode_json
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.request_timings import RequestTimings
-from beava_client.opcodes import CONTENT_TYPES, CT_JSON, OP_ERROR
+from beava_client.opcodes import CONTENT_TYPES, CT_JSON, CT_MSGPACK, OP_ERROR
 
 # handler(ct, payload) -> reply frame, or a PendingReply resolved later
 FrameHandler = Callable[[int, bytes], "bytes | PendingReply"]
@@ -38,6 +57,9 @@ REPLAY_HEADERS = DATA_PLANE_HEADERS + (("X-Beava-Idempotent-Replay", "1"),)
 UNAUTHENTICATED_HEADERS = DATA_PLANE_HEADERS + (("WWW-Authenticate", 'Bearer realm="beava"'),)
 # authorize(request, scope, command name): raises unauthenticated / forbidden (protocol.auth)
 Authorize = Callable[[HttpRequest, str, str], None]
+# a simple command's call: given what its command ``takes``, returns the reply's value
+Call = Callable[..., Any]
+TOO_DEEP_TO_DECODE = "body nested too deep to decode"
 
 
 def as_error(exc: Exception) -> BeavaError:
@@ -57,6 +79,63 @@ def json_response(status: int, body: Any, keep_alive: bool, replay: bool = False
     payload = body if isinstance(body, bytes) else encode_json(body)
     return render_response(status, payload, REPLAY_HEADERS if replay else DATA_PLANE_HEADERS,
                            keep_alive)
+
+
+def decode_body(ct: int, payload: bytes) -> Any:
+    """A request body in its content type; undecodable is ``internal_error`` (spec/wire.md
+    §2.7)."""
+    try:
+        return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
+    except messages.DECODE_ERRORS as exc:
+        raise BeavaError("internal_error", reason=str(exc)) from None
+    except RecursionError:  # nested past what the decoder follows: undecodable too
+        raise BeavaError("internal_error", reason=TOO_DEEP_TO_DECODE) from None
+
+
+def simple_frame_handlers(calls: Mapping[str, Call]) -> dict[str, FrameHandler]:
+    """Framed TCP: the handler of each simple command served there, from ``calls``
+    (command name -> call, one for every simple command)."""
+    bound = bind_handlers(calls, SIMPLE)
+    return {c.name: _frame_adapter(c, bound[c.name]) for c in SIMPLE if c.framed}
+
+
+def simple_http_handlers(calls: Mapping[str, Call]) -> dict[str, HttpHandler]:
+    """HTTP data plane: the handler of each simple command routed there, from ``calls``."""
+    bound = bind_handlers(calls, SIMPLE)
+    return {c.name: _http_adapter(c, bound[c.name]) for c in SIMPLE if c.routed}
+
+
+def _given(command: Command, ct: int, body: bytes, params: tuple[str, ...]) -> tuple[Any, ...]:
+    """The arguments of a simple command's call (``Command.takes``)."""
+    if command.takes == BODY:
+        return (decode_body(ct, body),)
+    if command.takes == RAW_BODY:
+        return (body,)
+    if command.takes == ROUTE_PARAMS:
+        return params
+    return ()
+
+
+def _frame_adapter(command: Command, call: Call) -> FrameHandler:
+    op = command.reply_op
+    assert op is not None  # a framed command has one
+    in_kind = command.replies_in_kind
+
+    def handler(ct: int, payload: bytes) -> bytes:
+        value = call(*_given(command, ct, payload, ()))
+        if in_kind and ct == CT_MSGPACK:
+            return encode_frame(op, CT_MSGPACK, messages.encode_msgpack(finite_or_none(value)))
+        return encode_frame(op, CT_JSON, encode_json(value))
+
+    return handler
+
+
+def _http_adapter(command: Command, call: Call) -> HttpHandler:
+    def handler(request: HttpRequest, params: tuple[str, ...]) -> bytes:
+        value = call(*_given(command, CT_JSON, request.body, params))
+        return json_response(200, value, request.keep_alive)
+
+    return handler
 
 
 class FrameDispatch:

@@ -1,10 +1,25 @@
 """Requests in, answers out: the seam between the transports and the feature store.
 
 The command table (``beava.protocol.commands``) names the commands; this module supplies
-their handlers, one per command name and transport (:meth:`Service.frame_handlers`,
-:meth:`Service.http_handlers`). A handler decodes its request body, calls the
-:class:`FeatureStore` and words the answer as its transport prescribes (spec/wire.md §2.5,
-§3.3, §5); the failures it raises become error envelopes in ``beava.protocol.dispatch``.
+what serves each (:meth:`Service.frame_handlers`, :meth:`Service.http_handlers`); the
+failures raised become error envelopes in ``beava.protocol.dispatch``.
+
+A simple command (describe, mget, get_multi, legacy_get, reset, test_clock, health,
+ready) is one call (:meth:`Service.calls`) that the dispatch module's adapters serve on
+both transports. The others have a handler per transport here, for their shapes do not fit
+"decode, call, encode" (spec/wire.md §2.5, §3.3, §5):
+
+- ping answers a different body on each transport;
+- register answers the registry's own status code (OP_ERROR on framed TCP for any but
+  200), and over HTTP refuses a body that is not ``application/json``;
+- push, push_event and push_many go through the push pass and defer their acks until the
+  push is durable; framed-TCP push errors carry the registry version;
+- get: a MessagePack read is written straight from the table's columns (the read fast
+  path) and cannot carry the legacy request shapes;
+- batch_get and backfill are served in slices across loop iterations (a reply slot
+  filled later); backfill and scan answer an undecodable body with their own error;
+- scan's rows are encoded one by one in the reply's content type as they are read;
+- auth belongs to the per-connection gate (``beava.protocol.auth``).
 """
 
 from __future__ import annotations
@@ -33,12 +48,17 @@ from beava.protocol import messages
 from beava.protocol.auth import open_auth
 from beava.protocol.commands import FRAMED
 from beava.protocol.dispatch import (
+    TOO_DEEP_TO_DECODE,
+    Call,
     FrameDispatch,
     FrameHandler,
     HttpHandler,
     as_error,
+    decode_body,
     error_frame,
     json_response,
+    simple_frame_handlers,
+    simple_http_handlers,
 )
 from beava.protocol.http import HttpRequest
 from beava.protocol.reply_slots import PendingReply
@@ -56,7 +76,6 @@ PUSH_MANY_LIMIT = 10_000
 BATCH_SLICE_SECONDS = 0.002
 # A body nested deeper than the decoder's recursion allows: far past MAX_VALUE_DEPTH.
 TOO_DEEP = "value nested too deep (at most 64 containers, docs/limits.md)"
-_TOO_DEEP_TO_DECODE = "body nested too deep to decode"
 # Push acks are the hottest reply: keys already in sorted order (spec/wire.md §1, §6.7).
 _ACK = b'{"ack_lsn":%d,"idempotent_replay":false,"registry_version":%d}'
 _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
@@ -65,24 +84,6 @@ _REPLAY_ACK = b'{"ack_lsn":%d,"idempotent_replay":true,"registry_version":%d}'
 # Success reply opcode of each framed command, from the command table.
 _REPLY_OP: dict[str, int] = {c.name: c.reply_op for c in FRAMED if c.reply_op is not None}
 _PUSH_OP = PUSH_ACK_OP = _REPLY_OP["push"]
-
-
-def _decode_read(ct: int, payload: bytes) -> Any:
-    """A read request body; undecodable is ``internal_error`` (spec/wire.md §2.7)."""
-    try:
-        return messages.json_any(payload) if ct == CT_JSON else messages.msgpack_any(payload)
-    except messages.DECODE_ERRORS as exc:
-        raise BeavaError("internal_error", reason=str(exc)) from None
-    except RecursionError:  # nested past what the decoder follows: undecodable too
-        raise BeavaError("internal_error", reason=_TOO_DEEP_TO_DECODE) from None
-
-
-def _read_frame(command: str, ct: int, value: Any) -> bytes:
-    """GET, MGET and GET_MULTI answer in the request's content type (spec/wire.md §2.3)."""
-    if ct == CT_MSGPACK:
-        return encode_frame(_REPLY_OP[command], CT_MSGPACK,
-                            messages.encode_msgpack(finite_or_none(value)))
-    return encode_frame(_REPLY_OP[command], CT_JSON, _encode(value))
 
 
 def _decode_scan(ct: int, payload: bytes, version: int) -> Any:
@@ -150,13 +151,13 @@ def _batch_requests(ct: int, payload: bytes) -> list[Any] | reads.EncodedEntries
             return _JsonEntries(payload, bytes(messages.batch_get_json(payload).requests))
         return _MsgpackEntries(payload, messages.batch_get_msgpack(payload).requests)
     except (*messages.DECODE_ERRORS, RecursionError, ValueError):
-        return reads.batch_requests(_decode_read(ct, payload))
+        return reads.batch_requests(decode_body(ct, payload))
 
 
 def _undecodable(ct: int, payload: bytes, exc: BaseException) -> BeavaError:
     """What a part of a body that does not decode answers: the error decoding the whole
     body reports (raised here), else ``exc``'s."""
-    _decode_read(ct, payload)
+    decode_body(ct, payload)
     return BeavaError("internal_error", reason=str(exc))
 
 
@@ -315,14 +316,10 @@ class Service:
             "push": self._tcp_push,
             "push_many": self._tcp_push_many,
             "get": self._tcp_get,
-            "mget": self._tcp_mget,
-            "get_multi": self._tcp_get_multi,
             "batch_get": self._tcp_batch_get,
-            "reset": self._tcp_reset,
-            "test_clock": self._tcp_test_clock,
             "scan": self._tcp_scan,
             "backfill": self._tcp_backfill,
-            "describe": self._tcp_describe,
+            **simple_frame_handlers(self.calls()),
         }
 
     def http_handlers(self) -> dict[str, HttpHandler]:
@@ -335,14 +332,27 @@ class Service:
             "push_many": self._http_push_many,
             "get": self._http_get,
             "batch_get": self._http_batch_get,
-            "legacy_get": self._http_legacy_get,
-            "reset": self._http_reset,
-            "test_clock": self._http_test_clock,
             "scan": self._http_scan,
             "backfill": self._http_backfill,
-            "describe": self._http_describe,
-            "health": self._http_health,
-            "ready": self._http_ready,
+            **simple_http_handlers(self.calls()),
+        }
+
+    def calls(self) -> dict[str, Call]:
+        """The simple commands: command name -> the call serving it on every transport,
+        given what the command table's ``takes`` names; its value is the reply."""
+        store = self.store
+        return {
+            "describe": self.describe,
+            "mget": lambda body: reads.mget(store.table, store.registry, body,
+                                            store.query_time()),
+            "get_multi": lambda body: reads.get_multi(store.table, store.registry, body,
+                                                      store.query_time()),
+            "legacy_get": lambda feature, key: reads.legacy_get(
+                store.table, store.registry, feature, key, store.query_time()),
+            "reset": self.reset,
+            "test_clock": self.test_clock,
+            "health": lambda: {"status": "ok"},
+            "ready": lambda: {"status": "ready"},
         }
 
     def wait_applied(self) -> None:
@@ -460,7 +470,7 @@ class Service:
         except messages.DECODE_ERRORS as exc:
             raise BeavaError("invalid_push_many", top=top, message=str(exc)) from None
         except RecursionError:
-            raise BeavaError("invalid_push_many", top=top, message=_TOO_DEEP_TO_DECODE) from None
+            raise BeavaError("invalid_push_many", top=top, message=TOO_DEEP_TO_DECODE) from None
         if not store.log.writable:  # the whole request: nothing of it can be written
             raise unwritten_error(store.registry_version if tcp else None)
         count = len(request.bodies)
@@ -584,23 +594,14 @@ class Service:
         return self._after_durable(reply, error_frame(unwritten_error(self.store.registry_version)))
 
     def _tcp_get(self, ct: int, payload: bytes) -> bytes:
+        """Answered in the request's content type (spec/wire.md §2.3)."""
         store = self.store
-        body = _decode_read(ct, payload)
+        body = decode_body(ct, payload)
         if ct == CT_MSGPACK:
             return encode_frame(_REPLY_OP["get"], CT_MSGPACK, reads.get_msgpack(
                 store.table, body, store.query_time(), registry=store.registry))
-        return _read_frame("get", ct, reads.get(store.table, body, store.query_time(),
-                                                registry=store.registry))
-
-    def _tcp_mget(self, ct: int, payload: bytes) -> bytes:
-        store = self.store
-        return _read_frame("mget", ct, reads.mget(store.table, store.registry,
-                                          _decode_read(ct, payload), store.query_time()))
-
-    def _tcp_get_multi(self, ct: int, payload: bytes) -> bytes:
-        store = self.store
-        return _read_frame("get_multi", ct, reads.get_multi(store.table, store.registry,
-                                               _decode_read(ct, payload), store.query_time()))
+        return encode_frame(_REPLY_OP["get"], CT_JSON, _encode(reads.get(
+            store.table, body, store.query_time(), registry=store.registry)))
 
     def _tcp_batch_get(self, ct: int, payload: bytes) -> bytes | PendingReply:
         return self._batch_get(ct, payload, _batch_frame, FrameDispatch.failed)
@@ -609,15 +610,6 @@ class Service:
         body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
                          ct == CT_MSGPACK)
         return encode_frame(_REPLY_OP["scan"], ct, body)
-
-    def _tcp_describe(self, ct: int, payload: bytes) -> bytes:
-        return encode_frame(_REPLY_OP["describe"], CT_JSON, _encode(self.describe()))
-
-    def _tcp_reset(self, ct: int, payload: bytes) -> bytes:
-        return encode_frame(_REPLY_OP["reset"], CT_JSON, _encode(self.reset()))
-
-    def _tcp_test_clock(self, ct: int, payload: bytes) -> bytes:
-        return encode_frame(_REPLY_OP["test_clock"], CT_JSON, _encode(self.test_clock(payload)))
 
     def _tcp_backfill(self, ct: int, payload: bytes) -> bytes | PendingReply:
         return self._serve_backfill(
@@ -674,57 +666,34 @@ class Service:
 
     def _http_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         store = self.store
-        row = reads.get(store.table, _decode_read(CT_JSON, request.body), store.query_time(),
+        row = reads.get(store.table, decode_body(CT_JSON, request.body), store.query_time(),
                         registry=store.registry)
         return json_response(200, row, request.keep_alive)
 
     def _http_batch_get(self, request: HttpRequest, params: tuple[str, ...]
                         ) -> bytes | PendingReply:
-        keep_alive = request.keep_alive
-
-        def failed(exc: Exception) -> bytes:
-            err = as_error(exc)
-            return json_response(err.status, err.body(), keep_alive)
-
-        return self._batch_get(CT_JSON, request.body,
-                               lambda body: json_response(200, body, keep_alive), failed)
-
-    def _http_legacy_get(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        feature, key = params
-        store = self.store
-        value = reads.legacy_get(store.table, store.registry, feature, key, store.query_time())
-        return json_response(200, value, request.keep_alive)
+        return self._batch_get(CT_JSON, request.body, *_http_endings(request.keep_alive))
 
     def _http_scan(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         body = self.scan(_decode_scan(CT_JSON, request.body, self.store.registry_version),
                          False)
         return json_response(200, body, request.keep_alive)
 
-    def _http_describe(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, self.describe(), request.keep_alive)
-
-    def _http_reset(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, self.reset(), request.keep_alive)
-
-    def _http_test_clock(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, self.test_clock(request.body), request.keep_alive)
-
     def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]
                        ) -> bytes | PendingReply:
-        keep_alive = request.keep_alive
+        return self._serve_backfill(CT_JSON, request.body, *_http_endings(request.keep_alive))
 
-        def failed(exc: Exception) -> bytes:
-            err = as_error(exc)
-            return json_response(err.status, err.body(), keep_alive)
 
-        return self._serve_backfill(CT_JSON, request.body,
-                                    lambda body: json_response(200, body, keep_alive), failed)
+def _http_endings(keep_alive: bool) -> tuple[Callable[[Any], bytes],
+                                             Callable[[Exception], bytes]]:
+    """How an HTTP request served in slices ends: 200 with its answer, or its failure's
+    error response."""
 
-    def _http_health(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, {"status": "ok"}, request.keep_alive)
+    def failed(exc: Exception) -> bytes:
+        err = as_error(exc)
+        return json_response(err.status, err.body(), keep_alive)
 
-    def _http_ready(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        return json_response(200, {"status": "ready"}, request.keep_alive)
+    return lambda body: json_response(200, body, keep_alive), failed
 
 
 def unwritten_error(registry_version: int | None = None) -> BeavaError:
