@@ -2,7 +2,8 @@
 
 Each connection belongs to its server's :class:`ServerState`: to its connection set while it
 is open (shutdown walks it: ``stop_reading``, then ``drain`` until nothing waits, then
-``close``) and, while the intake gate is shut, it reads nothing. It queues its replies in
+``close``). Whether its socket is read is up to its :class:`ReadGate` alone, which knows
+every reason it is not (the server's intake gate among them). It queues its replies in
 arrival order in ``_out``, where an LSN tag or a :class:`PendingReply` holds back the
 replies behind it (``beava.protocol.reply_slots``).
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from beava.catalogue.errors import BeavaError
+from beava.protocol.read_gate import INTAKE, WRITES, ReadGate
 from beava.protocol.reply_slots import PendingReply, Queued, fail_acks, take_ready
 from beava.protocol.server_state import ServerState
 
@@ -47,6 +49,7 @@ class ServerConnection(asyncio.Protocol, ABC):
         self._request_since: float | None = None  # first byte of an incomplete request
         self._stalled_since: float | None = None  # replies not taken by the peer since
         self._transport: asyncio.Transport | None = None
+        self.reads = ReadGate()  # pauses and resumes the transport's reading, and knows why
         self._out: deque[Queued] = deque()
         self._last_pending: PendingReply | None = None
         self._tag: list[int] | None = None  # the newest LSN tag queued in _out
@@ -156,16 +159,12 @@ class ServerConnection(asyncio.Protocol, ABC):
         state = self.state
         state.connections.add(self)
         self._last_read = time.monotonic()
+        if state.intake.shut:
+            self.reads.pause(INTAKE)
+        self.reads.attach(transport)  # type: ignore[arg-type]
         if not self.admit():
             self._closing = True
-            transport.pause_reading()  # type: ignore[attr-defined]
             self.refuse(BeavaError("too_many_connections", limit=state.limits.max_connections))
-            return
-        if state.intake.shut:
-            self.pause_intake()
-            # uvloop starts reading once connection_made returns, undoing a pause made in
-            # it; a callback runs before the loop next polls the socket
-            asyncio.get_running_loop().call_soon(self._pause_if_shut)
 
     def received(self, request_started: bool, request_open: bool) -> None:
         """After bytes arrived: ``request_started`` when a request began in them,
@@ -191,7 +190,7 @@ class ServerConnection(asyncio.Protocol, ABC):
                 return
         else:
             self._stalled_since = None
-        if self.state.intake.shut or self.busy():
+        if self.reads.paused() or self.busy():
             # the server, not the client, holds things up: both clocks start again
             self._last_read = now
             if self._request_since is not None:
@@ -213,32 +212,17 @@ class ServerConnection(asyncio.Protocol, ABC):
 
     def writes_paused(self) -> bool:
         """True while the transport holds more unsent replies than its high-water mark."""
-        return False
+        return self.reads.holds(WRITES)
 
     @abstractmethod
     def refuse(self, err: BeavaError) -> None:
         """Answer ``err`` and close (a connection over the cap, a request too slow)."""
 
-    def pause_intake(self) -> None:
-        if self._transport is not None and not self._closing:
-            self._transport.pause_reading()
-
-    def _pause_if_shut(self) -> None:
-        if self.state.intake.shut:
-            self.pause_intake()
-
-    def resume_intake(self) -> None:
-        self._resume_if_idle()
-
-    def _resume_if_idle(self) -> None:
-        """Read again unless something still holds the connection back."""
-        if self._transport is not None and not self._closing and not self.state.intake.shut:
-            self._transport.resume_reading()
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)
         self.release()
         self.hold_request(0)
+        self.reads.detach()
         self._transport = None
 
     def stop_reading(self) -> None:
@@ -246,8 +230,7 @@ class ServerConnection(asyncio.Protocol, ABC):
         dropped, so that closing the socket does not reset it (a close with unread input
         sends RST, which can destroy replies the client has not read yet)."""
         self._closing = True
-        if self._transport is not None:
-            self._transport.resume_reading()
+        self.reads.linger()
 
     def _write_ready(self) -> asyncio.Transport | None:
         """Write the queued replies that are ready (up to the first pending one), in order.

@@ -19,6 +19,7 @@ import httptools
 from beava.catalogue.errors import BeavaError
 from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection
 from beava.protocol.messages import encode_json
+from beava.protocol.read_gate import PARKED, SLICED, WRITES
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
 
@@ -90,12 +91,10 @@ class HttpProtocol(ServerConnection):
         self._respond = respond
         self._protocol_error = protocol_error
         self._parser = httptools.HttpRequestParser(self)
-        self._parked: deque[HttpRequest] = deque()  # parsed, answered once writes drain
-        self._paused_by_writes = False
+        self._parked: deque[HttpRequest] = deque()  # parsed, answered in a later turn
         self._unflushed = 0  # response bytes queued since the last write
         self._began = False  # a request began in the bytes being parsed
         self._in_message = False  # a request has begun and is not complete yet
-        self._held_reading = False  # not read while a request is served in slices
         self._over_budget = False  # a request's head would pass the server's budget
         self._turn_bytes = 0  # response bytes built in this turn
         self._turn_end = 0.0  # perf_counter deadline of this turn
@@ -107,22 +106,14 @@ class HttpProtocol(ServerConnection):
         super().connection_made(transport)
 
     def pause_writing(self) -> None:
-        if self._transport is not None and not self._paused_by_writes:
-            self._paused_by_writes = True
-            self._transport.pause_reading()
+        self.reads.pause(WRITES)
 
     def resume_writing(self) -> None:
-        if self._transport is not None and self._paused_by_writes:
-            self._paused_by_writes = False
+        if self.reads.holds(WRITES):
+            self.reads.resume(WRITES)
             self._new_turn(time.perf_counter() + TURN_SECONDS)
             self._answer_parked(limited=True)
-            if not self._paused_by_writes and not self._parked:
-                self._resume_if_idle()
             self.flush_ready()
-
-    def _resume_if_idle(self) -> None:
-        if not self._paused_by_writes and not self._parked and not self.held_back():
-            super()._resume_if_idle()
 
     def _answer(self, request: HttpRequest) -> None:
         last = self._last_pending  # as of answering: parked requests are answered later
@@ -131,9 +122,8 @@ class HttpProtocol(ServerConnection):
         if type(response) is PendingReply and response.data is None:
             response.conn = self
             self._last_pending = response
-            if response.holds_all and self._transport is not None:
-                self._held_reading = True  # later requests wait for it (parked)
-                self._transport.pause_reading()
+            if response.holds_all:
+                self.reads.pause(SLICED)  # later requests wait for it (parked)
         elif type(response) is bytes:
             self._unflushed += len(response)
             self._turn_bytes += len(response)
@@ -148,13 +138,15 @@ class HttpProtocol(ServerConnection):
         parked = self._parked
         while parked and not (limited and self._must_wait()):
             self._answer(parked.popleft())
-        if parked and limited and not self._paused_by_writes and not self.held_back():
+        if not parked:
+            self.reads.resume(PARKED)
+        elif limited and not self.writes_paused() and not self.held_back():
             self._schedule_turn()
 
     def _must_wait(self) -> bool:
         """A complete request is not answered now: writes are paused, an earlier request is
         served in slices, or this turn has used its budget."""
-        return (self._paused_by_writes or self.held_back() or self._turn_bytes >= TURN_BYTES
+        return (self.writes_paused() or self.held_back() or self._turn_bytes >= TURN_BYTES
                 or time.perf_counter() > self._turn_end)
 
     def _new_turn(self, deadline: float) -> None:
@@ -173,7 +165,6 @@ class HttpProtocol(ServerConnection):
             return
         self._new_turn(deadline)
         self._answer_parked(limited=True)
-        self._resume_if_idle()
         self.flush_ready()
 
     def _reset_message(self) -> None:
@@ -213,29 +204,25 @@ class HttpProtocol(ServerConnection):
         transport = self._write_ready()
         if transport is None:
             return
-        transport.resume_reading()
+        self.reads.linger()
         if transport.can_write_eof():
             transport.write_eof()
         asyncio.get_running_loop().call_later(REFUSE_LINGER_SECONDS, transport.close)
 
     def busy(self) -> bool:
-        return bool(self._parked) or self._paused_by_writes or super().busy()
-
-    def writes_paused(self) -> bool:
-        return self._paused_by_writes
+        return bool(self._parked) or self.writes_paused() or super().busy()
 
     def flush_ready(self) -> None:
         """Write the responses that are ready, in request order."""
         self._unflushed = 0
         transport = self._write_ready()
-        if self._held_reading and not self.held_back():
+        if self.reads.holds(SLICED) and not self.held_back():
             # the request served in slices is answered: the ones parked behind it now
-            self._held_reading = False
-            if not self._paused_by_writes:
+            self.reads.resume(SLICED)
+            if not self.writes_paused():
                 self._new_turn(time.perf_counter() + TURN_SECONDS)
                 self._answer_parked(limited=True)
                 transport = self._write_ready()
-            self._resume_if_idle()
         if transport is not None and self._closing and not self._out and not self._parked:
             transport.close()
 
@@ -304,9 +291,8 @@ class HttpProtocol(ServerConnection):
                               keep_alive)
         if self._parked or self._must_wait():
             self._parked.append(request)
-            if self._transport is not None:  # read nothing more until they are answered
-                self._transport.pause_reading()
-            if not self._paused_by_writes and not self.held_back():
+            self.reads.pause(PARKED)  # read nothing more until they are answered
+            if not self.writes_paused() and not self.held_back():
                 self._schedule_turn()
         else:
             self._answer(request)

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
+from beava.protocol.read_gate import INTAKE
 from beava.protocol.request_timings import RequestTimings
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ class NoAcks:
 
 class IntakeGate:
     """Durability backpressure (spec/durability.md §6.5): while shut, no client socket of
-    the data plane is read; requests already read are still answered."""
+    the server is read (the ``INTAKE`` reason of each connection's read gate); requests
+    already read are still answered."""
 
     def __init__(self, connections: set[ServerConnection]) -> None:
         self._connections = connections
@@ -65,9 +67,9 @@ class IntakeGate:
         self.shut = shut
         for conn in list(self._connections):
             if shut:
-                conn.pause_intake()
+                conn.reads.pause(INTAKE)
             else:
-                conn.resume_intake()
+                conn.reads.resume(INTAKE)
 
 
 class Turned(Protocol):

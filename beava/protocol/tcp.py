@@ -25,6 +25,7 @@ from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import STATE_READ_OPS
 from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection
 from beava.protocol.dispatch import FrameDispatch, error_frame
+from beava.protocol.read_gate import PARKED, WRITES
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
 from beava_client.opcodes import OP_PUSH
@@ -63,7 +64,6 @@ class FramedTcpProtocol(ServerConnection):
         self._close_after = False  # close once every queued reply is written
         self._linger = CLOSE_LINGER_SECONDS
         self._eof_sent = False
-        self._paused_by_writes = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[attr-defined]
@@ -197,11 +197,17 @@ class FramedTcpProtocol(ServerConnection):
     def next_turn(self, deadline: float) -> None:
         """Continue with frames left over from this connection's previous turn."""
         self._turn_scheduled = False
-        if self._parked and not self._paused_by_writes and not self._waiting_for_pending():
-            frames = list(self._parked)
-            self._parked.clear()
-            self._resume_if_idle()
-            self._process(frames, time.perf_counter(), deadline)
+        if self._parked and not self.writes_paused() and not self._waiting_for_pending():
+            self._run_parked(time.perf_counter(), deadline)
+
+    def _run_parked(self, started: float, deadline: float | None) -> None:
+        """Handle the parked frames (as ``_process``); the socket is read again once none
+        is left waiting."""
+        frames = list(self._parked)
+        self._parked.clear()
+        self._process(frames, started, deadline)
+        if not self._parked:
+            self.reads.resume(PARKED)
 
     def _schedule_turn(self) -> None:
         """Run the parked frames in a later round of the server's turn scheduler (once)."""
@@ -217,14 +223,10 @@ class FramedTcpProtocol(ServerConnection):
     def _waiting_for_pending(self) -> bool:
         return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
 
-    def _resume_if_idle(self) -> None:
-        if not self._paused_by_writes and not self._parked:
-            super()._resume_if_idle()
-
     def _park(self, frames: Iterable[Frame]) -> None:
+        """Leave ``frames`` waiting; read nothing more until they are handled."""
         self._parked.extend(frames)
-        if self._transport is not None:
-            self._transport.pause_reading()
+        self.reads.pause(PARKED)
 
     def end_after_replies(self) -> None:
         """Read nothing more; close once the replies queued so far are written (a
@@ -238,27 +240,22 @@ class FramedTcpProtocol(ServerConnection):
         self.flush_ready()
 
     def busy(self) -> bool:
-        return bool(self._parked) or self._paused_by_writes or super().busy()
-
-    def writes_paused(self) -> bool:
-        return self._paused_by_writes
+        return bool(self._parked) or self.writes_paused() or super().busy()
 
     def _fatal(self) -> None:
         self._closing = True
         self._close_after = True
         self._linger = FATAL_LINGER_SECONDS
         self._parked.clear()
+        self.reads.resume(PARKED)
 
     def flush_ready(self) -> None:
         """Write the replies that are ready, in order; resume parked work when possible."""
         if self._write_ready() is None or self._out:
             return
-        if self._parked and not self._turn_scheduled and not self._paused_by_writes:
-            frames = list(self._parked)
-            self._parked.clear()
-            self._resume_if_idle()
+        if self._parked and not self._turn_scheduled and not self.reads.holds(WRITES):
             started = time.perf_counter()
-            self._process(frames, started, started + TURN_SECONDS)
+            self._run_parked(started, started + TURN_SECONDS)
         elif self._close_after:
             self._half_close()
 
@@ -267,25 +264,20 @@ class FramedTcpProtocol(ServerConnection):
         more replies for frames already read (they wait in ``_parked``) until the unsent
         replies drain below LOW_WATER. A pipeliner that never reads holds at most about
         HIGH_WATER plus one turn's replies."""
-        if self._transport is not None and not self._paused_by_writes:
-            self._paused_by_writes = True
-            self._transport.pause_reading()
+        self.reads.pause(WRITES)
 
     def resume_writing(self) -> None:
-        if self._transport is not None and self._paused_by_writes:
-            self._paused_by_writes = False
+        if self.reads.holds(WRITES):
+            self.reads.resume(WRITES)
             if self._parked:
                 self._schedule_turn()
-            self._resume_if_idle()
 
     def drain(self) -> bool:
         """Shutdown: run every received frame that is not waiting for a pending push now,
         without turn limits. True if frames are still waiting (for durability)."""
         if self._parked and not self._waiting_for_pending():
-            frames = list(self._parked)
-            self._parked.clear()
             self._turn_scheduled = False
-            self._process(frames, time.perf_counter())
+            self._run_parked(time.perf_counter(), None)
         return bool(self._parked)
 
     def close(self) -> None:
@@ -302,7 +294,7 @@ class FramedTcpProtocol(ServerConnection):
         if transport is None or self._eof_sent:
             return
         self._eof_sent = True
-        transport.resume_reading()
+        self.reads.linger()
         if transport.can_write_eof():
             transport.write_eof()
         asyncio.get_running_loop().call_later(self._linger, transport.close)
