@@ -197,5 +197,8 @@ def test_entity_errors(clean_server):
     assert status == 404 and body["error"]["code"] == "unknown_table"
     status, body = _entity(clean_server, "key=a")
     assert status == 404 and body["error"]["got"] == ""
-    for query in ("table=ByPair&key=a", "table=ByUser&key=a%7Cb", "table=All&key=a"):
-        assert _entity(clean_server, query) == (404, {"error": {"code": "key_parse_failure"}})
+    for query, fields in (("table=ByPair&key=a", ["u", "m"]), ("table=ByUser&key=a%7Cb", ["u"]),
+                          ("table=All&key=a", [])):
+        status, body = _entity(clean_server, query)
+        assert (status, body["error"]["code"], body["error"]["expected"]) == (
+            404, "key_parse_failure", fields)

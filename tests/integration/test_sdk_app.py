@@ -242,6 +242,26 @@ def test_unknown_table_read(app: bv.App) -> None:
     assert info.value.code == "unknown_table"
 
 
+def test_key_of_the_wrong_arity_says_what_the_table_takes(app: bv.App) -> None:
+    app.register(*PIPELINE)
+    with pytest.raises(bv.ReadError) as info:
+        app.get("UserMerchant", "u1")
+    err = info.value
+    assert (err.code, err.expected, err.got) == ("key_parse_failure", ["user_id", "merchant"], "u1")
+    assert err.message == (
+        "table 'UserMerchant' is keyed by 'user_id', 'merchant' (2 values); the key 'u1' "
+        "holds 1: send the 2 values in key order as a list, or as one string joined with '|'")
+    with pytest.raises(bv.ReadError) as info:
+        app.get("TotalTxn", "u1")
+    assert (info.value.expected, info.value.got) == ([], "u1")
+    assert info.value.hint == "read a global table with the key '' (in the SDK: leave the key out)"
+    [entry] = app.batch_get([("UserMerchant", ["u1", "m1", "x"])])
+    assert entry == {"error": {"code": "key_parse_failure", "message": (
+        "table 'UserMerchant' is keyed by 'user_id', 'merchant' (2 values); the key "
+        "'u1|m1|x' holds 3: send the 2 values in key order as a list, or as one string "
+        "joined with '|'")}}
+
+
 def test_force_reregister(app: bv.App) -> None:
     app.register(*PIPELINE)
     app.push("Txn", txn("u1", "m1", 1.0))

@@ -16,7 +16,7 @@ from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quot
 from beava.engine.state.keys import keystr
 
 if TYPE_CHECKING:
-    from beava.engine.registry import Registry
+    from beava.engine.registry import Registry, TableSpec
     from beava.engine.state.tables import TableState
 
 LEGACY_CELL_CAP = 10_000
@@ -95,17 +95,18 @@ def _escaped(text: str) -> str:
     return text.replace("|", "%7C")
 
 
-def stored_key(key: Any, nkeys: int) -> str:
-    """Request ``key`` -> the table's stored key string (spec/wire.md §7.1)."""
+def stored_key(key: Any, spec: TableSpec) -> str:
+    """Request ``key`` -> the stored key string of ``spec``'s table (spec/wire.md §7.1)."""
+    nkeys = len(spec.keys)
     if isinstance(key, (bool, int)) and not isinstance(key, float):
         key = keystr(key)
     if isinstance(key, str):
         if nkeys == 0:
             if key:
-                raise BeavaError("key_parse_failure")
+                raise _key_parse_failure(key, spec, 1)
             return ""
         if key.count("|") != nkeys - 1:
-            raise BeavaError("key_parse_failure")
+            raise _key_parse_failure(key, spec, key.count("|") + 1)
         return key
     if isinstance(key, list):
         parts = []
@@ -117,11 +118,30 @@ def stored_key(key: Any, nkeys: int) -> str:
                 raise _internal("invalid key element type")
             parts.append(text)
         if len(parts) != nkeys:
-            raise BeavaError("key_parse_failure")
+            raise _key_parse_failure(key, spec, len(parts))
         if nkeys == 1:
             return parts[0]
         return "|".join(_escaped(p) for p in parts)
     raise _internal("invalid type: key must be a string, integer, boolean or array")
+
+
+def _key_parse_failure(key: Any, spec: TableSpec, arrived: int) -> BeavaError:
+    """``key_parse_failure``: ``key`` holds ``arrived`` values where the table takes one per
+    key field. Says the key fields (``expected``), what arrived (``got``) and how to send it
+    (``hint``)."""
+    fields = list(spec.keys)
+    if not fields:
+        text = f"table {spec.name!r} is global (it has no key fields); got the key {key!r}"
+        hint = "read a global table with the key '' (in the SDK: leave the key out)"
+    else:
+        count = f"{len(fields)} value" + ("s" if len(fields) > 1 else "")
+        text = (f"table {spec.name!r} is keyed by {quoted_list(fields)} ({count}); the key "
+                f"{key!r} holds {arrived}")
+        hint = (f"send the {count} in key order as a list, or as one string joined with '|'"
+                if len(fields) > 1 else
+                "send the one key value; a value holding '|' goes in a list ([value])")
+    return BeavaError("key_parse_failure", expected=fields, got=key, hint=hint,
+                      message=f"{text}: {hint}")
 
 
 def _request_fields(body: Any, *, legacy_shape_check: bool) -> tuple[str, Any, Any]:
@@ -155,7 +175,7 @@ def _get_target(tables: TableLookup, body: Any, legacy_shape_check: bool,
     if table is None:
         raise BeavaError("unknown_table", **unknown_table_fields(name, registry))
     projection = check_features(features, name, table.spec.features)
-    skey = stored_key(key, len(table.spec.keys))
+    skey = stored_key(key, table.spec)
     if projection is not None and not projection:
         return None
     return table, skey, projection
@@ -326,15 +346,14 @@ class BatchGet:
             results.append({"error": {"code": "unknown_table",
                                       **unknown_table_fields(name, self._registry)}})
             return
-        nkeys = len(table.spec.keys)
         try:
-            skey = stored_key(key, nkeys)
+            skey = stored_key(key, table.spec)
         except BeavaError as err:
             if err.code != "key_parse_failure":
                 raise
+            # An entry error holds the code and message alone (beava 0.0.6's shape).
             results.append({"error": {"code": "key_parse_failure",
-                                      "message": f"key '{key}' does not match table '{name}' "
-                                                 f"group_keys arity ({nkeys})"}})
+                                      "message": err.fields["message"]}})
             return
         if projection is not None and not projection:
             results.append({})
@@ -363,7 +382,7 @@ def _legacy_cells(keys: list[Any], nfeatures: int) -> None:
 def _legacy_row(table: TableState, key: Any, now: int, features: list[str]
                 ) -> dict[str, Any] | None:
     try:
-        skey = stored_key(key, len(table.spec.keys))
+        skey = stored_key(key, table.spec)
     except BeavaError as err:
         if err.code == "key_parse_failure":
             return None
@@ -451,7 +470,7 @@ def legacy_get(tables: TableLookup, registry: Registry, feature: str, key: str, 
             if hint:
                 extra["hint"] = hint
             raise BeavaError("feature_not_found", **extra)
-    row = table.row(stored_key(key, len(table.spec.keys)), now, projection)
+    row = table.row(stored_key(key, table.spec), now, projection)
     if row is None:
         raise BeavaError("key_not_found")
     return {"value": row[feature]} if projection is not None else row
