@@ -120,6 +120,16 @@ def quoted_list(names: Iterable[str], limit: int = 12) -> str:
     return text or "none"
 
 
+def with_known_names(text: str, name: object, names: Iterable[str]) -> str:
+    """``text`` about the unknown ``name``, followed by the ``names`` there are and the
+    nearest of them: ``field 'amout' ... (fields: 'card', 'amount'); did you mean
+    'amount'?``."""
+    known = list(names)
+    out = f"{text} (fields: {quoted_list(known)})"
+    hint = did_you_mean(nearest_names(name, known))
+    return f"{out}; {hint}" if hint else out
+
+
 def did_you_mean(close: list[str]) -> str | None:
     """``did you mean 'a' or 'b'?`` for a non-empty list of close names, else None."""
     if not close:

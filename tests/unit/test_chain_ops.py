@@ -116,7 +116,10 @@ def test_select_orders_and_dedupes() -> None:
 def test_select_unknown_field() -> None:
     err = failure([{"op": "select", "fields": ["a", "zz"]}])
     assert (err.index, err.code, err.path_suffix) == (0, "invalid_expression", ".expr")
-    assert err.reason == "field 'zz' not found in upstream schema"
+    assert err.reason == ("field 'zz' not found in upstream schema (fields: 'a', 'x', 's', "
+                          "'b')")
+    assert failure([{"op": "select", "fields": ["ss"]}]).reason.endswith(
+        "; did you mean 's'?")
     assert err.detail == "unknown_field_reference"
 
 

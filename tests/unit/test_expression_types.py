@@ -126,7 +126,9 @@ def test_operand_type_errors(text: str) -> None:
 def test_unknown_field_is_reported_before_type_errors() -> None:
     err = chain_error("((s + 1) > zz)")
     assert err.detail == DETAIL_UNKNOWN_FIELD
-    assert err.reason == "field 'zz' not found in upstream schema"
+    assert err.reason == ("field 'zz' not found in upstream schema "
+                          "(fields: 'a', 'n', 'x', 'y', 's', 't', 'b', 'c', 'raw', 'ts', 'j', "
+                          "'geo.lat')")
     # First unknown field in source order.
     assert "'p'" in chain_error("(p > q)").reason
     # Only the second argument of `cast` is a type name; elsewhere `int` is a field.
@@ -251,8 +253,11 @@ def test_where_rejected(text: str, fragment: str) -> None:
 
 def test_where_unknown_field_message() -> None:
     err = where_error("(zz > 1)")
-    assert err.reason == "where predicate references unknown field 'zz'"
+    assert err.reason == ("where predicate references unknown field 'zz' "
+                          "(fields: 'a', 'n', 'x', 'y', 's', 't', 'b', 'c', 'raw', 'ts', 'j', "
+                          "'geo.lat')")
     assert err.detail == DETAIL_UNKNOWN_FIELD
+    assert where_error("(rawr > 1)").reason.endswith("; did you mean 'raw'?")
 
 
 def test_where_parse_error_prefix() -> None:

@@ -392,6 +392,19 @@ def test_r10_schemas_flow_through_event_derivations() -> None:
         "aggregation_unknown_field", "nodes[2].ops[0].agg.c.params.field")
 
 
+def test_an_unknown_field_is_told_the_upstream_fields_and_the_nearest() -> None:
+    fields = "(fields: 'user', 'merchant', 'amount', 'qty', 'ok', 'lat', 'lon')"
+    for node, text in (
+            (table_node(feature("sum", field="amout")),
+             "field 'amout' does not exist in upstream schema"),
+            (table_node(COUNT, keys=["usr"]),
+             "group_by key 'usr' does not exist in upstream schema")):
+        out = register_json({"nodes": [txn(), node]})
+        assert out.body["error"]["code"] == "aggregation_unknown_field"
+        assert out.body["error"]["reason"] == f"{text} {fields}; did you mean " + (
+            "'amount'?" if "amout" in text else "'user'?")
+
+
 def test_r10_runs_before_r11() -> None:
     node = table_node(feature("avg"), ops=[{"op": "filter", "expr": "(nope > 1)"}])
     assert error({"nodes": [txn(), node]}, memory_governance_enforce=False)[0] == (

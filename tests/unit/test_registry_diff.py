@@ -245,6 +245,16 @@ def test_removed_descriptors_and_rename_pairing() -> None:
     assert body["added"] == ["C", "Renamed"] and body["removed"] == ["A", "B", "UserTxn"]
 
 
+def test_reason_of_a_register_adding_only_a_new_table_says_what_is_removed() -> None:
+    current = install(txn(), table(AGG))
+    out = register_json({"nodes": [txn(), table(AGG, name="MerchantTxn")]}, current)
+    assert out.status == 409
+    assert out.body["error"]["reason"].startswith(
+        "Destructive registry change requires force=true: removes 'UserTxn' and its state "
+        "(adds 'MerchantTxn'; the diff lists the pair as a rename). register replaces the "
+        "whole registry:")
+
+
 def test_kind_change(base: Registry) -> None:
     current = install(txn(), txn("X"))
     diff = conflict(current, txn(),

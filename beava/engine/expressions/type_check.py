@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from beava.catalogue.errors import with_known_names
 from beava.catalogue.expression_grammar import (
     CAST_TARGETS,
     DYNAMIC,
@@ -75,7 +76,8 @@ class TypeChecker:
                     reason = f"where predicate references unknown field '{name}'"
                 else:
                     reason = f"field '{name}' not found in upstream schema"
-                raise ExpressionError(reason, DETAIL_UNKNOWN_FIELD)
+                raise ExpressionError(with_known_names(reason, name, self.schema),
+                                      DETAIL_UNKNOWN_FIELD)
 
     def infer(self, node: Expr) -> str:
         if isinstance(node, Literal):

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from beava.catalogue.errors import with_known_names
 from beava.catalogue.operators import (
     NUMERIC_FIELD_OPS,
     OPERATOR_NAMES,
@@ -467,7 +468,8 @@ def _check_feature(
     if checked and field is not None and field not in schema:  # 11.7b
         raise RegisterError(
             AGGREGATION_UNKNOWN_FIELD, f"{f}.params.field",
-            f"field {field!r} does not exist in upstream schema",
+            with_known_names(f"field {field!r} does not exist in upstream schema", field,
+                             schema),
         )
     for p in spec.params:  # 11.8
         if p.required and p.bounds is not None:
@@ -552,7 +554,8 @@ def _check_aggregations(
             if key not in schema:
                 raise RegisterError(
                     AGGREGATION_UNKNOWN_FIELD, path,
-                    f"group_by key {key!r} does not exist in upstream schema",
+                    with_known_names(f"group_by key {key!r} does not exist in upstream "
+                                     "schema", key, schema),
                 )
             if schema[key] == "f64":
                 raise RegisterError(

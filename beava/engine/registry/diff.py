@@ -509,8 +509,9 @@ _DESCRIBED = 6  # destructive entries spelled out in the force_required reason
 def _destructive_text(e: dict[str, Any]) -> str:
     """One destructive diff entry in words."""
     kind = e["kind"]
-    if kind == "rename":
-        return f"renames {e['from']!r} to {e['to']!r} (its state is dropped)"
+    if kind == "rename":  # the diff pairs a removed descriptor with a new one of its kind
+        return (f"removes {e['from']!r} and its state (adds {e['to']!r}; the diff lists the "
+                "pair as a rename)")
     if kind == "agg_removal" and not e.get("agg"):
         return f"removes {e['table']!r}"
     if kind == "agg_removal":

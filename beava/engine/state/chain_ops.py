@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from beava.catalogue.errors import with_known_names
 from beava.catalogue.expression_grammar import CAST_TARGETS, I64_MAX, I64_MIN
 from beava.engine.expressions import check_expression
 from beava.engine.expressions.codegen import FunctionBuilder
@@ -101,12 +102,12 @@ def _shape_error(index: int, op: Mapping[str, Any], key: str, wanted: str) -> Ch
     )
 
 
-def _unknown_field(index: int, name: str) -> ChainOpError:
+def _unknown_field(index: int, name: str, schema: Mapping[str, str]) -> ChainOpError:
     return ChainOpError(
         index,
         INVALID_EXPRESSION,
         ".expr",
-        f"field '{name}' not found in upstream schema",
+        with_known_names(f"field '{name}' not found in upstream schema", name, schema),
         DETAIL_UNKNOWN_FIELD,
     )
 
@@ -150,7 +151,7 @@ def _check_select(
     names = _names(index, op)
     for name in names:
         if name not in schema:
-            raise _unknown_field(index, name)
+            raise _unknown_field(index, name, schema)
     return {name: schema[name] for name in names}, names
 
 
@@ -171,7 +172,7 @@ def _check_rename(
         if not isinstance(new, str):
             raise _shape_error(index, op, "mapping", "an object of strings")
         if old not in schema:
-            raise _unknown_field(index, old)
+            raise _unknown_field(index, old, schema)
         if new != old and new in schema and new not in mapping:
             raise ChainOpError(
                 index,
@@ -222,7 +223,7 @@ def _check_cast(
     casts: list[tuple[str, str]] = []
     for name, target in type_map.items():
         if name not in schema:
-            raise _unknown_field(index, name)
+            raise _unknown_field(index, name, schema)
         if not isinstance(target, str) or target not in CAST_TARGETS:
             raise ChainOpError(
                 index,
@@ -253,7 +254,7 @@ def _check_fillna(
     fills: list[tuple[str, Any]] = []
     for name, value in defaults.items():
         if name not in schema:
-            raise _unknown_field(index, name)
+            raise _unknown_field(index, name, schema)
         type_name = schema[name]
         # bytes / datetime / json take any non-null scalar.
         accepts, wanted = _DEFAULT_RULES.get(type_name, _ANY_SCALAR)
