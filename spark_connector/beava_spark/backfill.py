@@ -60,7 +60,9 @@ _decode_json = msgspec.json.Decoder().decode
 class BackfillError(BeavaSparkError, RuntimeError):
     """The server refused a backfill step: ``code`` and ``error`` are its error (for
     ``backfill_wal_reclaimed``, ``error["earliest_until_ms"]`` is the earliest ``until_ms``
-    it can serve); ``table`` the table concerned. Tables installed before it stay so."""
+    it can serve; for ``backfill_would_drop``, ``error["dropped"]`` the number of entities
+    the install would drop and ``error["keys"]`` the first few); ``table`` the table
+    concerned. Tables installed before it stay so."""
 
     def __init__(self, table: str, code: str, error: Mapping[str, Any], message: str) -> None:
         super().__init__(message)
@@ -73,21 +75,31 @@ class BackfillError(BeavaSparkError, RuntimeError):
 class TableBackfill:
     """One table's backfill: ``events`` replayed from history, ``entities`` after the
     install, ``state_bytes`` uploaded, ``tail_events`` (pushes after ``until_ms`` the
-    server applied from its WAL), ``lsn`` of the install's WAL record."""
+    server applied from its WAL), ``lsn`` of the install's WAL record (0 for a dry run).
+
+    What the install replaced (or, for a dry run, would replace), entity by entity:
+    ``kept`` (same row), ``changed``, ``created`` (held by the history or the pushes
+    after ``until_ms`` only) and ``dropped`` (held state before, none after)."""
 
     events: int = 0
     entities: int = 0
     state_bytes: int = 0
     tail_events: int = 0
     lsn: int = 0
+    kept: int = 0
+    changed: int = 0
+    created: int = 0
+    dropped: int = 0
 
 
 @dataclass
 class BackfillTotals:
-    """What a backfill did: ``until_ms``, per table ``tables[name]`` (in install order),
-    ``events`` replayed in all, ``seconds`` of wall time."""
+    """What a backfill did (``dry_run``: would do): ``until_ms``, per table
+    ``tables[name]`` (in install order), ``events`` replayed in all, ``seconds`` of wall
+    time."""
 
     until_ms: int
+    dry_run: bool = False
     tables: dict[str, TableBackfill] = field(default_factory=dict)
     events: int = 0
     seconds: float = 0.0
@@ -103,6 +115,8 @@ def backfill(
     tables: Sequence[Any] | None = None,
     order_col: str | None = None,
     timeout: float = 300.0,
+    dry_run: bool = False,
+    drop_missing: bool = False,
 ) -> BackfillTotals:
     """Install the state of ``tables`` as of ``until_ms``, computed from ``events``, into
     the server at ``url`` (``tcp://host:port`` or ``http://host:port``).
@@ -114,6 +128,14 @@ def backfill(
       server's own pushes after it are applied on top of the backfilled state.
     - ``timeout``: seconds per server request (the commit reads the WAL and writes the
       state).
+    - ``dry_run``: compute and upload every state, and have the server count what each
+      install would replace (``TableBackfill.kept`` / ``changed`` / ``created`` /
+      ``dropped``) without installing anything.
+    - ``drop_missing``: an entity that holds state on the server now and would hold none
+      after the install (the history does not hold it, nor a push after ``until_ms``) is
+      dropped. Without it such an install is refused (BackfillError
+      ``backfill_would_drop``, with the count and the first keys): the history should
+      hold every event up to ``until_ms``.
 
     Tables are installed one after another, each atomically. Raises ValueError for bad
     arguments before any job runs, BackfillError when the server refuses a step.
@@ -127,13 +149,17 @@ def backfill(
             if event not in events:
                 raise ValueError(f"table {plan.name} is fed by event {event}, which events "
                                  f"does not give (events: {', '.join(events) or 'none'})")
+    for name, flag in (("dry_run", dry_run), ("drop_missing", drop_missing)):
+        if type(flag) is not bool:
+            raise ValueError(f"{name} must be True or False, not {flag!r}")
     if until_ms is not None and (type(until_ms) is not int or until_ms < 0):
         raise ValueError(f"until_ms must be a non-negative integer of epoch ms, not "
                          f"{until_ms!r}")
     needed = list(dict.fromkeys(e for plan in plans for e in plan.events))
     if until_ms is None:
         until_ms = _newest(events, needed, time_col)
-    totals = BackfillTotals(until_ms)
+    totals = BackfillTotals(until_ms, dry_run=dry_run)
+    commit = {"dry_run": dry_run, "drop_missing": drop_missing}
     from beava_client import client_for_url
 
     client = client_for_url(url, timeout=timeout)
@@ -143,10 +169,10 @@ def backfill(
             seen: set[int] = set()
             for index, count, data in states:
                 seen.add(index)
-                _install(client, plans[index], count, data, until_ms, totals)
+                _install(client, plans[index], count, data, until_ms, commit, totals)
         for index, plan in enumerate(plans):
             if index not in seen:  # no history reaches the table: it starts empty
-                _install(client, plan, 0, _empty_state(plan), until_ms, totals)
+                _install(client, plan, 0, _empty_state(plan), until_ms, commit, totals)
     finally:
         client.close()
     totals.tables = {plan.name: totals.tables[plan.name] for plan in plans
@@ -255,7 +281,7 @@ def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _install(client: Any, plan: TableInfo, count: int, data: bytes, until_ms: int,
-             totals: BackfillTotals) -> None:
+             commit: dict[str, bool], totals: BackfillTotals) -> None:
     nodes = _decode_json(plan.payload)["nodes"]
     begun = _request(client, plan.name, {"action": "begin", "table": plan.name,
                                          "until_ms": until_ms, "size": len(data),
@@ -266,14 +292,16 @@ def _install(client: Any, plan: TableInfo, count: int, data: bytes, until_ms: in
         for offset in range(0, len(data), step):
             _request(client, plan.name, {"action": "chunk", "upload": upload,
                                          "offset": offset, "data": data[offset:offset + step]})
-        done = _request(client, plan.name, {"action": "commit", "upload": upload})
+        done = _request(client, plan.name, {"action": "commit", "upload": upload, **commit})
     except BaseException:
         with contextlib.suppress(Exception):  # else it is dropped once idle
             _request(client, plan.name, {"action": "abort", "upload": upload})
         raise
     totals.tables[plan.name] = TableBackfill(
         events=count, entities=int(done.get("entities", 0)), state_bytes=len(data),
-        tail_events=int(done.get("tail_events", 0)), lsn=int(done.get("lsn", 0)))
+        tail_events=int(done.get("tail_events", 0)), lsn=int(done.get("lsn", 0)),
+        kept=int(done.get("kept", 0)), changed=int(done.get("changed", 0)),
+        created=int(done.get("created", 0)), dropped=int(done.get("dropped", 0)))
     totals.events += count
 
 

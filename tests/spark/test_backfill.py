@@ -174,6 +174,34 @@ def test_refusals_are_errors(spark: Any, durable: BeavaProcess) -> None:
         assert app.get("Visits", "u1")["visits"] == 1
 
 
+def test_a_backfill_that_would_drop_live_entities_is_refused(spark: Any,
+                                                              durable: BeavaProcess) -> None:
+    """The user trial: a history of 2 events for card h2 installed over a server whose
+    card c2 had live pushes before until_ms left c2 reading {} without a word."""
+    url = f"tcp://{durable.addrs['tcp']}"
+    history = spark.createDataFrame([(T0 + 10_000, "h2", 1.0), (T0 + 20_000, "h2", 2.0)],
+                                    "ts long, user_id string, ms double")
+    with bv.App(url) as app:
+        app.register(Visit, Visits)
+        for i in range(3):
+            app.set_time(T0 + i * 1000)
+            app.push("Visit", {"user_id": "c2", "ms": 5.0})
+        preview = backfill({"Visit": history}, [Visit, Visits], url, dry_run=True)
+        counts = preview.tables["Visits"]
+        assert preview.dry_run and counts.lsn == 0
+        assert (counts.kept, counts.changed, counts.created, counts.dropped) == (0, 0, 1, 1)
+        with pytest.raises(BackfillError) as info:
+            backfill({"Visit": history}, [Visit, Visits], url)
+        assert info.value.code == "backfill_would_drop"
+        assert (info.value.error["dropped"], info.value.error["keys"]) == (
+            1, [{"user_id": "c2"}])
+        assert "would drop 1 entities" in str(info.value)
+        assert app.get("Visits", "c2")["visits"] == 3 and app.get("Visits", "h2") == {}
+        done = backfill({"Visit": history}, [Visit, Visits], url, drop_missing=True)
+        assert done.tables["Visits"].dropped == 1 and done.tables["Visits"].lsn > 0
+        assert app.get("Visits", "c2") == {} and app.get("Visits", "h2")["visits"] == 2
+
+
 @bv.event
 class Visit:
     user_id: str
