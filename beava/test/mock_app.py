@@ -8,29 +8,6 @@ from typing import Any
 __all__ = ["MockApp"]
 
 
-def _described(node: dict[str, Any]) -> dict[str, Any]:
-    """One compiled payload node as the describe command lists it."""
-    schema = node.get("schema") or {}
-    if node["kind"] == "event":
-        return {"kind": "event", "name": node["name"], "fields": dict(schema.get("fields", {})),
-                "optional_fields": list(schema.get("optional_fields", []))}
-    ops = list(node.get("ops") or [])
-    out: dict[str, Any] = {
-        "kind": "table" if node.get("output_kind") == "table" else "event_derivation",
-        "name": node["name"], "upstreams": list(node.get("upstreams") or []),
-        "steps": [op["op"] for op in ops if op.get("op") != "group_by"],
-    }
-    for op in ops:
-        if op.get("op") == "group_by":
-            out["keys"] = list(op["keys"])
-            out["features"] = {
-                name: {"op": spec["op"],
-                       "params": {k: v for k, v in spec["params"].items() if k != "window"},
-                       "window": spec["params"].get("window")}
-                for name, spec in op["agg"].items()}
-    return out
-
-
 def _key(key: Any) -> Any:
     if key is None:
         return ""
@@ -128,7 +105,8 @@ class MockApp:
         nodes: list[dict[str, Any]] = []
         if self._registered:
             from beava.dsl.compiler import compile_register_payload
+            from beava.engine.registry.describe import describe_node
 
             payload = compile_register_payload(*self._registered[-1])
-            nodes = [_described(node) for node in payload["nodes"]]
+            nodes = [describe_node(node) for node in payload["nodes"]]
         return {"version": len(self._registered), "node_count": len(nodes), "nodes": nodes}

@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "inferSchema=true)")
     parser.add_argument("--event-schema", metavar="FIELD:TYPE,...",
                         help="the event's fields, e.g. 'user_id:str,amount:f64,coupon:str?' "
-                             "(? = optional): columns are checked before anything is sent")
+                             "(? = optional; default: the fields the server has registered): "
+                             "columns are checked before anything is sent")
     parser.add_argument("--schema-check-rows", type=int, default=DEFAULT_SCHEMA_CHECK_ROWS,
                         help="stop a partition whose first N rows are all rejected for a "
                              "schema reason (0: never; default %(default)s)")

@@ -51,10 +51,9 @@ from .driver import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_TIMEOUT,
+    check_before_sending,
     check_options,
-    check_server,
     ensure_worker_python,
-    plan_for,
     raise_for_rejections,
     resolve_event,
     urls_of,
@@ -195,9 +194,9 @@ class WriteOptions:
         check_options(name, list(urls), key_fields, batch_size, max_in_flight, on_error,
                       None, timeout, check_rows)
         overrides = _pairs(opts.get("schema", ""))
-        plan = plan_for(schema, overrides, known)
         access = Access.resolve(opts.get("token"), opts.get("ca"))
-        push_many = tuple(check_server(u, name, timeout, access) for u in urls)
+        plan, push_many = check_before_sending(schema, overrides, name, known, urls, timeout,
+                                               access)
         config = WriterConfig(event=name, urls=tuple(urls), push_many=push_many,
                               batch_size=batch_size, max_in_flight=max_in_flight,
                               stop_on_rejection=on_error == "raise", timeout=timeout,

@@ -64,8 +64,10 @@ def push_dataframe(
 ) -> PushTotals:
     """Push every row of ``df`` as one ``event`` to the beava server(s) at ``url``.
 
-    - ``event``: the event name, or its SDK class (``@bv.event class Txn``): then the
-      columns are checked against the event's fields before any row is sent.
+    - ``event``: the event name, or its SDK class (``@bv.event class Txn``). The columns
+      are checked against the event's fields before any row is sent: the class's, else
+      ``event_schema``'s, else those the server has registered (its describe request;
+      skipped when the token may not read).
     - ``event_schema``: the event's fields when ``event`` is a name:
       ``{"user_id": "str", "amount": "f64", "coupon": "str?"}`` (``?``: optional) or the
       same as text ``"user_id:str, amount:f64, coupon:str?"``.
@@ -104,9 +106,9 @@ def push_dataframe(
     name, known = resolve_event(event, event_schema)
     check_options(name, urls, key_fields, batch_size, max_in_flight, on_error,
                   partitions_per_server, timeout, schema_check_rows)
-    plan = plan_for(df.schema, schema, known)
     access = Access.resolve(token, ca)
-    push_many = tuple(check_server(u, name, timeout, access) for u in urls)
+    plan, push_many = check_before_sending(df.schema, schema, name, known, urls, timeout,
+                                           access)
     sc = df.sparkSession.sparkContext
     ensure_worker_python(sc)
     lines = json_lines(plan.bodies(df))
@@ -161,11 +163,27 @@ def resolve_event(event: str | Any, event_schema: Mapping[str, str] | str | None
     raise ValueError(f"event: give the event name or its @bv.event class, got {event!r}")
 
 
+def check_before_sending(schema: StructType, overrides: Mapping[str, str] | None, event: str,
+                         known: EventSchema | None, urls: Sequence[str], timeout: float,
+                         access: Access) -> tuple[ConversionPlan, tuple[bool, ...]]:
+    """The conversion plan and, per server, whether it has OP_PUSH_MANY: the columns are
+    checked (ConversionError), then the servers (ServerCheckError); with no schema given,
+    the columns are checked again against the event the first server has registered."""
+    plan = plan_for(schema, overrides, known)
+    push_many = tuple(check_server(u, event, timeout, access) for u in urls)
+    if known is None:
+        registered = server_event_schema(urls[0], event, timeout, access)
+        if registered is not None:
+            plan = plan_for(schema, overrides, registered,
+                            source=f" (as registered on {urls[0]})")
+    return plan, push_many
+
+
 def plan_for(schema: StructType, overrides: Mapping[str, str] | None,
-             known: EventSchema | None) -> ConversionPlan:
+             known: EventSchema | None, source: str = "") -> ConversionPlan:
     """The conversion of the DataFrame's columns; with the event's schema known, a column
     is sent as its field's type when it can be, and columns that cannot fit the event
-    raise ConversionError (nothing is sent)."""
+    raise ConversionError (nothing is sent); ``source`` says where the schema is from."""
     plan = plan_conversion(schema, overrides)
     if known is None:
         return plan
@@ -175,7 +193,8 @@ def plan_for(schema: StructType, overrides: Mapping[str, str] | None,
         plan = plan_conversion(schema, chosen)
     problems = known.problems(plan)
     if problems:
-        raise ConversionError(problems, what=f"the DataFrame does not fit event {known.name}")
+        raise ConversionError(problems,
+                              what=f"the DataFrame does not fit event {known.name}{source}")
     return plan
 
 
@@ -307,6 +326,25 @@ def check_server(url: str, event: str, timeout: float, access: Access | None = N
     except TransportError as exc:
         raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
     return True
+
+
+def server_event_schema(url: str, event: str, timeout: float, access: Access | None = None
+                        ) -> EventSchema | None:
+    """``event``'s schema as the server at ``url`` has registered it (the describe request,
+    scope ``read``); None when the server does not answer it (a token without ``read``, a
+    server without the request). Raises ServerCheckError when unreachable."""
+    endpoint = parse_url(url)
+    kwargs = (access or Access()).client_kwargs(url)
+    try:
+        with TcpClient(endpoint.host, endpoint.port, timeout=timeout, **kwargs) as client:
+            doc = client.describe()
+    except ServerError as exc:
+        if exc.code == "forbidden" or exc.code in PUSH_MANY_UNSUPPORTED_CODES:
+            return None
+        raise ServerCheckError(f"{url} refused the describe request: {exc}") from exc
+    except TransportError as exc:
+        raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
+    return EventSchema.of_describe(doc, event)
 
 
 def _progress_host(sc: Any) -> tuple[str, str]:

@@ -1,14 +1,17 @@
 """The event's schema on the connector's side: which fields an event declares, of which
-beava type, which are optional. The wire has no request that reads it back, so it comes
-from the caller: an SDK event class (``@bv.event class Txn``) or an explicit mapping
-(``{"user_id": "str", "amount": "f64", "coupon": "str?"}``, ``?`` = optional). With it,
-the DataFrame's columns are checked before any row is sent; without it, a run whose first
-rows are all rejected for a schema reason stops early (``writer.SCHEMA_CODES``) and
+beava type, which are optional or have a default. It comes from the caller, an SDK event
+class (``@bv.event class Txn``) or an explicit mapping (``{"user_id": "str", "amount":
+"f64", "coupon": "str?"}``, ``?`` = optional), or else from the server, whose describe
+request lists the registered events (:meth:`EventSchema.of_describe`). With it, the
+DataFrame's columns are checked before any row is sent. The second line of defence, for
+what no schema says (or a token that may not read the registry): a run whose first rows
+are all rejected for a schema reason stops early (``writer.SCHEMA_CODES``) and
 ``schema_hint`` explains the rejections from the sample rows.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +87,17 @@ class EventSchema:
                    frozenset(getattr(event, "_bv_optional", ()) or ()),
                    frozenset(defaults), getattr(event, "_dedupe_key", None))
 
+    @classmethod
+    def of_describe(cls, doc: Mapping[str, Any], event: str) -> EventSchema | None:
+        """The schema of ``event`` in a describe reply (docs/wire.md "Describe the
+        registry"); None when the reply does not list it as an event."""
+        for node in doc.get("nodes") or ():
+            if node.get("kind") == "event" and node.get("name") == event:
+                return cls(event, {str(k): str(v) for k, v in node["fields"].items()},
+                           frozenset(node.get("optional_fields") or ()),
+                           frozenset(node.get("defaults") or ()))
+        return None
+
     def conversion_targets(self, families: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
         """Wire types matching the declared field types, for the columns (``{column:
         allowed wire types}``) that can be sent that way: e.g. a date column feeding a
@@ -105,10 +119,14 @@ class EventSchema:
             if ftype is None:
                 code = ("unknown_field_event_time_v0" if conv.name in EVENT_TIME_FIELDS
                         else "unknown_field_v0")
+                near = difflib.get_close_matches(conv.name, list(self.fields), n=1)
+                meant = (f"did you mean field {near[0]!r}, declared {self.fields[near[0]]}? "
+                         if near else "")
                 problems.append(
-                    f"column {conv.name!r} is not a field of event {self.name} (fields: "
-                    f"{declared}); every row would be rejected ({code}): drop the column or "
-                    f"select the event's fields")
+                    f"column {conv.name!r} is not a field of event {self.name} "
+                    f"({conv.spark_type} column; {meant}fields: {declared}); every row would "
+                    f"be rejected ({code}): rename or drop the column, or select the event's "
+                    f"fields")
                 continue
             accepted = _ACCEPTS.get(ftype)
             if conv.name in self.optional or accepted is None or conv.wire_type in accepted:

@@ -127,6 +127,18 @@ def test_options_and_columns_are_checked_before_anything_is_sent(
     assert "column 'amount' (string, sent as str) does not fit field 'amount' of event Sale, " \
            "declared f64" in text
     assert "column 'event_time' is not a field of event Sale" in text
+    # Without event_schema, the columns are checked against the event the server has
+    # registered, before the first row too.
+    url = url_of(clean_server)
+    with pytest.raises(Exception) as info:
+        (bad.drop("event_time").withColumnRenamed("shop", "shops").write.format("beava")
+         .option("url", url).option("event", "Sale").mode("append").save())
+    text = str(info.value)
+    assert f"the DataFrame does not fit event Sale (as registered on {url})" in text
+    assert "column 'amount' (string, sent as str) does not fit field 'amount' of event Sale, " \
+           "declared f64" in text
+    assert "column 'shops' is not a field of event Sale (string column; did you mean field " \
+           "'shop', declared str?" in text
     assert app.get("AllSales").get("all_sales", 0) == 0
 
 

@@ -89,9 +89,9 @@ def test_columns_that_cannot_fit_the_event_class_are_named_before_sending(
         "column 'amount' (string, sent as str) does not fit field 'amount' of event Txn, "
         "declared f64: every row would be rejected (invalid_event); convert it in Spark, "
         "e.g. col('amount').cast('double')",
-        "column 'event_time' is not a field of event Txn (fields: user_id, amount, coupon); "
-        "every row would be rejected (unknown_field_event_time_v0): drop the column or "
-        "select the event's fields",
+        "column 'event_time' is not a field of event Txn (int column; fields: user_id, "
+        "amount, coupon); every row would be rejected (unknown_field_event_time_v0): rename "
+        "or drop the column, or select the event's fields",
     ]
     assert proxy.connections == 0
     # The same check from an explicit schema; a missing required field is named too.
@@ -101,10 +101,39 @@ def test_columns_that_cannot_fit_the_event_class_are_named_before_sending(
     assert proxy.connections == 0
 
 
+def test_columns_that_cannot_fit_the_registered_event_are_named_before_sending(
+        spark: Any, app: bv.App, clean_server: BeavaProcess) -> None:
+    """Given only the event's name, the columns are checked against the event the server
+    has registered: a column holding text for an f64 field, or one that is no field
+    (named with the nearest field), fails before the first row (it used to take 2,000
+    rejected rows to find out). format("beava"): tests/spark/test_datasource.py."""
+    url = url_of(clean_server)
+    for df, expected in (
+            (txns(spark, amount="string"),
+             "column 'amount' (string, sent as str) does not fit field 'amount' of event "
+             "Txn, declared f64"),
+            (txns(spark).withColumnRenamed("amount", "amout"),
+             "column 'amout' is not a field of event Txn (double column; did you mean field "
+             "'amount', declared f64? fields: ")):
+        with pytest.raises(ConversionError) as info:
+            push_dataframe(df, "Txn", url)
+        assert expected in str(info.value)
+        assert f"the DataFrame does not fit event Txn (as registered on {url})" in \
+            str(info.value)
+    assert app.get("AllTxn").get("txns", 0) == 0  # not one row reached the server
+
+
 def test_a_run_whose_first_rows_are_all_rejected_stops_early(
         spark: Any, app: bv.App, clean_server: BeavaProcess) -> None:
+    """What no schema says (here: a required field null in every row) stops a partition
+    after its first rejected rows."""
+    from pyspark.sql import functions as f
+
+    def no_amount(rows: int) -> Any:
+        return txns(spark, rows).withColumn("amount", f.lit(None).cast("double"))
+
     with pytest.raises(SchemaMismatchError) as info:
-        push_dataframe(txns(spark, amount="string"), "Txn", url_of(clean_server),
+        push_dataframe(no_amount(ROWS), "Txn", url_of(clean_server),
                        on_error="collect", batch_size=100, max_in_flight=200,
                        schema_check_rows=300)
     totals = info.value.totals
@@ -114,9 +143,9 @@ def test_a_run_whose_first_rows_are_all_rejected_stops_early(
     message = str(info.value)
     assert message.startswith("the rows do not fit event Txn: the first rows of 2 "
                               "partition(s) were all rejected (invalid_event x")
-    assert "column 'amount' holds text such as '0.0' in the rejected rows" in message
+    assert "column 'amount' is null in the rejected rows" in message
     # Switched off, every row is sent (and rejected).
-    collected = push_dataframe(txns(spark, 2000, amount="string"), "Txn",
+    collected = push_dataframe(no_amount(2000), "Txn",
                                url_of(clean_server), on_error="collect", schema_check_rows=0)
     assert (collected.sent, collected.rejected) == (2000, 2000)
     assert app.get("AllTxn").get("txns", 0) == 0

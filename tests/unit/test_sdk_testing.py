@@ -161,7 +161,7 @@ def test_mock_app_describe_lists_the_last_registration() -> None:
     assert doc["version"] == 1 and doc["node_count"] == 2
     event, table = doc["nodes"]
     assert event == {"kind": "event", "name": "Click", "fields": {"user_id": "str"},
-                     "optional_fields": []}
+                     "optional_fields": [], "defaults": {}}
     assert table["kind"] == "table" and table["keys"] == ["user_id"]
     assert table["features"] == {"n": {"op": "count", "params": {}, "window": "1h"}}
     assert app._calls[-1] == ("describe",)

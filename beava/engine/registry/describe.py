@@ -6,7 +6,7 @@ from typing import Any
 
 from beava.engine.registry import Registry
 
-__all__ = ["describe_registry"]
+__all__ = ["describe_node", "describe_registry"]
 
 
 def _features(agg: dict[str, Any]) -> dict[str, Any]:
@@ -17,11 +17,13 @@ def _features(agg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _node(node: dict[str, Any]) -> dict[str, Any]:
+def describe_node(node: dict[str, Any]) -> dict[str, Any]:
+    """One register payload node as the describe command lists it."""
     schema = node.get("schema") or {}
     if node.get("kind") == "event":
         return {"kind": "event", "name": node["name"], "fields": dict(schema.get("fields", {})),
-                "optional_fields": list(schema.get("optional_fields", []))}
+                "optional_fields": list(schema.get("optional_fields", [])),
+                "defaults": dict(schema.get("defaults", {}))}
     ops = list(node.get("ops") or [])
     group_by = next((op for op in ops if op.get("op") == "group_by"), None)
     out: dict[str, Any] = {
@@ -38,6 +40,7 @@ def _node(node: dict[str, Any]) -> dict[str, Any]:
 
 def describe_registry(registry: Registry) -> dict[str, Any]:
     """`{"version", "node_count", "nodes"}`: every node in registration order; events with
-    their fields, tables with their keys and features (op, params, window)."""
+    their fields (types, optional ones, defaults), tables with their keys and features
+    (op, params, window)."""
     return {"version": registry.version, "node_count": registry.node_count,
-            "nodes": [_node(dict(node)) for node in registry.nodes]}
+            "nodes": [describe_node(dict(node)) for node in registry.nodes]}
