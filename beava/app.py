@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import re
 import threading
 import time
 import warnings
@@ -181,9 +182,26 @@ def _error_class(err: ServerError) -> type[RegistrationError]:
     return RegistrationError
 
 
-def _raise_server_error(err: ServerError) -> NoReturn:
+_NODE_PATH = re.compile(r"nodes\[(\d+)\]")
+
+
+def _named_path(path: str, nodes: Sequence[Any]) -> str:
+    """A register error's ``nodes[i]...`` path with the descriptor's name for ``nodes[i]``
+    (``Bad.ops[0].agg.s.params.field``), the form of the SDK's own checks; any other
+    path as it is. The wire path stays in ``details``."""
+    found = _NODE_PATH.match(path)
+    if found is None:
+        return path
+    index = int(found.group(1))
+    node = nodes[index] if index < len(nodes) else None
+    name = node.get("name") if isinstance(node, Mapping) else None
+    return name + path[found.end():] if isinstance(name, str) else path
+
+
+def _raise_server_error(err: ServerError, nodes: Sequence[Any] = ()) -> NoReturn:
     """Re-raise a server-reported error as ``RegistrationError`` (sdk.md §8.6), or as the
-    subclass saying what kind of mistake it is (``PushError``, ``ReadError``)."""
+    subclass saying what kind of mistake it is (``PushError``, ``ReadError``). ``nodes``:
+    the registered payload's, to name the descriptor a register error's path points at."""
     details = dict(err.body)
     if err.acked_before is not None:
         details["acked_before"] = err.acked_before
@@ -192,14 +210,18 @@ def _raise_server_error(err: ServerError) -> NoReturn:
     if isinstance(hint, str) and hint and hint not in message:
         message = f"{message} ({hint})" if message else hint
     raise _error_class(err)(
-        code=err.code, path=err.path, message=message, details=details
+        code=err.code, path=_named_path(err.path, nodes), message=message, details=details
     ) from err
 
 
 class _ServerErrors:
-    """``with _SERVER_ERRORS:`` around a request: a ``ServerError`` leaves it as the SDK's
-    error (``_raise_server_error``), anything else unchanged. The one mapping of both
-    ``App`` and ``AsyncApp`` (a plain ``with`` holds across an ``await``)."""
+    """``with _SERVER_ERRORS:`` around a request (``with _ServerErrors(nodes):`` around a
+    register): a ``ServerError`` leaves it as the SDK's error (``_raise_server_error``),
+    anything else unchanged. The one mapping of both ``App`` and ``AsyncApp`` (a plain
+    ``with`` holds across an ``await``)."""
+
+    def __init__(self, nodes: Sequence[Any] = ()) -> None:
+        self._nodes = nodes
 
     def __enter__(self) -> None:
         return None
@@ -207,7 +229,7 @@ class _ServerErrors:
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
                  tb: TracebackType | None) -> None:
         if isinstance(err, ServerError):
-            _raise_server_error(err)
+            _raise_server_error(err, self._nodes)
 
 
 _SERVER_ERRORS = _ServerErrors()
@@ -425,7 +447,7 @@ class App(_AppBase):
     ) -> dict[str, Any]:
         """Register the pipeline (the whole desired registry); returns the server's answer."""
         payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
-        with _SERVER_ERRORS:
+        with _ServerErrors(payload["nodes"]):
             return self._client().register(payload)
 
     def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -626,7 +648,7 @@ class AsyncApp(_AppBase):
     ) -> dict[str, Any]:
         """Register the pipeline; see ``App.register``."""
         payload = compile_register_payload(*descriptors, force=force, dry_run=dry_run)
-        with _SERVER_ERRORS:
+        with _ServerErrors(payload["nodes"]):
             return await self._client().register(payload)
 
     async def push(self, event_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:

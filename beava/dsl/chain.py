@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from beava.catalogue.operators import lookup
+from beava.catalogue.operators import FieldUse, lookup
 from beava.dsl.expressions import CAST_TARGETS, Expr, Lit, cast_target, infer_type
 from beava.dsl.operators import AggDescriptor
 
@@ -276,10 +276,12 @@ class GroupBy:
             raise ValueError("agg() needs at least one feature, e.g. agg(n=bv.count())")
         entries: dict[str, dict[str, Any]] = {}
         types: dict[str, str] = {}
+        where_reads: dict[str, tuple[str, ...]] = {}
         columns = self._source._columns
         for name, feature in features.items():
             if isinstance(feature, AggDescriptor):
                 wire = feature.to_dict()
+                where_reads[name] = feature.where_columns
             elif isinstance(feature, dict) and "op" in feature:
                 wire = dict(feature)
             else:
@@ -290,7 +292,7 @@ class GroupBy:
             op = wire.pop("op")
             entries[name] = {"op": op, "params": wire}
             types[name] = _feature_type(op, wire.get("field"), columns)
-        return Aggregation(self._source, self._keys, entries, types)
+        return Aggregation(self._source, self._keys, entries, types, where_reads)
 
 
 def _feature_type(op: Any, field: Any, columns: Mapping[str, str]) -> str:
@@ -308,7 +310,7 @@ class Aggregation(Table):
     """``group_by(...).agg(...)``: what a ``@bv.table`` function returns."""
 
     _kind = "aggregation"
-    __slots__ = ("_source", "_keys", "_agg", "_types")
+    __slots__ = ("_source", "_keys", "_agg", "_types", "_where_reads")
 
     def __init__(
         self,
@@ -316,11 +318,29 @@ class Aggregation(Table):
         keys: tuple[str, ...],
         agg: dict[str, dict[str, Any]],
         types: dict[str, str],
+        where_reads: dict[str, tuple[str, ...]],
     ) -> None:
         self._source = source
         self._keys = keys
         self._agg = agg
         self._types = types
+        self._where_reads = where_reads  # feature -> the columns its where= reads
+
+    def unknown_column(self) -> tuple[str, str, str] | None:
+        """The first ``(feature, param, column)`` naming a column the aggregated events do
+        not have: a feature's ``field`` (for the operators whose field the register checks)
+        or a column its ``where`` reads; None when every column exists."""
+        columns = self._source._columns
+        for feature, entry in self._agg.items():
+            field = entry["params"].get("field")
+            spec = lookup(entry["op"]) if isinstance(entry["op"], str) else None
+            if (spec is not None and spec.field in (FieldUse.CHECKED, FieldUse.REQUIRED)
+                    and isinstance(field, str) and field not in columns):
+                return feature, "field", field
+            for name in self._where_reads.get(feature, ()):
+                if name not in columns:
+                    return feature, "where", name
+        return None
 
     def __repr__(self) -> str:
         return f"<bv aggregation by {list(self._keys)}: {', '.join(self._agg)}>"

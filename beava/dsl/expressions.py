@@ -285,6 +285,21 @@ def _literal_value(value: object) -> None | bool | int | float | str:
 # -- register-time types (expressions.md §8) ---------------------------------------------
 
 
+def columns_of(expr: Expr) -> tuple[str, ...]:
+    """The columns ``expr`` reads, each once, in order of first appearance."""
+    seen: dict[str, None] = {}
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Col):
+            seen.setdefault(node.name)
+        elif isinstance(node, Binary):
+            stack += (node.right, node.left)
+        elif isinstance(node, (Not, Cast)):
+            stack.append(node.operand)
+    return tuple(seen)
+
+
 def infer_type(expr: Expr, schema: Mapping[str, str]) -> str | None:
     """The static type of ``expr`` over ``schema`` (``{column: wire type}``): one of
     ``str i64 f64 bool null``, or ``None`` when it does not type-check."""

@@ -27,7 +27,7 @@ from beava.catalogue.operators import (
     lookup,
 )
 from beava.dsl.durations import check_duration
-from beava.dsl.expressions import Expr
+from beava.dsl.expressions import Expr, columns_of
 from beava.errors import RegistrationError
 
 __all__ = [
@@ -106,6 +106,8 @@ class AggDescriptor:
     half_life: str | None = None
     extras: dict[str, Any] = dataclass_field(default_factory=dict)
     where: str | None = None
+    # The columns ``where`` reads, checked against the aggregated events by @bv.table.
+    where_columns: tuple[str, ...] = dataclass_field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"op", "field"?, "window"?, "half_life"?, "where"?, **extras}``."""
@@ -248,14 +250,14 @@ def _buckets(op: str, name: str, value: object) -> list[int | float]:
     return out
 
 
-def _where(op: str, where: object) -> str | None:
+def _where(op: str, where: object) -> Expr | None:
     if where is None:
         return None
     if not isinstance(where, Expr):
         raise TypeError(
             f"bv.{op}(): where must be an expression (bv.col(...) ...), got {type(where).__name__}"
         )
-    return where.to_expr_string()
+    return where
 
 
 def _agg(
@@ -291,13 +293,15 @@ def _agg(
         checked["baseline_window"] = check_duration(
             baseline_window, "baseline_window", allow_forever=True, required=True
         )
+    checked_where = _where(op, where)
     return AggDescriptor(
         op=canonical_op(op),
         field=checked_field,
         window=checked_window,
         half_life=checked_half_life,
         extras=checked,
-        where=_where(op, where),
+        where=None if checked_where is None else checked_where.to_expr_string(),
+        where_columns=() if checked_where is None else columns_of(checked_where),
     )
 
 

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, overload
 
+from beava.catalogue.errors import with_known_names
 from beava.dsl.chain import Aggregation, stream_of
 from beava.dsl.upstreams import Deferred, bind_upstream, event_parameter
 from beava.errors import DescriptorError
@@ -144,6 +145,16 @@ def _complete(desc: TableDescriptor, fn: Callable[..., Any], upstream: Any) -> N
             "table_key_invalid", name,
             f"{name}: group_by keys {list(result._keys)} differ from the table key "
             f"{desc._key_cols} (same names, same order; none for a global table)",
+        )
+    unknown = result.unknown_column()
+    if unknown is not None:  # the register would refuse it; say so where it is written
+        feature, param, column = unknown
+        text = (f"field {column!r} does not exist in upstream schema" if param == "field"
+                else f"where predicate references unknown field {column!r}")
+        _fail(
+            "aggregation_unknown_field" if param == "field" else "aggregation_invalid_where",
+            f"{name}.ops[{len(result._source._steps)}].agg.{feature}.params.{param}",
+            with_known_names(text, column, result._source._columns),
         )
     desc._parent = upstream
     desc._aggregation = result

@@ -262,6 +262,20 @@ def test_key_of_the_wrong_arity_says_what_the_table_takes(app: bv.App) -> None:
         "joined with '|'")}}
 
 
+def test_register_error_paths_name_the_descriptor(app: bv.App) -> None:
+    raw = {"kind": "derivation", "name": "RawSpend", "output_kind": "table",
+           "upstreams": ["Txn"], "table_primary_key": ["user_id"],
+           "ops": [{"op": "group_by", "keys": ["user_id"],
+                    "agg": {"s": {"op": "sum", "params": {"field": "amout"}}}}]}
+    with pytest.raises(bv.RegistrationError) as info:
+        app.register(Txn, raw)  # a node dict is sent as it is: the server checks it
+    err = info.value
+    assert (err.code, err.path) == ("aggregation_unknown_field",
+                                    "RawSpend.ops[0].agg.s.params.field")
+    assert err.details["error"]["path"] == "nodes[1].ops[0].agg.s.params.field"
+    assert err.message.endswith("; did you mean 'amount'?")
+
+
 def test_force_reregister(app: bv.App) -> None:
     app.register(*PIPELINE)
     app.push("Txn", txn("u1", "m1", 1.0))

@@ -238,3 +238,31 @@ def test_inherited_types_use_the_tracked_schema() -> None:
 def test_key_types_come_from_the_tracked_schema() -> None:
     agg = Txn.with_columns(bucket=bv.col("n") / 10).group_by("bucket", "ok").agg(c=bv.count())
     assert agg.output_schema() == {"bucket": "i64", "ok": "bool", "c": "i64"}
+
+
+def test_a_typo_in_where_or_field_fails_at_the_table_decorator() -> None:
+    columns = "(fields: 'user_id', 'merchant', 'amount', 'n', 'ok', 'note', 'big')"
+    with pytest.raises(bv.RegistrationError) as info:
+        @bv.table(key="user_id")
+        def Spend(t: Txn) -> bv.Table:
+            return t.with_columns(big=bv.col("amount") > 100).group_by("user_id").agg(
+                n_big=bv.count(where=bv.col("ok") & (bv.col("amout") > 1)))
+    assert (info.value.code, info.value.path) == (
+        "aggregation_invalid_where", "Spend.ops[1].agg.n_big.params.where")
+    assert info.value.message == (
+        f"where predicate references unknown field 'amout' {columns}; did you mean 'amount'?")
+    with pytest.raises(bv.RegistrationError) as info:
+        @bv.table(key="user_id")
+        def Total(t: Txn) -> bv.Table:
+            return t.group_by("user_id").agg(s=bv.sum("amout"))
+    assert (info.value.code, info.value.path) == (
+        "aggregation_unknown_field", "Total.ops[0].agg.s.params.field")
+    assert info.value.message.endswith("; did you mean 'amount'?")
+
+
+def test_the_field_of_an_operator_the_register_does_not_check_is_left_to_it() -> None:
+    # seasonal_deviation reads its field at run time only (the register accepts any name)
+    @bv.table(key="user_id")
+    def Seasonal(t: Txn) -> bv.Table:
+        return t.group_by("user_id").agg(d=bv.seasonal_deviation("not_a_column"))
+    assert bv.compile_register_payload(Seasonal)["nodes"][1]["name"] == "Seasonal"
