@@ -169,4 +169,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULES})
+    """The public names and the module's dunders: not what this module imports for itself
+    (``importlib``, ``Any``, ...) nor its private tables."""
+    return sorted({*_MODULES, *(name for name in globals() if name.startswith("__"))})

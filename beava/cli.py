@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-only", action="store_true",
                         help="no WAL, no snapshots, no recovery")
     parser.add_argument("--test-mode", action="store_true",
-                        help="enable reset (POST /reset, OP_RESET)")
+                        help="for tests: enable reset (POST /reset, OP_RESET) and the test "
+                        "clock (POST /test/clock, OP_TEST_CLOCK; the SDK's set_time and "
+                        "advance) that pins the time pushes and reads see")
     parser.add_argument("--auth-token-file", metavar="PATH",
                         help="require tokens: one 'TOKEN SCOPE[,SCOPE]' per line, scopes "
                         "read, write, admin (default: no access control)")

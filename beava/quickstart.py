@@ -30,6 +30,9 @@ PAGE_VIEWS: list[dict[str, Any]] = [
 ]
 
 ENGAGED_DWELL_MS = 2000.0
+# The example script's server when it is given no URL and $BEAVA_URL is unset: a server
+# started with the default options (`beava --test-mode`).
+EXAMPLE_DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 # The demo pipeline, written once as SDK source: run here, and copied as is into the script
@@ -57,7 +60,11 @@ PageView = _pipeline["PageView"]
 SiteMetrics = _pipeline["SiteMetrics"]
 
 EXAMPLE = '''"""beava quickstart, as an SDK script. Start a server first (`beava --test-mode`),
-then run: python {name}"""
+then run: python {name} [URL]
+URL: the server's data-plane URL; default $BEAVA_URL, else {default_url}."""
+
+import os
+import sys
 
 import beava as bv
 
@@ -66,7 +73,9 @@ import beava as bv
 
 PAGE_VIEWS = {views}
 
-with bv.App("http://127.0.0.1:8080") as app:
+URL = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BEAVA_URL", "{default_url}")
+
+with bv.App(URL) as app:
     print(app.register(PageView, SiteMetrics))
     for view in PAGE_VIEWS:
         app.push("PageView", view)
@@ -120,7 +129,8 @@ def _walkthrough(app: bv.App, out: Any) -> None:
 
 def run_quickstart(write_example: str | None) -> int:
     """Run the demo; with ``write_example``, also write an SDK script reproducing it (against
-    ``http://127.0.0.1:8080``) to that path. Returns the process exit code."""
+    the URL it is given, else ``$BEAVA_URL``, else a default server) to that path. Returns
+    the process exit code."""
     out = sys.stdout
     started = time.monotonic()
     server = EmbeddedServer(installed_server_command(), test_mode=True,
@@ -140,7 +150,8 @@ def run_quickstart(write_example: str | None) -> int:
     if write_example:
         with open(write_example, "w", encoding="utf-8") as fh:
             fh.write(EXAMPLE.format(name=write_example, pipeline=PIPELINE_SOURCE,
-                                    views=repr(PAGE_VIEWS), threshold=ENGAGED_DWELL_MS))
+                                    views=repr(PAGE_VIEWS), threshold=ENGAGED_DWELL_MS,
+                                    default_url=EXAMPLE_DEFAULT_URL))
         out.write(f"\nWrote an SDK script reproducing this demo to {write_example}\n")
     out.write(f"\nDone in {time.monotonic() - started:.1f}s: server stopped, temporary "
               "directory removed.\n")

@@ -33,6 +33,8 @@ def test_help_lists_every_option(flag):
     for option in ("--config", "--http-addr", "--tcp-addr", "--admin-addr", "--data-dir",
                    "--memory-only", "--test-mode", "--version", "BEAVA_WAL_SYNC_MODE"):
         assert option in out
+    test_mode = " ".join(out[out.rindex("--test-mode"):].split("--auth-token-file")[0].split())
+    assert "test clock" in test_mode and "set_time" in test_mode
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])

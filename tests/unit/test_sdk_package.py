@@ -78,6 +78,8 @@ def test_star_import_and_dir() -> None:
     exec("from beava import *", namespace)
     assert set(bv.__all__) <= set(namespace)
     assert set(bv.__all__) <= set(dir(bv))
+    assert {"__version__", "PushError", "ReadError"} <= set(dir(bv))
+    assert not {"annotations", "importlib", "Any", "TYPE_CHECKING"} & set(dir(bv))
 
 
 def fresh_python_lines(code: str) -> list[str]:
