@@ -170,12 +170,11 @@ def check_before_sending(schema: StructType, overrides: Mapping[str, str] | None
     checked (ConversionError), then the servers (ServerCheckError); with no schema given,
     the columns are checked again against the event the first server has registered."""
     plan = plan_for(schema, overrides, known)
-    push_many = tuple(check_server(u, event, timeout, access) for u in urls)
-    if known is None:
-        registered = server_event_schema(urls[0], event, timeout, access)
-        if registered is not None:
-            plan = plan_for(schema, overrides, registered,
-                            source=f" (as registered on {urls[0]})")
+    first, registered = _probe(urls[0], event, timeout, access, known is None)
+    push_many = (first, *(check_server(u, event, timeout, access) for u in urls[1:]))
+    if registered is not None:
+        plan = plan_for(schema, overrides, registered,
+                        source=f" (as registered on {urls[0]})")
     return plan, push_many
 
 
@@ -310,14 +309,34 @@ def check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | Non
 def check_server(url: str, event: str, timeout: float, access: Access | None = None) -> bool:
     """Whether ``url`` has OP_PUSH_MANY, found with an empty batch (which also checks that
     the event is registered there and that the token may push). Raises ServerCheckError."""
+    return _probe(url, event, timeout, access, False)[0]
+
+
+def _probe(url: str, event: str, timeout: float, access: Access | None, describe: bool
+           ) -> tuple[bool, EventSchema | None]:
+    """``check_server``'s answer and, with ``describe``, ``event``'s schema as the server
+    has registered it (its describe request, scope ``read``, on the same connection; None
+    when the server does not answer it: a token without ``read``, an older server)."""
     endpoint = parse_url(url)
     kwargs = (access or Access()).client_kwargs(url)
+    push_many = True
     try:
         with TcpClient(endpoint.host, endpoint.port, timeout=timeout, **kwargs) as client:
-            client.request(OP_PUSH_MANY, {"event": event, "bodies": []})
+            try:
+                client.request(OP_PUSH_MANY, {"event": event, "bodies": []})
+            except ServerError as exc:
+                if exc.code not in PUSH_MANY_UNSUPPORTED_CODES:
+                    raise
+                push_many = False
+            if not describe:
+                return push_many, None
+            try:
+                doc = client.describe()
+            except ServerError as exc:
+                if exc.code == "forbidden" or exc.code in PUSH_MANY_UNSUPPORTED_CODES:
+                    return push_many, None
+                raise
     except ServerError as exc:
-        if exc.code in PUSH_MANY_UNSUPPORTED_CODES:
-            return False
         if exc.code == "event_not_found":
             raise ServerCheckError(
                 f"event {event!r} is not registered on {url}; register it first "
@@ -325,26 +344,7 @@ def check_server(url: str, event: str, timeout: float, access: Access | None = N
         raise ServerCheckError(f"{url} refused the check request: {exc}") from exc
     except TransportError as exc:
         raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
-    return True
-
-
-def server_event_schema(url: str, event: str, timeout: float, access: Access | None = None
-                        ) -> EventSchema | None:
-    """``event``'s schema as the server at ``url`` has registered it (the describe request,
-    scope ``read``); None when the server does not answer it (a token without ``read``, a
-    server without the request). Raises ServerCheckError when unreachable."""
-    endpoint = parse_url(url)
-    kwargs = (access or Access()).client_kwargs(url)
-    try:
-        with TcpClient(endpoint.host, endpoint.port, timeout=timeout, **kwargs) as client:
-            doc = client.describe()
-    except ServerError as exc:
-        if exc.code == "forbidden" or exc.code in PUSH_MANY_UNSUPPORTED_CODES:
-            return None
-        raise ServerCheckError(f"{url} refused the describe request: {exc}") from exc
-    except TransportError as exc:
-        raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
-    return EventSchema.of_describe(doc, event)
+    return push_many, EventSchema.of_describe(doc, event)
 
 
 def _progress_host(sc: Any) -> tuple[str, str]:
