@@ -246,7 +246,8 @@ class Install:
         spec = self.table.spec
         decode = decode_key(spec)
         first = [decode(key) for key in dropped[:FIRST_DROPPED_KEYS]]
-        shown = ", ".join(" ".join(f"{k}={_short(v)}" for k, v in key.items()) for key in first)
+        shown = ", ".join(" ".join(f"{k}={_short(v)}" for k, v in key.items()) or "its row"
+                          for key in first)  # a table without keys has one row
         more = f" and {len(dropped) - len(first)} more" if len(dropped) > len(first) else ""
         return BeavaError(
             "backfill_would_drop", table=spec.name, dropped=len(dropped), keys=first,

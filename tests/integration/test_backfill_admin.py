@@ -292,7 +292,8 @@ def Tags(t: Tag) -> bv.Table:
 TAG_NODES: list[dict[str, Any]] = compile_register_payload(Tag, Tags)["nodes"]
 
 
-def upload(conn: FrameConn, table: str, nodes: list[Any], data: bytes) -> str:
+def upload(conn: FrameConn, table: str, nodes: list[Any], data: bytes,
+           until_ms: int = 0) -> str:
     """Stage ``data`` for ``table`` over a framed-TCP connection; the upload id."""
     def call(body: dict[str, Any]) -> dict[str, Any]:
         op, _, reply = conn.request(OP_BACKFILL, CT_MSGPACK, msgspec.msgpack.encode(body))
@@ -300,7 +301,7 @@ def upload(conn: FrameConn, table: str, nodes: list[Any], data: bytes) -> str:
         answer: dict[str, Any] = json.loads(reply)
         return answer
 
-    upload_id: str = call({"action": "begin", "table": table, "until_ms": 0,
+    upload_id: str = call({"action": "begin", "table": table, "until_ms": until_ms,
                            "size": len(data), "nodes": nodes})["upload"]
     step = 1 << 21
     for offset in range(0, len(data), step):
@@ -454,3 +455,32 @@ def test_pushes_during_a_sliced_commit_reach_the_installed_table(
         assert done["kept"] + done["changed"] + done["created"] == users + 1
         assert c.get("Notes", "user-7") == {"last_body": "live", "n_notes": 1 + pushed}
         assert c.get("Notes", "late") == {"last_body": "live", "n_notes": pushed}
+
+
+@bv.table
+def AllVisits(v: Visit) -> bv.Table:
+    return v.agg(visits=bv.count())
+
+
+def test_a_table_without_keys_names_its_row_when_it_would_drop(
+        durable: BeavaProcess) -> None:
+    nodes = compile_register_payload(Visit, AllVisits)["nodes"]
+    store = FeatureStore(memory_governance_enforce=False)
+    assert store.register(json.dumps({"nodes": nodes}).encode())[0] == 200
+    empty = bytes(msgspec.msgpack.encode(store.table("AllVisits").dump()))
+    with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
+        c.register({"nodes": nodes})
+        c.test_clock(T0)
+        c.push("Visit", {"user_id": "u1", "ms": 1.0})
+        conn = FrameConn(durable.tcp)
+        try:
+            conn.send(commit_frame(upload(conn, "AllVisits", nodes, empty, until_ms=T0)))
+            reply = conn.recv_frame()
+        finally:
+            conn.close()
+        assert reply is not None and reply[0] == OP_ERROR
+        error = json.loads(reply[2])["error"]
+        assert (error["code"], error["keys"]) == ("backfill_would_drop", [{}])
+        assert "would drop 1 entities of table AllVisits that hold state now and would " \
+               "hold none after it (its row)" in error["message"]
+        assert c.get("AllVisits") == {"visits": 1}
