@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from beava.catalogue.errors import with_known_names
 from beava.catalogue.operators import FieldUse, lookup
 from beava.dsl.expressions import CAST_TARGETS, Expr, Lit, cast_target, infer_type
 from beava.dsl.operators import AggDescriptor
@@ -223,10 +224,8 @@ class EventDerivation(Event):
             if key in seen:
                 raise ValueError(f"group_by() key {key!r} is repeated")
             if key not in self._columns:
-                raise ValueError(
-                    f"group_by() key {key!r} is not a column here; columns: "
-                    f"{', '.join(self._columns) or '(none)'}"
-                )
+                raise ValueError(with_known_names(
+                    f"group_by() key {key!r} is not a column here", key, self._columns))
             seen.add(key)
         return GroupBy(self, keys)
 

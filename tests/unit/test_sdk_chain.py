@@ -260,6 +260,13 @@ def test_a_typo_in_where_or_field_fails_at_the_table_decorator() -> None:
     assert info.value.message.endswith("; did you mean 'amount'?")
 
 
+def test_an_unknown_group_by_key_is_told_the_columns_and_the_nearest() -> None:
+    with pytest.raises(ValueError) as info:
+        Txn.select("user_id", "amount").group_by("usr_id")
+    assert str(info.value) == ("group_by() key 'usr_id' is not a column here (fields: "
+                               "'user_id', 'amount'); did you mean 'user_id'?")
+
+
 def test_the_field_of_an_operator_the_register_does_not_check_is_left_to_it() -> None:
     # seasonal_deviation reads its field at run time only (the register accepts any name)
     @bv.table(key="user_id")
