@@ -7,14 +7,19 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from beava._fast import (
+    ops_bloom_member,
     ops_buffer,
     ops_core,
     ops_decay,
+    ops_entropy,
     ops_geo,
+    ops_n_unique,
     ops_point,
+    ops_quantile,
     ops_recency,
-    ops_sketch,
+    ops_top_k,
     ops_velocity,
+    sketch_base,
 )
 from beava._fast.column import Column
 from beava.engine.registry import FeatureSpec
@@ -23,15 +28,24 @@ __all__ = ["COLUMNS", "column_class", "family_counters", "make_column"]
 
 
 class _Family(Protocol):
-    """An op family module (a module may also expose ``counters()``)."""
+    """An op family module."""
 
     @property
     def COLUMNS(self) -> Mapping[str, type[Column]]: ...
 
 
+class _Counting(Protocol):
+    """A kernel module that keeps process-wide metric counters."""
+
+    def counters(self) -> dict[str, int]: ...
+
+
 _FAMILIES: tuple[_Family, ...] = (
-    ops_core, ops_sketch, ops_point, ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
+    ops_core, ops_n_unique, ops_quantile, ops_top_k, ops_entropy, ops_bloom_member, ops_point,
+    ops_recency, ops_buffer, ops_decay, ops_velocity, ops_geo,
 )
+# ops_core's windowed buckets and sketch_base's bucket lists both count reclaims.
+_COUNTING: tuple[_Counting, ...] = (ops_core, sketch_base, ops_entropy)
 
 
 def _merge(*tables: Mapping[str, type[Column]]) -> Mapping[str, type[Column]]:
@@ -63,12 +77,9 @@ def make_column(
 
 
 def family_counters() -> dict[str, int]:
-    """Process-wide metric counters of the op families (modules exposing ``counters()``),
-    summed by Prometheus metric name."""
+    """Process-wide metric counters of the op kernels, summed by Prometheus metric name."""
     totals: dict[str, int] = {}
-    for module in _FAMILIES:
-        counters = getattr(module, "counters", None)
-        if counters is not None:
-            for name, value in counters().items():
-                totals[name] = totals.get(name, 0) + value
+    for module in _COUNTING:
+        for name, value in module.counters().items():
+            totals[name] = totals.get(name, 0) + value
     return totals
