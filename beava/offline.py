@@ -26,8 +26,8 @@ import msgspec
 from beava._fast.table_kernel import group_key
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import lookup
+from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
 from beava.engine.registry import EventSpec, Registry, empty_registry, register
-from beava.engine.state.chain_ops import chain_output_schema, compile_chain
 from beava.engine.state.keys import keystr
 from beava.engine.state.push_validation import validate_push
 from beava.engine.state.reads import get

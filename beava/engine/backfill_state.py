@@ -34,8 +34,8 @@ from beava._fast.ops_point import RingColumn, ValueColumn
 from beava._fast.push_check import EventChecker
 from beava._fast.struct_column import StructColumn
 from beava.catalogue.errors import BeavaError
+from beava.engine.expressions.chain_ops import chain_output_schema
 from beava.engine.registry import EventSpec, TableSpec
-from beava.engine.state.chain_ops import chain_output_schema
 from beava.engine.state.push_validation import explain_push_error
 from beava.engine.state.tables import TableState
 

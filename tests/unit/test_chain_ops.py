@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from beava.engine.state.chain_ops import ChainOpError, chain_output_schema, compile_chain
+from beava.engine.expressions.chain_ops import ChainOpError, chain_output_schema, compile_chain
 
 SCHEMA = {"a": "i64", "x": "f64", "s": "str", "b": "bool"}
 ROW = {"a": -7, "x": 1.5, "s": "12", "b": True}

@@ -25,6 +25,7 @@ from beava.catalogue.operators import (
     shown,
 )
 from beava.engine.expressions import ExpressionError, check_where
+from beava.engine.expressions.chain_ops import ChainOpError, chain_output_schema
 from beava.engine.expressions.parser import MAX_EXPRESSION_LENGTH
 from beava.engine.registry.errors import (
     AGGREGATION_FEATURE_NAME_COLLISION,
@@ -47,7 +48,6 @@ from beava.engine.registry.errors import (
     RegisterError,
 )
 from beava.engine.registry.payload import PayloadNode, group_by_index, is_table_node
-from beava.engine.state.chain_ops import ChainOpError, chain_output_schema
 
 __all__ = [
     "MAX_DISTINCT_EXPRESSION_CHARS",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import CATALOGUE
-from beava.engine.state.chain_ops import chain_output_schema
+from beava.engine.expressions.chain_ops import chain_output_schema
 
 if TYPE_CHECKING:
     from beava.engine.registry import TableSpec

@@ -14,8 +14,8 @@ from beava._fast.column import Column
 from beava._fast.ops_core import BucketArena
 from beava._fast.table_kernel import TableKernel
 from beava.engine.expressions import check_where, compile_where, format_expression
+from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
 from beava.engine.registry import TableSpec
-from beava.engine.state.chain_ops import chain_output_schema, compile_chain
 from beava.engine.state.columns import make_column
 
 __all__ = ["TableState", "UnknownFeatures"]
