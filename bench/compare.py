@@ -8,8 +8,9 @@ both sides alike) and measured the same way:
 - register the workload's payload (a rejection is reported, and the run counted as failed);
 - push for 1 s to create the entities (warm-up), then for ``--seconds``: events/s as in
   ``bench push`` (``--connections`` x ``--depth`` in flight, MessagePack);
-- server CPU over that timed window only: utime + stime of the server process, every thread
-  (``/proc/<pid>/stat`` fields 14-15), divided by the events acknowledged in the window;
+- server CPU over that timed window only: user + system time of the server process, every
+  thread (``bench.process_usage.cpu_seconds``), divided by the events acknowledged in the
+  window;
 - GET p50/p99 for one key, idle and then under the same push load (``bench.get_sampler``,
   as ``bench latency`` does).
 
@@ -43,6 +44,7 @@ from typing import Any
 from beava.launcher import ServerProcess, installed_server_command, split_addr
 from bench import loadgen, workloads
 from bench.engine_bench import sample_get_latencies
+from bench.process_usage import cpu_seconds
 
 REFERENCE_ENV = "BEAVA_REFERENCE_BINARY"
 WORKLOADS = ("small", "large-with-sketches", "fraud-team")
@@ -51,7 +53,6 @@ START_TIMEOUT_S = 60.0
 WARM_UP_S = 1.0
 # Long enough that no periodic snapshot falls inside a run, on either server.
 SNAPSHOT_INTERVAL_MS = "3600000"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -135,16 +136,6 @@ def reference_binary(given: str | None) -> str:
     if found is None:
         raise ValueError(f"the reference server {path!r} is not an executable file")
     return found
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of process ``pid`` so far, in seconds."""
-    with open(f"/proc/{pid}/stat") as fh:
-        stat = fh.read()
-    # the command name (field 2) is in parentheses and may hold spaces: split after it
-    fields = stat[stat.rindex(")") + 2:].split()
-    # fields[0] is field 3 (state), so fields 14 and 15 are fields[11] and fields[12]
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def version(command: Sequence[str]) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ import msgspec
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_BATCH_GET, OP_ERROR, OP_GET
 from bench import loadgen, workloads
 from bench.get_sampler import Sampler
+from bench.process_usage import cpu_seconds, rss_kb
 from bench.server_process import BenchServer
 
 
@@ -42,31 +42,6 @@ def register(http_addr: str, payload: dict) -> None:
         body = json.loads(resp.read())
     if "error" in body:
         raise RuntimeError(f"register failed: {body}")
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` so far (``/proc/<pid>/stat``), in seconds."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def run_seconds(pid: int) -> float:
-    """CPU time of every thread of process ``pid`` so far, in seconds, to the nanosecond
-    (``/proc/<pid>/task/*/schedstat``: ``cpu_seconds`` counts clock ticks)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-            total += int(fh.read().split()[0])
-    return total / 1e9
 
 
 def server_args(mode: str) -> tuple[list[str], dict[str, str]]:
@@ -216,6 +191,8 @@ def memory_per_keyset(name: str = "fraud-team", *, keysets: int = 50_000,
         after = rss_kb(server.pid())
     finally:
         server.stop()
+    if before is None or after is None:
+        raise RuntimeError("the server exited while its memory was measured")
     if result.errors:
         raise RuntimeError(f"{result.errors} pushes failed: {result.first_error!r}")
     return {"keysets": keysets, "rss_before_kb": before, "rss_after_kb": after,
@@ -251,21 +228,21 @@ def read_cost(name: str = "fraud-team", *, keys: int = 100, requests: int = 1000
             for label, data in calls.items():
                 for _ in range(min(requests, 100)):  # warm
                     loadgen.request(sock, data)
-                before = run_seconds(server.pid())
+                before = cpu_seconds(server.pid())
                 for _ in range(requests):
                     op, payload = loadgen.request(sock, data)
                     if op == OP_ERROR:
                         raise RuntimeError(f"{label} failed: {payload!r}")
-                out[label] = round((run_seconds(server.pid()) - before) / requests * 1e6, 1)
+                out[label] = round((cpu_seconds(server.pid()) - before) / requests * 1e6, 1)
         url = f"http://{server.addrs['http']}/get"
         body = msgspec.json.encode(get)
-        before = run_seconds(server.pid())
+        before = cpu_seconds(server.pid())
         for _ in range(requests):
             request = urllib.request.Request(url, data=body,
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request) as reply:
                 reply.read()
-        out["http_get"] = round((run_seconds(server.pid()) - before) / requests * 1e6, 1)
+        out["http_get"] = round((cpu_seconds(server.pid()) - before) / requests * 1e6, 1)
     finally:
         server.stop()
     return out

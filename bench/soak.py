@@ -61,6 +61,7 @@ from beava_client.errors import error_from_reply
 from beava_client.frames import FrameDecoder
 from beava_client.messages import EnvelopeEncoder
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR, OP_PUSH, OP_PUSH_MANY
+from bench.process_usage import rss_kb
 
 EVENT = "Txn"
 TAIL = 8  # last_n of the push index kept per key: the order of the newest pushes
@@ -82,18 +83,6 @@ KINDS = [(CT_MSGPACK, OP_PUSH), (CT_JSON, OP_PUSH), (CT_MSGPACK, OP_PUSH_MANY),
 DAMAGE_KINDS = ("recovery.wal_corruption", "recovery.wal_record_quarantined",
                 "recovery.snapshot_invalid")
 PROBE_KEY = "disk-full-probe"  # pushed once refused and once accepted in the episode
-
-
-def rss_kb(pid: int) -> int | None:
-    """VmRSS of ``pid`` in KiB (None once the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def nodes(features: int) -> list[dict[str, Any]]:

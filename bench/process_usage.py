@@ -1,0 +1,29 @@
+"""What a running process uses, read from outside it (Linux): the one place bench reads a
+server's CPU time and resident memory."""
+
+from __future__ import annotations
+
+import time
+
+# clock_getcpuclockid(pid): the CPU-time clock of a whole process is (~pid << 3) | 2
+# (CPUCLOCK_SCHED), what glibc computes; Python exposes only the clocks of its own threads.
+_CPUCLOCK_SCHED = 2
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` so far, in seconds: every thread,
+    exited ones included, to the nanosecond (``/proc/<pid>/stat`` counts clock ticks of
+    10 ms, too coarse for the cost of one read)."""
+    return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
+
+
+def rss_kb(pid: int) -> int | None:
+    """VmRSS of ``pid`` in KiB (None once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,42 @@
+"""bench's reading of another process's CPU time and memory (bench/process_usage.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from bench.process_usage import cpu_seconds, rss_kb
+
+# Burns CPU in a thread that then exits, prints its own CPU time, waits for a line.
+CHILD = """
+import sys, threading, time
+def burn():
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+worker = threading.Thread(target=burn)
+worker.start()
+worker.join()
+print(time.process_time(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_cpu_seconds_counts_every_thread_exited_ones_included() -> None:
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        own = float(child.stdout.readline())
+        seen = cpu_seconds(child.pid)
+        assert own >= 0.2
+        # the child's own reading came first; little more runs between the two
+        assert own <= seen < own + 0.5
+        assert rss_kb(child.pid) is not None
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
+    assert rss_kb(child.pid) is None  # gone
