@@ -98,7 +98,6 @@ GAUGES = (
     ("beava_registry_version", "current registry version"),
     ("beava_node_count", "registered descriptors (event sources + derivations)"),
     ("beava_entity_count_resident", "resident (table, entity) rows"),
-    ("beava_bytes_per_entity_p99", "per-entity memory estimate in bytes"),
     ("beava_snapshot_last_duration_seconds", "wall time of the last successful snapshot"),
     ("beava_snapshot_last_bytes", "size of the last successful snapshot file"),
     ("beava_snapshot_last_fsync_seconds", "file and directory fsync time of the last snapshot"),

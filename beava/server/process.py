@@ -335,7 +335,6 @@ class BeavaServer:
             **self.persistence.metrics(),
             "beava_registry_version": store.registry_version,
             "beava_node_count": store.node_count,
-            "beava_bytes_per_entity_p99": 7000,
             "beava_entity_count_resident": store.engine.entity_count,
             "beava_cold_entity_evictions_total": store.engine.cold_evictions,
             "beava_bucket_reclaim_total": store.engine.bucket_reclaims,
