@@ -50,7 +50,7 @@ from beava._fast.slot_buffers cimport (
 )
 from beava._fast.window cimport floor_div
 
-from beava.catalogue.number_text import fmt_f64_display
+from beava.catalogue.float_display import fmt_f64_display
 
 cdef extern from "Python.h":
     Py_ssize_t uni_length "PyUnicode_GET_LENGTH"(PyObject* o)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from beava.catalogue.expression_grammar import I64_MAX, I64_MIN
-from beava.catalogue.number_text import fmt_f64_display
+from beava.catalogue.float_display import fmt_f64_display
 
 _TWO_63 = 9223372036854775808.0
 _INF = math.inf
