@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""WAL records built in C (spec/durability.md §5; layout in beava.durability.wal_format).
+"""WAL records built in C (spec/durability.md §5; layout in beava.durability.wal_format):
+the one encoder of the record format, wal_format.encode_record included.
 
 Record::
 
@@ -228,16 +229,3 @@ def append_record(bytearray buf, uint64_t lsn, uint8_t rtype, uint8_t body_forma
     return append_to(buf, lsn, rtype, body_format, timestamp_ms, registry_version,
                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
                      PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), sealed)
-
-
-def encode_record(uint64_t lsn, uint8_t rtype, uint8_t body_format, uint64_t timestamp_ms,
-                  uint32_t registry_version, bytes name, bytes body):
-    """The on-disk bytes of one record."""
-    cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name)
-    cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
-    _check(name_len, body_len)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + FIXED_LEN + name_len + body_len)
-    _write(<uint8_t*>PyBytes_AS_STRING(out), lsn, rtype, body_format, timestamp_ms,
-           registry_version, PyBytes_AS_STRING(name), name_len, PyBytes_AS_STRING(body),
-           body_len, True)
-    return out

@@ -23,6 +23,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
+from beava._fast.wal_record import append_record
+
 SEGMENT_MAGIC = b"BVWALSEG"
 SEGMENT_FORMAT_VERSION = 1
 SEGMENT_HEADER_SIZE = 32
@@ -49,7 +51,6 @@ RECORD_NAME_OFFSET = 34
 
 _SEG_BODY = struct.Struct("<8sHHQQ")
 _U32 = struct.Struct("<I")
-_PREFIX = struct.Struct("<II")  # record_len, crc
 _HEAD = struct.Struct("<QBBHQIH")  # lsn, type, body_format, flags, timestamp, version, name_len
 _FULL_HEAD = struct.Struct("<IIQBBHQIH")
 _crc32 = zlib.crc32
@@ -162,27 +163,14 @@ def decode_segment_header(data: bytes) -> SegmentHeader:
 # -- records -----------------------------------------------------------------------------------
 
 
-def _head_struct(name_len: int) -> struct.Struct:
-    """Struct for ``lsn .. name_len, name, body_len``; one per distinct name length."""
-    head = _HEAD_BY_NAME_LEN.get(name_len)
-    if head is None:
-        head = _HEAD_BY_NAME_LEN[name_len] = struct.Struct(f"<QBBHQIH{name_len}sI")
-    return head
-
-
-_HEAD_BY_NAME_LEN: dict[int, struct.Struct] = {}
-
-
 def encode_record(lsn: int, type: int, body_format: int, timestamp_ms: int,
                   registry_version: int, name: bytes, body: bytes) -> bytes:
-    """The on-disk bytes of one record. ``name`` is the UTF-8 event name (b"" otherwise)."""
-    name_len = len(name)
-    head_struct = _HEAD_BY_NAME_LEN.get(name_len) or _head_struct(name_len)
-    head = head_struct.pack(lsn, type, body_format, 0, timestamp_ms, registry_version,
-                            name_len, name, len(body))
-    # One pass over the body: CRC chained over head then body, then a single join.
-    return b"".join((_PREFIX.pack(len(head) + len(body) + 4, _crc32(body, _crc32(head))),
-                     head, body))
+    """The on-disk bytes of one record. ``name`` is the UTF-8 event name (b"" otherwise).
+    Written by the one encoder of the format, the push path's (beava._fast.wal_record);
+    ValueError when the name is over 65535 bytes or the record over RECORD_MAX_LEN."""
+    out = bytearray()
+    append_record(out, lsn, type, body_format, timestamp_ms, registry_version, name, body)
+    return bytes(out)
 
 
 def encode_reset_record(lsn: int, timestamp_ms: int, new_version: int) -> bytes:

@@ -34,6 +34,7 @@ from beava.durability.recovery import Unapplicable
 from beava.durability.wal import WalFatal, WalUnavailable
 from beava.durability.wal_format import (
     BODY_MSGPACK,
+    RECORD_FIXED_LEN,
     RECORD_MAX_LEN,
     RECORD_TABLE_STATE,
     FormatError,
@@ -274,14 +275,15 @@ class Install:
         assert wal is not None
         body = _encode_msgpack({"table": name, "until_ms": self.until_ms,
                                 "state": table.dump()})
-        lsn = store.last_lsn + 1
-        data = encode_record(lsn, RECORD_TABLE_STATE, BODY_MSGPACK, store.clock(), version,
-                             name.encode(), body)
-        if len(data) - 4 > RECORD_MAX_LEN:
+        raw_name = name.encode()
+        if RECORD_FIXED_LEN + len(raw_name) + len(body) > RECORD_MAX_LEN:
             raise BeavaError("backfill_too_large", table=name,
                              message=f"the table state is {len(body)} bytes; a WAL record "
                                      f"holds at most {RECORD_MAX_LEN}",
                              top={"registry_version": version})
+        lsn = store.last_lsn + 1
+        data = encode_record(lsn, RECORD_TABLE_STATE, BODY_MSGPACK, store.clock(), version,
+                             raw_name, body)
         try:
             wal.write_registry_record(data)
         except WalUnavailable:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from beava._fast import wal_record
 from beava._fast.batch_writer import STAGE_NONE, STAGE_SYNC, STAGE_WRITE, BatchWriter
 from beava.durability import wal_format as wf
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
@@ -47,7 +46,7 @@ def test_writes_at_the_offset_syncs_and_signals(tmp_path: Path) -> None:
 
 
 def test_sealed_batches_are_written_with_their_records_crcs(tmp_path: Path) -> None:
-    records = b"".join(wal_record.encode_record(lsn, wf.RECORD_EVENT, wf.BODY_MSGPACK, lsn, 1,
+    records = b"".join(wf.encode_record(lsn, wf.RECORD_EVENT, wf.BODY_MSGPACK, lsn, 1,
                                                 b"txn", b"\x81\xa1k" + bytes([lsn]))
                        for lsn in range(1, 50))
     batch = bytearray(records)

@@ -1,5 +1,6 @@
-"""WAL records built in C (beava._fast.wal_record): byte for byte the layout of
-spec/durability.md §5, as the Python codec and the field-by-field layout write them."""
+"""WAL records built in C (beava._fast.wal_record, the one encoder of the format, which
+wal_format.encode_record calls): byte for byte the layout of spec/durability.md §5 as the
+field-by-field layout writes it."""
 
 from __future__ import annotations
 
@@ -53,7 +54,6 @@ def test_crc32_folds_where_the_cpu_can() -> None:
 def test_records_match_the_layout(lsn: int, rtype: int, fmt: int, ts: int, version: int,
                                   name: bytes, body: bytes) -> None:
     expected = manual_record(lsn, rtype, fmt, ts, version, name, body)
-    assert wal_record.encode_record(lsn, rtype, fmt, ts, version, name, body) == expected
     assert wf.encode_record(lsn, rtype, fmt, ts, version, name, body) == expected
     buf = bytearray(b"head")
     assert wal_record.append_record(buf, lsn, rtype, fmt, ts, version, name, body) == len(
@@ -102,7 +102,7 @@ def test_seal_sets_every_records_crc(records: list[tuple[bytes, bytes]]) -> None
 
 
 def test_seal_stops_at_bytes_that_are_not_a_whole_record() -> None:
-    whole = wal_record.encode_record(1, wf.RECORD_EVENT, wf.BODY_MSGPACK, 5, 1, b"txn", b"\x80")
+    whole = wf.encode_record(1, wf.RECORD_EVENT, wf.BODY_MSGPACK, 5, 1, b"txn", b"\x80")
     cut = unsealed(whole + whole)[:-1]  # the second record runs past the end
     wal_record.seal(cut)
     assert cut[:len(whole)] == whole and cut[len(whole):] == unsealed(whole)[:-1]
@@ -117,6 +117,8 @@ def test_oversized_name_is_refused() -> None:
     with pytest.raises(ValueError):
         wal_record.append_record(buf, 1, wf.RECORD_EVENT, wf.BODY_JSON, 0, 1, b"n" * 65536, b"")
     assert buf == b"keep"
+    with pytest.raises(ValueError, match="exceeds 65535"):
+        wf.encode_record(1, wf.RECORD_REGISTRY, wf.BODY_JSON, 0, 1, b"n" * 65536, b"")
 
 
 def test_unsealed_records_are_those_bytes_once_sealed() -> None:
