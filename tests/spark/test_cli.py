@@ -103,10 +103,12 @@ def test_ingests_a_file_in_process(kind: str, files: dict[str, Path], app: bv.Ap
 def test_rejected_rows_give_exit_status_1(files: dict[str, Path], app: bv.App,
                                           clean_server: BeavaProcess,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    # "at" sent as text: the event's i64 field takes numbers only (wire.md §6.3); the
+    # "at" sent as text: the event's i64 field takes numbers only (wire.md §6.3). A wrong
+    # --event-schema stands in for the server's (which would refuse before sending); the
     # early stop on schema rejections is switched off.
     code = main([str(files["json"]), "--event", "Reading", "--url",
                  f"tcp://{clean_server.addrs['tcp']}", "--schema", "at=str",
+                 "--event-schema", "sensor:str, value:f64, at:str, note:str?",
                  "--schema-check-rows", "0", "--progress-interval", "0", "--json"])
     out, _ = capsys.readouterr()
     totals = json.loads(out)
