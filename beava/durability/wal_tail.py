@@ -43,9 +43,17 @@ class WalTailLost(Exception):
 def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until_ms: int,
                  last_lsn: int, after_lsn: int = 0) -> list[Record]:
     """EVENT records of ``events`` with a timestamp after ``until_ms`` and an LSN after
-    ``after_lsn`` up to ``last_lsn``, in LSN order. Raises WalTailLost when reclaimed
-    segments may have held such records; OSError and FormatError (a damaged segment) propagate."""
+    ``after_lsn`` up to ``last_lsn``, in LSN order (the segments wholly at or before
+    ``after_lsn`` are not read). Raises WalTailLost when reclaimed segments may have held
+    such records; OSError and FormatError (a damaged segment) propagate."""
     segments = list_segments(wal_dir)
+    if after_lsn:
+        # segment i holds the LSNs below segment i+1's base: skip those read before
+        segments = [seg for i, seg in enumerate(segments)
+                    if i + 1 == len(segments) or segments[i + 1][0] > after_lsn + 1]
+        if segments and segments[0][0] > after_lsn + 1:  # reclaimed since the last read
+            raise WalTailLost(_reclaimed_bound(snapshot_dir, segments[0][0], None),
+                              segments[0][0])
     out: list[Record] = []
     first: tuple[int, bool, int | None] | None = None  # base, boundary, first record time
     for base, name in segments:
@@ -69,7 +77,7 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
                     out.append(record)
         if first is None:
             first = (base, header.history_boundary, first_time)
-    if first is not None:
+    if first is not None and not after_lsn:
         base, boundary, first_time = first
         if not boundary and base > 1:
             bound = _reclaimed_bound(snapshot_dir, base, first_time)

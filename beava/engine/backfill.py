@@ -11,12 +11,13 @@ as a ``TableState.dump()``; :class:`Install` then:
    new state in LSN order, each at its recorded time, through the table's current
    definition;
 2. compares the new state with the live table, entity by entity, a slice per event-loop
-   iteration: kept, changed, created (a dry run ends after step 3 with these counts);
-3. in one step: applies the pushes accepted during step 2 likewise, counts the live
-   entities the new state does not hold (dropped: refused unless the caller allows it),
-   writes the result as one TABLE_STATE WAL record and fsyncs it (durable from here) and
-   swaps the table in: reads and pushes see the old state up to this step, the new one
-   after it.
+   iteration: kept, changed, created; then looks for the live entities the new state does
+   not hold (dropped), a slice at a time too (a dry run ends in step 3 with these counts);
+3. in one step: applies the pushes accepted during step 2 likewise (the WAL segments read
+   before are skipped), compares the entities they added, rechecks the drops (refused
+   unless the caller allows them), writes the result as one TABLE_STATE WAL record and
+   fsyncs it (durable from here) and swaps the table in: reads and pushes see the old
+   state up to this step, the new one after it.
 
 Recovery replays a TABLE_STATE record with :func:`replay_record`: the record holds the
 final state (tail included), so it replaces the table exactly as the live install did.
@@ -160,7 +161,8 @@ class Install:
         self._apply_tail()
         yield
         at = store.query_time()
-        created: list[str] = []
+        live_start = self._live().entity_count  # live slots only grow: later ones are new
+        created: set[str] = set()
         compared = 0
         while compared < table.entity_count:
             live = self._live()
@@ -169,29 +171,41 @@ class Install:
                 self._compare(live, key, slot, at, created)
             compared = min(stop, table.entity_count)
             yield
-        # one step from here: what was pushed meanwhile reaches both tables
+        dropped: list[str] = []
+        scanned = 0
+        while scanned < live_start:
+            live = self._live()
+            stop = min(scanned + _ROWS_PER_STEP, live_start)
+            dropped += [key for key in live.slot_keys(scanned, stop) if table.slot(key) is None]
+            scanned = stop
+            yield
+        # one step from here, its work bound by what was pushed meanwhile: those pushes
+        # reach the new state too, their new entities are compared, the drops rechecked
         self._apply_tail()
         live = self._live()
-        self.counts["created"] = 0
-        for key in created:  # maybe pushed live since it was compared
-            self._compare(live, key, table.slot(key), at, None)
+        for key in live.slot_keys(live_start, live.entity_count):
+            if key in created:  # compared before it was pushed live
+                self.counts["created"] -= 1
+                self._compare(live, key, table.slot(key), at, None)
+            elif table.slot(key) is None:
+                dropped.append(key)
         for slot, key in enumerate(table.slot_keys(compared, table.entity_count), compared):
             self._compare(live, key, slot, at, None)
-        dropped = [key for key in live.slot_keys(0, live.entity_count)
-                   if table.slot(key) is None]
+        dropped = [key for key in dropped
+                   if table.slot(key) is None and live.slot(key) is not None]
         self.counts["dropped"] = len(dropped)
         if dropped and not self.drop_missing and not self.dry_run:
             raise self._refuse_drop(dropped)
         self.reply = self._write()
 
     def _compare(self, live: TableState, key: str, slot: int | None, at: int,
-                 created: list[str] | None) -> None:
+                 created: set[str] | None) -> None:
         assert slot is not None
         old = live.row(key, at)
         if old is None:
             self.counts["created"] += 1
             if created is not None:
-                created.append(key)
+                created.add(key)
         elif old == self.table.read_slot(slot, at):
             self.counts["kept"] += 1
         else:

@@ -460,3 +460,35 @@ def test_rotation_after_create_crash_leaves_unsynced_new_segment(tmp_path: Path)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert segment_files(wal_dir) == [wf.segment_name(1), wf.segment_name(2)]
     assert wf.decode_segment_header(read(os.path.join(wal_dir, wf.segment_name(2)))).base_lsn == 2
+
+
+def test_events_after_an_lsn_reads_only_the_segments_that_may_hold_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill's second read of the tail (the pushes accepted while it compared) starts
+    from the segment holding the LSN after the last one applied; a reclaimed segment
+    that held some of them is refused."""
+    from beava.durability.wal_scan import SegmentReader
+    from beava.durability.wal_tail import WalTailLost, events_after
+
+    writer, wal_dir, snap_dir, lsn = _populate(tmp_path)
+    segments = list_segments(wal_dir)
+    assert len(segments) > 3
+    every = events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1)
+    assert [r.lsn for r in every] == list(range(1, lsn))
+    after = segments[2][0] + 1  # within the third segment
+    read: list[str] = []
+    real = SegmentReader.__init__
+
+    def spy(self: SegmentReader, path: str) -> None:
+        read.append(os.path.basename(path))
+        real(self, path)
+
+    monkeypatch.setattr(SegmentReader, "__init__", spy)
+    later = events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after)
+    assert [r.lsn for r in later] == list(range(after + 1, lsn))
+    assert read == [name for _, name in segments[2:]]
+    for _, name in segments[:3]:
+        os.unlink(os.path.join(wal_dir, name))
+    with pytest.raises(WalTailLost):
+        events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after)
+    writer.close()
