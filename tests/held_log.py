@@ -4,23 +4,19 @@ until ``release`` applies them, waiters after their pushes."""
 
 from __future__ import annotations
 
+from beava._fast.intake import STRICT
 from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.engine.store import FeatureStore
 
 
 class HeldLog:
-    mode = "strict"
-    acks_immediately = False
+    mode = STRICT
     writable = True
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store
         self.batch = Batch()
         self.buf = bytearray()
-
-    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
-        self.batch.add(lsn, event, on_applied)
-        return False
 
     def accepted(self) -> None:
         pass

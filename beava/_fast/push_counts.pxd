@@ -1,4 +1,4 @@
-# Accepted pushes per event of one registry version (push_counts.pyx); the push pass
+# Accepted pushes per event of one registry version (push_counts.pyx); the intake
 # increments ``values[index]`` in C.
 
 from libc.stdint cimport int64_t

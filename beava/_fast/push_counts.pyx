@@ -1,11 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Accepted pushes per event of one registry version, in a C array.
 
-An event's index is its position among the registry's events; each entry of the store's
-checkers carries it, so the push pass counts a push with one C increment on the entry it
-has already found, and the store's Python path calls :meth:`PushCounts.add`. The store
-reads the counts at scrape time and, when the registry changes, folds them into its
-per-name totals before a new ``PushCounts`` takes over.
+An event's index is its position among the registry's events; each of the store's
+checker entries carries it, so the intake (beava._fast.intake), which alone counts pushes,
+counts one with a C increment on the entry at hand. It reads the counts at scrape time and,
+when the registry changes, folds them into its per-name totals before a new
+``PushCounts`` takes over.
 """
 
 from libc.stdlib cimport calloc, free

@@ -3,8 +3,10 @@
 from collections.abc import Callable
 from typing import Any
 
+from beava._fast.intake import CheckerEntry
+
 def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
-                  checkers: dict[str, tuple[Any, ...]],
+                  checkers: dict[str, CheckerEntry],
                   events: list[str], data: bytearray, offset: int, start: int, stop: int,
                   deadline: float, decode_msgpack: Callable[[bytes], Any],
                   decode_json: Callable[[bytes], Any]) -> tuple[int, int, int]: ...
@@ -14,7 +16,6 @@ class PushPass:
                  failed: Callable[[Exception], bytes], decode_msgpack: Callable[[bytes], Any],
                  decode_body: Callable[[bytes], Any], decode_json: Callable[[bytes], Any],
                  decode_json_body: Callable[[Any], Any],
-                 encode_into: Callable[[Any, bytearray, int], None],
                  wall_clock: Callable[[], int],
                  reply_op: int) -> None: ...
     def run(self, frames: list[tuple[int, int, bytes]], start: int, stop: int,

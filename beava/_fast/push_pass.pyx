@@ -3,10 +3,9 @@
 
 For each push: check the body with its event's compiled checker, take its time (the wall
 clock is read once per CHECK_EVERY pushes of a call: they arrived in the same socket reads),
-assign the LSN, count it for its event (one C increment at the index its checker entry
-carries), then apply the push to every table it feeds (memory-only, periodic) or append its
-WAL record and its event to the pending batch (strict; periodic appends the record, then
-applies), and, for a framed-TCP push, write the ack frame. ``PushPass.run`` takes runs of
+hand it to the store's intake (beava._fast.intake: its LSN, counts, WAL record, and its
+apply now or once durable, as the durability mode says), and, for a framed-TCP push, write
+the ack frame. ``PushPass.run`` takes runs of
 OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
@@ -16,16 +15,17 @@ ASCII text), the checker builds its row in the same pass (``EventChecker.row_msg
 decoder call); in strict mode the body is only checked at intake (``check_msgpack``) and its
 row built once, when its durable record is applied. No Python-level function runs per push
 on this path beyond the decoder of other bodies and the table kernels; the durability log
-hears of a call's records once, at its end (``accepted()``).
+hears of a call's records once, at its end (the intake's bracket).
 
 Anything unusual goes to the store's Python path before any state is touched: a body that
 does not decode or does not pass its checks (which answers the exact error), an event with
-a ``dedupe_key`` (the store's dedupe cache). :func:`apply_records` applies a durable batch
+a ``dedupe_key`` (the store's dedupe cache); the store accepts it through the same intake,
+inside the call's bracket. :func:`apply_records` applies a durable batch
 from its records: the rows decoded at intake are let go of at once, while they are fresh in
 the cache, instead of living until the fsync.
 """
 
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
@@ -36,24 +36,18 @@ from beava._fast.byte_buffers cimport resize_growing
 from beava._fast.clocks cimport monotonic, wall_ms
 from beava._fast.name_table cimport RawName, add_name, find_name, table_slots
 from beava._fast.number_text cimport uint_text
+from beava._fast.intake cimport STRICT_MODE, CheckerEntry, Intake, feed
 from beava._fast.push_check cimport EventChecker
-from beava._fast.push_counts cimport PushCounts
 from beava._fast.slot_buffers cimport dict_get
-from beava._fast.table_kernel cimport TableKernel
-from beava._fast.wal_record cimport (BODY_MSGPACK, RECORD_EVENT, append_to, event_record_at,
-                                     close_body)
+from beava._fast.wal_record cimport event_record_at
 
 
 cdef enum:
-    MEMORY = 0          # durability modes (beava.durability.group_commit)
-    STRICT = 1
-    PERIODIC = 2
     OP_PUSH = 0x0010
     CT_JSON = 0x01
     CT_MSGPACK = 0x02
     HEADER = 7          # u32 length | u16 op | u8 ct
     CHECK_EVERY = 16    # pushes between clock reads against a run's deadline
-    MAX_STEPPED = 16    # kernels of one route taken through apply's steps together
     ACK_ROOM = 128      # an ack frame is at most 7 + 80 bytes
 
 cdef const char* ACK_HEAD = b'{"ack_lsn":'
@@ -90,37 +84,6 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     memcpy(PyByteArray_AS_STRING(out) + start, frame, p - frame)
 
 
-cdef inline int feed(tuple pushes, object row, int64_t now) except -1:
-    """One push to the tables of its route: a kernel in C, a chain through its function.
-    A route of several kernels and nothing else (the usual case) takes the event through
-    each step of TableKernel.apply for all of them before the next step, so the cache
-    misses of their key lookups and their entities' state overlap."""
-    cdef Py_ssize_t n = len(pushes), i
-    cdef Py_ssize_t slots[MAX_STEPPED]
-    if 1 < n <= MAX_STEPPED:
-        for push in pushes:
-            if type(push) is not TableKernel:
-                break
-        else:
-            for push in pushes:
-                (<TableKernel>push).prefetch_key(<dict>row)
-            for i in range(n):
-                slots[i] = (<TableKernel>pushes[i]).find(<dict>row, now)
-            for i in range(n):
-                if slots[i] >= 0:
-                    (<TableKernel>pushes[i]).follow(slots[i])
-            for i in range(n):
-                if slots[i] >= 0:
-                    (<TableKernel>pushes[i]).touch_update(slots[i], <dict>row, now)
-            return 0
-    for push in pushes:
-        if type(push) is TableKernel:
-            (<TableKernel>push).apply(<dict>row, now)
-        else:
-            push(row, now)
-    return 0
-
-
 def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ssize_t offset,
                   Py_ssize_t start, Py_ssize_t stop, double deadline, object decode_msgpack,
                   object decode_json):
@@ -150,7 +113,7 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
         if event is not last:
             last = event
             found = dict_get(checkers, event)
-            checker = <EventChecker>(<tuple>found)[1] if found is not NULL else None
+            checker = (<CheckerEntry?><object>found).checker if found is not NULL else None
             found = dict_get(routes, event)
             route = <tuple>found if found is not NULL else None
         row = checker.row_msgpack(raw, size) if checker is not None and msgpack else None
@@ -166,9 +129,8 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
 
 cdef class PushPass:
     """Pushes accepted in C for one server's store (see the module docstring): ``run`` for
-    runs of OP_PUSH frames, ``push_bodies`` for the bodies of one PUSH_MANY. While a call
-    is in progress the store's counters live in this object (``_begin`` loads them,
-    ``_end`` writes them back, and so does every fallback before it runs)."""
+    runs of OP_PUSH frames, ``push_bodies`` for the bodies of one PUSH_MANY. Every push is
+    accepted by the store's intake, whose bracket spans the call (``_begin``, ``_end``)."""
 
     cdef object store
     cdef object slow            # (ct, payload) -> reply frame: the Python push handler
@@ -177,35 +139,25 @@ cdef class PushPass:
     cdef object decode_body     # a MessagePack body -> its value (as recovery decodes it)
     cdef object decode_json     # payload -> envelope with .event and a raw JSON .body
     cdef object decode_json_body
-    cdef object encode_into     # (row, bytearray, -1): the row as MessagePack onto its end
     cdef object wall_clock      # the store's clock when it is the wall clock
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the event names below belong to
-    cdef dict names             # every registered event -> its UTF-8 bytes
-    cdef RawName* event_table   # the same names, found by their bytes (name_table.pxd)
+    cdef RawName* event_table   # every registered event, found by its UTF-8 bytes
     cdef Py_ssize_t event_mask
-    cdef object last_event      # the event _name was last asked for, and its bytes
-    cdef bytes last_name
     # set by _begin for one call
-    cdef object log
-    cdef dict checkers          # event -> (spec, checker, index into counts, deduped)
-    cdef PushCounts counts
+    cdef Intake intake
+    cdef dict checkers          # event -> its CheckerEntry
     cdef dict routes
     cdef object clock
     cdef bint wall
     cdef int64_t wall_now       # the wall clock's last reading (ms), good for wall_left pushes
     cdef int wall_left
-    cdef int mode
-    cdef uint64_t version
-    cdef int64_t last_lsn, applied_lsn, hold_lsn, watermark, pushes
-    cdef bint logged            # records appended since the log last heard of them
+    cdef bint strict            # the intake's mode is strict: bodies only checked here
+    cdef uint32_t version
     cdef bint writable          # False: the log refuses writes (a full disk)
-    cdef bytearray buf
-    cdef object batch
-    cdef list b_events
 
     def __init__(self, store, slow, failed, decode_msgpack, decode_body, decode_json,
-                 decode_json_body, encode_into, wall_clock, uint32_t reply_op):
+                 decode_json_body, wall_clock, uint32_t reply_op):
         self.store = store
         self.slow = slow
         self.failed = failed
@@ -213,90 +165,49 @@ cdef class PushPass:
         self.decode_body = decode_body
         self.decode_json = decode_json
         self.decode_json_body = decode_json_body
-        self.encode_into = encode_into
         self.wall_clock = wall_clock
         self.reply_op = reply_op
         self.names_for = None
-        self.names = {}
         self.event_table = NULL
 
     def __dealloc__(self):
         PyMem_Free(self.event_table)
 
     cdef void _index_events(self) except *:
-        """The names of the events of ``self.checkers`` (the registry's), and their table."""
-        names = {event: (<str>event).encode() for event in self.checkers}
-        cdef Py_ssize_t size = table_slots(len(names))
+        """The table of the events of ``self.checkers`` (the registry's), by name bytes."""
+        cdef Py_ssize_t size = table_slots(len(self.checkers))
         cdef RawName* table = <RawName*>PyMem_Malloc(size * sizeof(RawName))
+        cdef bytes name
         if table is NULL:
             raise MemoryError()
         memset(table, 0, size * sizeof(RawName))
-        for event, name in names.items():
+        for event, entry in self.checkers.items():
+            name = (<CheckerEntry>entry).name
             add_name(table, size - 1, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
                      <PyObject*>event)
         PyMem_Free(self.event_table)
         self.event_table = table
         self.event_mask = size - 1
-        self.names = names
         self.names_for = self.checkers
-        self.last_event = self.last_name = None
 
     cdef void _begin(self) except *:
         store = self.store
-        self.log = store.log
+        self.intake = <Intake>store.intake
         self.checkers = store.checkers
-        self.counts = store.push_counts
         self.routes = store.engine.routes
         if self.checkers is not self.names_for:
             self._index_events()
         self.clock = store.clock
         self.wall = self.clock is self.wall_clock
         self.wall_left = 0  # each call reads the clock afresh
-        mode_name = self.log.mode
-        self.mode = MEMORY if mode_name == "memory" else (
-            STRICT if mode_name == "strict" else PERIODIC)
+        self.strict = self.intake.mode == STRICT_MODE
         self.version = store.registry.version
-        self.logged = False
-        self.writable = self.log.writable
-        self._load()
-
-    cdef void _load(self) except *:
-        """Read the store's counters and the log's pending batch (after a fallback, which
-        may have handed the batch to the writer)."""
-        store = self.store
-        self.last_lsn = store.last_lsn
-        self.applied_lsn = store.applied_lsn
-        self.hold_lsn = store.hold_lsn
-        self.watermark = store.watermark_ms
-        self.pushes = store.pushes_total
-        if self.mode != MEMORY:
-            self.buf = self.log.buf
-        if self.mode == STRICT:
-            self.batch = self.log.batch
-            self.b_events = self.batch.events
-
-    cdef void _save(self) except *:
-        store = self.store
-        store.last_lsn = self.last_lsn
-        store.applied_lsn = self.applied_lsn
-        store.hold_lsn = self.hold_lsn
-        store.watermark_ms = self.watermark
-        store.pushes_total = self.pushes
+        self.writable = self.intake.log.writable
+        self.intake.begin()
 
     cdef void _end(self) except *:
-        self._save()
-        self.buf = None
-        self.batch = self.b_events = None
-        if self.logged:
-            self.logged = False
-            self.log.accepted()
-
-    cdef bytes _name(self, str event):
-        """A registered ``event``'s UTF-8 bytes (the last one asked for at hand)."""
-        if event is not self.last_event:
-            self.last_name = <bytes>self.names[event]
-            self.last_event = event
-        return self.last_name
+        intake, self.intake = self.intake, None
+        (<Intake>intake).end()
 
     cdef object _split(self, bytes payload, Py_ssize_t* body_at):
         """The event of a MessagePack envelope laid out ``{"event": name, "body": ...}``
@@ -326,25 +237,25 @@ cdef class PushPass:
                       name_len, n - at)
         return None if e is NULL else <object>e.object
 
-    cdef tuple _entry(self, object event):
+    cdef CheckerEntry _entry(self, object event):
         """``event``'s checker entry when the pass takes its pushes, else None (not a
         registered event, a dedupe key: the store's path; writes refused)."""
         if not self.writable:
             return None
         cdef PyObject* found = dict_get(self.checkers, event)
-        if found is NULL or (<tuple>found)[3] is True:  # deduped: the store's path
+        if found is NULL or (<CheckerEntry>found).deduped:  # deduped: the store's path
             return None
-        return <tuple>found
+        return <CheckerEntry>found
 
-    cdef int _accept(self, object event, tuple entry, object fields, const char* raw,
+    cdef int _accept(self, object event, CheckerEntry entry, object fields, const char* raw,
                      Py_ssize_t raw_len) except -1:
-        """Accept one push of ``event`` (``entry``: its ``_entry``): 1 when done
-        (``self.last_lsn`` is its LSN), 0 when it must go to the store's Python path instead
-        (not a map, no entry, a check that fails): nothing has been touched then. ``raw``
-        (or NULL): the MessagePack bytes ``fields`` were decoded from."""
+        """Accept one push of ``event`` (``entry``: its ``_entry``): 1 when done (the
+        intake's ``last_lsn`` is its LSN), 0 when it must go to the store's Python path
+        instead (not a map, no entry, a check that fails): nothing has been touched then.
+        ``raw`` (or NULL): the MessagePack bytes ``fields`` were decoded from."""
         if entry is None or type(fields) is not dict:
             return 0
-        checker = <EventChecker>entry[1]
+        checker = entry.checker
         if checker.check(<dict>fields) is not None:
             return 0
         if checker.changed:  # the pushed bytes are not the row any more
@@ -353,15 +264,10 @@ cdef class PushPass:
         self._take(event, entry, fields, raw, raw_len)
         return 1
 
-    cdef void _take(self, object event, tuple entry, object fields, const char* raw,
-                    Py_ssize_t raw_len) except *:
-        """Give an accepted push its LSN, count it, log it (its record's body: ``raw``, or
-        ``fields`` encoded when ``raw`` is NULL) and apply it (strict: once durable, from its
-        record; ``fields`` is None then when the checks read ``raw``)."""
-        cdef bytes name
-        cdef Py_ssize_t start
+    cdef inline void _take(self, object event, CheckerEntry entry, object fields,
+                           const char* raw, Py_ssize_t raw_len) except *:
+        """Hand an accepted push to the intake at the call's clock."""
         cdef int64_t now
-        cdef PyObject* found
         if not self.wall:
             now = self.clock()
         else:  # the wall clock, read once per CHECK_EVERY pushes of a call
@@ -370,36 +276,7 @@ cdef class PushPass:
                 self.wall_left = CHECK_EVERY
             self.wall_left -= 1
             now = self.wall_now
-        self.last_lsn += 1
-        self.pushes += 1
-        self.counts.values[<Py_ssize_t>entry[2]] += 1
-        if self.mode != MEMORY:
-            name = self._name(event)
-            start = PyByteArray_GET_SIZE(self.buf)
-            append_to(self.buf, <uint64_t>self.last_lsn, RECORD_EVENT, BODY_MSGPACK,
-                      <uint64_t>now, <uint32_t>self.version,
-                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), raw, raw_len,
-                      False)  # sealed before it is written (wal_record.seal_records)
-            if raw == NULL:  # the row encoded straight onto the pending batch
-                try:
-                    self.encode_into(fields, self.buf, -1)
-                except BaseException:
-                    PyByteArray_Resize(self.buf, start)
-                    raise
-                close_body(self.buf, start, PyBytes_GET_SIZE(name))
-            self.logged = True
-        if self.mode == STRICT:  # applied from its record once the fsync covering it is done
-            if not self.b_events:
-                self.batch.first_lsn = self.last_lsn
-            self.b_events.append(event)
-            self.hold_lsn = self.last_lsn
-            return
-        found = dict_get(self.routes, event)
-        if found is not NULL:
-            feed(<tuple>found, fields, now)
-        self.applied_lsn = self.last_lsn
-        if now > self.watermark:
-            self.watermark = now
+        self.intake.take(event, entry, fields, raw, raw_len, now, self.version, self.routes)
 
     def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
             double deadline=0.0):
@@ -411,11 +288,10 @@ cdef class PushPass:
         cdef tuple frame
         cdef int op, ct
         cdef int taken
-        cdef int64_t lsn
         cdef Py_ssize_t body_at, raw_len
         cdef const char* raw
         cdef bint checked
-        cdef tuple entry = None
+        cdef CheckerEntry entry = None
         self._begin()
         try:
             while i < stop:
@@ -441,10 +317,10 @@ cdef class PushPass:
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
                         entry = self._entry(event)
                         fields = None
-                        if entry is not None and self.mode == STRICT:  # no row until applied
-                            checked = (<EventChecker>entry[1]).check_msgpack(raw, raw_len)
+                        if entry is not None and self.strict:  # no row until applied
+                            checked = entry.checker.check_msgpack(raw, raw_len)
                         elif entry is not None:  # the row read from the bytes, in one pass
-                            fields = (<EventChecker>entry[1]).row_msgpack(raw, raw_len)
+                            fields = entry.checker.row_msgpack(raw, raw_len)
                             checked = fields is not None
                         if not checked:
                             fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
@@ -473,18 +349,13 @@ cdef class PushPass:
                     out += self.failed(exc)
                     continue
                 if taken:
-                    put_ack(out, self.reply_op, <uint64_t>self.last_lsn, self.version)
+                    put_ack(out, self.reply_op, <uint64_t>self.intake.last_lsn, self.version)
                 else:  # the Python handler answers (an ack, a replay or the error)
-                    self._save()
-                    lsn = self.last_lsn
                     try:
                         reply = self.slow(ct, payload)
                     except Exception as exc:
                         reply = self.failed(exc)
                     out += reply
-                    self._load()
-                    if self.last_lsn != lsn:  # store.push accepted it and told the log
-                        self.logged = False
         finally:
             self._end()
         return i
@@ -495,7 +366,6 @@ cdef class PushPass:
         Returns ``(acks, newest LSN or 0)`` of the bodies accepted here."""
         cdef Py_ssize_t index
         cdef Py_ssize_t acks = 0
-        cdef int64_t lsn
         cdef int64_t newest = 0
         self._begin()
         try:
@@ -504,14 +374,9 @@ cdef class PushPass:
                 body = bodies[index]
                 if self._accept(event, entry, body, NULL, 0):
                     acks += 1
-                    newest = self.last_lsn
+                    newest = self.intake.last_lsn
                 else:
-                    self._save()
-                    lsn = self.last_lsn
                     fallback(index, body)
-                    self._load()
-                    if self.last_lsn != lsn:  # store.push accepted it and told the log
-                        self.logged = False
         finally:
             self._end()
         return acks, newest

@@ -1,12 +1,12 @@
 """Acknowledgement timing of pushes: memory-only, periodic fsync, strict group commit
 (spec/durability.md §2, §6).
 
-The store appends every accepted push record to the log's pending batch (``buf``, a
-bytearray) and submits the push, ``submit(lsn, event, on_applied)``; the
-framed-TCP push pass (beava._fast.push_pass) appends a run of pushes to ``buf`` and
-``batch`` itself and calls ``accepted()`` once for the run.
-``MemoryLog`` is not used for pushes (the store applies them itself); ``PeriodicLog``
-buffers the record and has the store apply the push at once, fsyncing on a tick;
+The store's intake (beava._fast.intake) appends every accepted push's record to the log's
+pending batch (``buf``, a bytearray) and, in strict mode, the push to ``batch``, then calls
+``accepted()`` once for the pushes of a call. It reads the log's ``mode`` (MEMORY, STRICT or
+PERIODIC) once, when the log is attached, and nothing else asks the mode.
+``MemoryLog`` is not used for pushes (the intake applies them itself); ``PeriodicLog``
+buffers the record while the intake applies the push at once, fsyncing on a tick;
 ``GroupCommit`` keeps the push in the pending batch and applies it only after the fsync that
 covers the record (one writer thread, in C, that never takes the GIL: it tells the event
 loop of a durable batch through an eventfd; one batch in flight at a time). A pending batch holds no
@@ -40,6 +40,7 @@ from time import perf_counter
 from typing import Any, NoReturn
 
 from beava._fast.batch_writer import BatchWriter
+from beava._fast.intake import MEMORY, PERIODIC, STRICT
 from beava._fast.wal_record import seal
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal import EventLog, WalFatal, WalUnavailable, WalWriter
@@ -79,16 +80,6 @@ class Batch:
         self.events: list[str] = []
         self.waiters: list[Waiter] = []
         self.data = bytearray()
-
-    def add(self, lsn: int, event: str, on_applied: Callback | None) -> None:
-        """One push (LSN ``lsn``, the next of the batch; its record is in the pending
-        buffer), and its callback as a waiter."""
-        events = self.events
-        if not events:
-            self.first_lsn = lsn
-        events.append(event)
-        if on_applied is not None:
-            self.waiters.append((len(events), on_applied))
 
 
 class Applying:
@@ -131,9 +122,9 @@ def apply_part(entry: Applying, apply_batch: ApplyBatch, deadline: float = 0.0) 
 class MemoryLog:
     """--memory-only: nothing is written; every push applies and acks at once."""
 
-    mode = "memory"
-    acks_immediately = True  # a push is applied and acknowledged before submit returns
+    mode = MEMORY
     sealed_lsn = 0
+    pending_bytes = 0
     writable = True
 
     def after_pending(self, callback: Callback) -> bool:
@@ -155,7 +146,6 @@ class _WorkerLog(ABC):
     signals its eventfd, which the loop watches: ``_written`` then completes the batch on
     the loop (``_finish``). A synchronous ``barrier()`` waits for the thread instead."""
 
-    acks_immediately = False
     writer_nice = 0  # the writer thread's nice value above the process's
 
     def __init__(self, wal: WalWriter, *, apply_batch: ApplyBatch, fsync_bytes: int,
@@ -185,8 +175,8 @@ class _WorkerLog(ABC):
         self.next_lsn = next_lsn
         self.buf = bytearray()  # the pending batch: records appended by the store
         self.sealed_lsn = 0  # the last push LSN handed to the worker
-        # the pushes of the pending batch (the store and the push pass append to it, then
-        # call accepted())
+        # the pushes of the pending batch (strict: the intake appends to it, then calls
+        # accepted())
         self.batch = Batch()
         self._in_flight: Batch | None = None  # with the writer thread
         self._applying: deque[Applying] = deque()  # durable, not all applied yet
@@ -423,20 +413,12 @@ class GroupCommit(_WorkerLog):
     back by the fsyncs, and a writer that falls behind runs long slices later, stalling
     the loop (GET p99 under load)."""
 
-    mode = "strict"
+    mode = STRICT
     writer_nice = 10
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._scheduled = False
-
-    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
-        """Accept a push whose record is already appended to ``buf``; it is applied from
-        the record (and ``on_applied`` runs) after the fsync covering it. Returns False:
-        not applied yet."""
-        self.batch.add(lsn, event, on_applied)
-        self.accepted()
-        return False
 
     def accepted(self) -> None:
         """Pushes were added to the pending batch (records in ``buf``, pushes in ``batch``):
@@ -485,19 +467,12 @@ class GroupCommit(_WorkerLog):
 class PeriodicLog(_WorkerLog):
     """Periodic mode: apply and acknowledge at once, fsync every tick."""
 
-    mode = "periodic"
-    acks_immediately = True
+    mode = PERIODIC
 
     def __init__(self, *args: Any, tick_ms: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tick_s = tick_ms / 1000.0
         self._timer = self._loop.call_later(self.tick_s, self._tick)
-
-    def submit(self, lsn: int, event: str, on_applied: Callback | None) -> bool:
-        """Accept a push whose record is already appended to ``buf``. Returns True: the
-        caller applies it at once (its acknowledgement does not wait for the fsync)."""
-        self.accepted()
-        return True
 
     def accepted(self) -> None:
         """Records were appended to ``buf``: hand them to the writer once they reach

@@ -173,10 +173,15 @@ def encode_record(lsn: int, type: int, body_format: int, timestamp_ms: int,
     return bytes(out)
 
 
+def reset_body(new_version: int) -> bytes:
+    """The JSON body of a RESET record: ``{"new_version":N}``."""
+    return b'{"new_version":%d}' % new_version
+
+
 def encode_reset_record(lsn: int, timestamp_ms: int, new_version: int) -> bytes:
     """A RESET record: JSON body ``{"new_version":N}``, registry_version = N."""
-    body = b'{"new_version":%d}' % new_version
-    return encode_record(lsn, RECORD_RESET, BODY_JSON, timestamp_ms, new_version, b"", body)
+    return encode_record(lsn, RECORD_RESET, BODY_JSON, timestamp_ms, new_version, b"",
+                         reset_body(new_version))
 
 
 def record_head_size(buf: bytes | bytearray | memoryview, offset: int, end: int) -> int:

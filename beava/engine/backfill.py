@@ -16,7 +16,8 @@ as a ``TableState.dump()``; :class:`Install` then:
 3. in one step: applies the pushes accepted during step 2 likewise (the WAL segments read
    before are skipped), compares the entities they added, rechecks the drops (refused
    unless the caller allows them), writes the result as one TABLE_STATE WAL record and
-   fsyncs it (durable from here) and swaps the table in: reads and pushes see the old
+   fsyncs it (durable from here; through the store's one writer of synchronous records,
+   ``FeatureStore.write_record``) and swaps the table in: reads and pushes see the old
    state up to this step, the new one after it.
 
 Recovery replays a TABLE_STATE record with :func:`replay_record`: the record holds the
@@ -32,15 +33,12 @@ import msgspec
 
 from beava.catalogue.errors import BeavaError
 from beava.durability.recovery import Unapplicable
-from beava.durability.wal import WalFatal, WalUnavailable
 from beava.durability.wal_format import (
     BODY_MSGPACK,
-    RECORD_FIXED_LEN,
     RECORD_MAX_LEN,
     RECORD_TABLE_STATE,
     FormatError,
     Record,
-    encode_record,
 )
 from beava.durability.wal_tail import WalTailLost, events_after
 from beava.engine.registry import Registry, TableSpec, empty_registry, register
@@ -285,29 +283,18 @@ class Install:
                                  **self.counts}
         if self.dry_run:
             return reply
-        wal = store.wal
-        assert wal is not None
+        assert store.wal is not None
         body = _encode_msgpack({"table": name, "until_ms": self.until_ms,
                                 "state": table.dump()})
-        raw_name = name.encode()
-        if RECORD_FIXED_LEN + len(raw_name) + len(body) > RECORD_MAX_LEN:
+        try:
+            lsn = store.write_record(RECORD_TABLE_STATE, BODY_MSGPACK, version, name.encode(),
+                                     body, "WAL append for the backfill failed; the table is "
+                                           "unchanged")
+        except ValueError:  # over the WAL's record limit: refused before anything is written
             raise BeavaError("backfill_too_large", table=name,
                              message=f"the table state is {len(body)} bytes; a WAL record "
                                      f"holds at most {RECORD_MAX_LEN}",
-                             top={"registry_version": version})
-        lsn = store.last_lsn + 1
-        data = encode_record(lsn, RECORD_TABLE_STATE, BODY_MSGPACK, store.clock(), version,
-                             raw_name, body)
-        try:
-            wal.write_registry_record(data)
-        except WalUnavailable:
-            raise BeavaError("wal_unavailable", reason="WAL append for the backfill failed; "
-                                                       "the table is unchanged",
                              top={"registry_version": version}) from None
-        except WalFatal as exc:
-            store.on_fatal(exc)
-            raise
-        store.last_lsn = store.applied_lsn = lsn
         store.engine.replace_table(name, table)
         return {**reply, "lsn": lsn}
 

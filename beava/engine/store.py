@@ -2,7 +2,11 @@
 
 The single writer of all state; the server calls it from the event loop only. It knows
 nothing of sockets: requests arrive decoded and answers leave as Python values or
-:class:`BeavaError`. When a push becomes visible is the business of the durability log
+:class:`BeavaError`. A push is validated, deduped, then accepted by the store's intake
+(``beava._fast.intake``), which the compiled push pass accepts through too: the intake
+alone hands out LSNs (also to the records of register, reset and backfill, written by
+:meth:`FeatureStore.write_record`), counts pushes and appends their WAL records. When a
+push becomes visible is the business of the durability log
 (``beava.durability.group_commit``): at once, or after the fsync that covers it.
 """
 
@@ -14,9 +18,8 @@ from typing import Any
 
 import msgspec
 
-from beava._fast.push_counts import PushCounts
+from beava._fast.intake import Intake
 from beava._fast.push_pass import apply_records
-from beava._fast.wal_record import append_record
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog
@@ -28,10 +31,10 @@ from beava.durability.wal_format import (
     BODY_MSGPACK,
     RECORD_EVENT,
     RECORD_REGISTRY,
+    RECORD_RESET,
     RECORD_TABLE_STATE,
     Record,
-    encode_record,
-    encode_reset_record,
+    reset_body,
 )
 from beava.engine.backfill import replay_record as replay_table_state
 from beava.engine.registry import Registry, empty_registry, register, registry_from_record
@@ -43,7 +46,6 @@ from beava.engine.state.push_validation import CheckerEntry, build_checkers, val
 # straight onto the pending batch with this encoder's encode_into, or copies the pushed
 # bytes, which it decodes with decode_wal_body: the live row is what replay decodes)
 WAL_BODY_ENCODER = msgspec.msgpack.Encoder()
-encode_wal_body = WAL_BODY_ENCODER.encode
 decode_wal_body = msgspec.msgpack.Decoder().decode
 _encode_json = msgspec.json.Encoder(order="sorted").encode
 _decode_json = msgspec.json.Decoder().decode
@@ -75,35 +77,68 @@ class FeatureStore:
                  wal: WalWriter | None = None, crash: CrashPoints | None = None) -> None:
         self.memory_governance_enforce = memory_governance_enforce
         self.clock = clock
-        self.log: DurabilityLog = log if log is not None else MemoryLog()
-        self.wal = wal
+        # the one owner of LSNs, push counts and WAL appends (module docstring)
+        self.intake = Intake(WAL_BODY_ENCODER.encode_into,
+                             log if log is not None else MemoryLog())
+        self.intake.wal = wal
         self.crash = crash if crash is not None else CrashPoints(None)
         self.before_reset: Callable[[], None] | None = None
         self.on_fatal: Callable[[BaseException], None] = _raise
         self.registry: Registry = empty_registry()
         self.engine = EngineState(self.registry)
-        # event -> (spec, compiled checker, index) of the current registry, and the accepted
-        # pushes per event index (the push pass reads both; see _install_checkers)
+        # event -> its CheckerEntry in the current registry (the push pass reads it too)
         self.checkers = build_checkers(self.registry.events)
-        self.push_counts = PushCounts(self.checkers)
-        # accepted pushes per event name under earlier registry versions
-        self._earlier_push_counts: dict[str, int] = {}
-        self.last_lsn = 0        # last LSN handed out
-        self.applied_lsn = 0     # last LSN reflected in state
-        # the LSN the latest deferred acknowledgement waits for (raised by push only)
-        self.hold_lsn = 0
-        self.watermark_ms = 0
-        self.pushes_total = 0
-        self.replays_total = 0
         # (event, error code) -> refused pushes; counted on the failure path only
         self.rejections: dict[tuple[str, str], int] = {}
         # (event, dedupe key text) -> (lsn, now_ms, registry_version at the original push)
         self._dedupe: dict[tuple[str, str], tuple[int, int, int]] = {}
 
+    # the intake's, read here by what reports on the store (metrics, snapshots, tests)
+
     @property
-    def sealed_lsn(self) -> int:
-        """The last LSN handed to the WAL worker; later records share the pending batch."""
-        return self.log.sealed_lsn
+    def log(self) -> DurabilityLog:
+        log: DurabilityLog = self.intake.log
+        return log
+
+    @log.setter
+    def log(self, log: DurabilityLog) -> None:
+        self.intake.attach(log)
+
+    @property
+    def wal(self) -> WalWriter | None:
+        wal: WalWriter | None = self.intake.wal
+        return wal
+
+    @wal.setter
+    def wal(self, wal: WalWriter | None) -> None:
+        self.intake.wal = wal
+
+    @property
+    def last_lsn(self) -> int:
+        """The last LSN handed out."""
+        return self.intake.last_lsn
+
+    @property
+    def applied_lsn(self) -> int:
+        """The last LSN reflected in state."""
+        return self.intake.applied_lsn
+
+    @property
+    def hold_lsn(self) -> int:
+        """The LSN the latest deferred acknowledgement waits for."""
+        return self.intake.hold_lsn
+
+    @property
+    def watermark_ms(self) -> int:
+        return self.intake.watermark_ms
+
+    @property
+    def pushes_total(self) -> int:
+        return self.intake.pushes_total
+
+    @property
+    def replays_total(self) -> int:
+        return self.intake.replays_total
 
     @property
     def registry_version(self) -> int:
@@ -123,22 +158,11 @@ class FeatureStore:
             return outcome.status, outcome.body
         self._check_writable()
         self.log.barrier()
-        lsn = self.last_lsn + 1
+        self.write_record(RECORD_REGISTRY, BODY_JSON, outcome.registry.version, b"",
+                          _encode_json(outcome.record),
+                          "WAL append for registry bump failed; registry not mutated")
         if self.wal is not None:
-            record = encode_record(lsn, RECORD_REGISTRY, BODY_JSON, self.clock(),
-                                   outcome.registry.version, b"", _encode_json(outcome.record))
-            try:
-                self.wal.write_registry_record(record)
-            except WalUnavailable:
-                raise BeavaError("wal_unavailable",
-                                 reason="WAL append for registry bump failed; registry not "
-                                        "mutated",
-                                 top={"registry_version": self.registry.version}) from None
-            except WalFatal as exc:
-                self.on_fatal(exc)
-                raise
             self.crash.hit("registry_after_fsync")
-        self.last_lsn = self.applied_lsn = lsn
         self.install_registry(outcome.registry, outcome.record)
         return outcome.status, outcome.body
 
@@ -163,6 +187,24 @@ class FeatureStore:
                                     "returns (retryable)",
                              top={"registry_version": self.registry.version})
 
+    def write_record(self, record_type: int, body_format: int, version: int, name: bytes,
+                     body: bytes, refused: str) -> int:
+        """Write the record of a register, reset or backfill durably before the change is
+        made (spec/durability.md §10, §11): the intake gives it the next LSN and writes it
+        (with no push pending: call after the log's barrier). Returns its LSN; a refused
+        write is ``wal_unavailable`` with the reason ``refused`` (nothing changed), a WAL
+        failure is fatal."""
+        try:
+            return self.intake.write_sync(record_type, body_format, self.clock, version, name,
+                                          body, record_type == RECORD_RESET)
+        except WalUnavailable:
+            raise BeavaError("wal_unavailable",
+                             reason=refused,
+                             top={"registry_version": self.registry.version}) from None
+        except WalFatal as exc:
+            self.on_fatal(exc)
+            raise
+
     def push(self, event: str, fields: Any,
              on_durable: Callable[[], None] | None = None) -> PushAck:
         """Validate, dedupe and accept one push (spec/wire.md §6.2)."""
@@ -177,45 +219,26 @@ class FeatureStore:
         now = self.clock()
         version = self.registry.version
         dedupe_field = spec.dedupe_key
+        intake = self.intake
         if dedupe_field is not None:
             value = row.get(dedupe_field)
             if value is not None:
                 key = (event, dedupe_keystr(value))
                 hit = self._dedupe.get(key)
                 if hit is not None and now - hit[1] < spec.dedupe_window_ms:
-                    self.replays_total += 1
-                    pending = hit[0] > self.applied_lsn and not self.log.after_pending(
-                        on_durable or _nothing)
-                    if pending:  # the original is not durable yet: wait for all accepted
-                        self.hold_lsn = self.last_lsn
-                    return hit[0], hit[2], True, pending
-                self._dedupe[key] = (self.last_lsn + 1, now, version)
-        self.last_lsn = lsn = self.last_lsn + 1
-        self.pushes_total += 1
-        self.push_counts.add(self.checkers[event][2])
-        log = self.log
-        if isinstance(log, MemoryLog):
-            self._apply(lsn, event, row, now)
-            return lsn, version, False, False
-        append_record(log.buf, lsn, RECORD_EVENT, BODY_MSGPACK, now, version, event.encode(),
-                      encode_wal_body(row), sealed=False)  # sealed when the batch is written
-        if log.submit(lsn, event, on_durable):  # periodic: applied at once
-            self._apply(lsn, event, row, now)
-            return lsn, version, False, False
-        self.hold_lsn = lsn
-        return lsn, version, False, True
+                    return hit[0], hit[2], True, intake.replayed(hit[0], on_durable)
+                self._dedupe[key] = (intake.next_lsn, now, version)
+        lsn, pending = intake.push(event, self.checkers[event], row, now, version,
+                                   self.engine.routes, on_durable)
+        return lsn, version, False, pending
 
     def unwritten(self, first_lsn: int, events: list[str]) -> None:
         """Strict mode, a full disk: the pushes from ``first_lsn`` on (of ``events``) were
         accepted but never written, nor applied. Forget them (their dedupe entries and
         their counts included) and give their LSNs out again."""
-        dropped = self.last_lsn - first_lsn + 1
-        if dropped <= 0:
+        if self.last_lsn < first_lsn:
             return
-        self.pushes_total -= dropped
-        for event in events:
-            self.push_counts.add(self.checkers[event][2], -1)
-        self.last_lsn = self.hold_lsn = first_lsn - 1
+        self.intake.unwritten(first_lsn, [self.checkers[event].index for event in events])
         self._dedupe = {key: entry for key, entry in self._dedupe.items()
                         if entry[0] < first_lsn}
 
@@ -227,23 +250,15 @@ class FeatureStore:
         self.rejections[key] = self.rejections.get(key, 0) + 1
 
     def _install_checkers(self, checkers: dict[str, CheckerEntry]) -> None:
-        """Use ``checkers`` (a new registry's) from now on. The per-event push counts are
-        indexed by the registry's events: fold the current ones into the per-name totals,
-        then count from zero for the new index. A count belongs to the event's name: it
-        survives any re-register and a reset (a counter never goes down)."""
-        earlier = self._earlier_push_counts
-        for name, count in self.push_counts.totals().items():
-            if count:
-                earlier[name] = earlier.get(name, 0) + count
+        """Use ``checkers`` (a new registry's) from now on; the intake counts pushes by
+        their indexes."""
         self.checkers = checkers
-        self.push_counts = PushCounts(checkers)
+        self.intake.count_events(checkers)
 
     def pushes_by_event(self) -> dict[str, int]:
         """Accepted pushes (excluding replays) per event name since the process started,
         for every event ever pushed or registered now (metrics, read at scrape time)."""
-        totals = dict(self._earlier_push_counts)
-        for name, count in self.push_counts.totals().items():
-            totals[name] = totals.get(name, 0) + count
+        totals: dict[str, int] = self.intake.pushes_by_event()
         return totals
 
     def apply_batch(self, first_lsn: int, events: list[str], data: bytearray, offset: int,
@@ -256,16 +271,8 @@ class FeatureStore:
         newest, offset, done = apply_records(self.engine.routes, self.checkers, events, data,
                                              offset, start, stop, deadline, decode_wal_body,
                                              _decode_json)
-        self.applied_lsn = first_lsn + done - 1
-        if newest > self.watermark_ms:
-            self.watermark_ms = newest
+        self.intake.applied(first_lsn + done - 1, newest)
         return offset, done
-
-    def _apply(self, lsn: int, event: str, row: dict[str, Any], now: int) -> None:
-        self.engine.apply(event, row, now)
-        self.applied_lsn = lsn
-        if now > self.watermark_ms:
-            self.watermark_ms = now
 
     def sweep_dedupe(self) -> int:
         """Drop dedupe entries whose window has passed; returns how many were removed."""
@@ -299,24 +306,19 @@ class FeatureStore:
         self.log.barrier()
         if self.before_reset is not None:
             self.before_reset()
-        lsn = self.last_lsn + 1
         version = self.registry.version + 1
-        if self.wal is not None:
-            try:
-                self.wal.reset(lsn, encode_reset_record(lsn, self.clock(), version))
-            except WalFatal as exc:
-                self.on_fatal(exc)
-                raise
-        self.last_lsn = self.applied_lsn = lsn
-        self._clear(version)
+        lsn = self.write_record(RECORD_RESET, BODY_JSON, version, b"",
+                                reset_body(version),
+                                "WAL append for the reset failed; nothing was reset")
+        self._clear(version, lsn)
         return version
 
-    def _clear(self, version: int) -> None:
+    def _clear(self, version: int, lsn: int) -> None:
         self.registry = empty_registry(version)
         self.engine = EngineState(self.registry)
         self._install_checkers(build_checkers(self.registry.events))
         self._dedupe.clear()
-        self.watermark_ms = 0
+        self.intake.restore(lsn, 0)
 
     # recovery and snapshots -----------------------------------------------------------
 
@@ -326,6 +328,7 @@ class FeatureStore:
             raise Unapplicable(f"non-increasing LSN {record.lsn}")
         if record.type == RECORD_EVENT:
             self._replay_event(record)
+            return
         elif record.type == RECORD_REGISTRY:
             try:
                 body = _decode_json(record.body)
@@ -340,8 +343,9 @@ class FeatureStore:
                 version = _decode_json(record.body)["new_version"]
             except (msgspec.DecodeError, KeyError, TypeError) as exc:
                 raise Unapplicable(f"undecodable reset record: {exc}") from None
-            self._clear(version)
-        self.last_lsn = self.applied_lsn = record.lsn
+            self._clear(version, record.lsn)
+            return
+        self.intake.advance(record.lsn)
 
     def _replay_event(self, record: Record) -> None:
         if record.registry_version != self.registry.version:
@@ -361,7 +365,7 @@ class FeatureStore:
             key = (record.name, dedupe_keystr(row[spec.dedupe_key]))
             self._dedupe[key] = (record.lsn, record.timestamp_ms, record.registry_version)
         self.engine.apply(record.name, row, record.timestamp_ms)
-        self.watermark_ms = record.timestamp_ms
+        self.intake.restore(record.lsn, record.timestamp_ms)
 
     def snapshot_body(self) -> bytes:
         """The §8.3 snapshot body of the applied state (runs in the snapshot child); the
@@ -391,8 +395,7 @@ class FeatureStore:
         self.engine = engine
         self._install_checkers(checkers)
         self._dedupe = dedupe
-        self.last_lsn = self.applied_lsn = body["next_lsn"] - 1
-        self.watermark_ms = snapshot.header.watermark_ms
+        self.intake.restore(body["next_lsn"] - 1, snapshot.header.watermark_ms)
 
 
 def _snapshot_dedupe(entries: Any) -> dict[tuple[str, str], tuple[int, int, int]]:
@@ -407,10 +410,6 @@ def _snapshot_dedupe(entries: Any) -> dict[tuple[str, str], tuple[int, int, int]
         event, key, lsn, at, version = entry
         out[(event, key)] = (lsn, at, version)
     return out
-
-
-def _nothing() -> None:
-    pass
 
 
 def _raise(exc: BaseException) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from beava._fast.histogram import Histogram
+from beava._fast.intake import PERIODIC
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import (
     GroupCommit,
@@ -78,8 +79,7 @@ class Persistence:
             self.log.error("wal.write_refused",
                            "WAL disk full: writes refused (wal_unavailable) until space "
                            "returns; reads are served", path=path, error=error,
-                           unwritten_bytes=self.store.log.pending_bytes
-                           if not isinstance(self.store.log, MemoryLog) else 0)
+                           unwritten_bytes=self.store.log.pending_bytes)
 
     # start-up -------------------------------------------------------------------------
 
@@ -97,8 +97,7 @@ class Persistence:
         result = recover(cfg.wal_dir, cfg.snapshot_dir, load_snapshot=store.load_snapshot,
                          apply=store.replay, log=self.log, crash_points=self.crash,
                          on_corruption=cfg.wal_on_corruption)
-        store.last_lsn = store.applied_lsn = result.next_lsn - 1
-        store.watermark_ms = result.watermark_ms
+        store.intake.restore(result.next_lsn - 1, result.watermark_ms)
         store.sweep_dedupe()
         self.quarantined = result.quarantined
         self._records_at_snapshot = store.applied_lsn
@@ -112,7 +111,7 @@ class Persistence:
         store.wal = wal
         common = {"apply_batch": store.apply_batch, "fsync_bytes": cfg.wal_fsync_bytes,
                   "crash": self.crash, "on_fatal": self.on_fatal, "after_batch": self.flush_replies,
-                  "next_lsn": lambda: store.last_lsn + 1,
+                  "next_lsn": lambda: store.intake.next_lsn,
                   "limit_bytes": cfg.wal_buffers * cfg.wal_buffer_size_mb * 1024 * 1024,
                   "on_pressure": self.on_pressure, "on_failed": self._on_failed,
                   "on_writable": self._on_writable}
@@ -158,7 +157,7 @@ class Persistence:
             self._schedule(self.cfg.snapshot_interval_ms / 1000.0, self._snapshot_tick)
             return
         else:
-            if store.log.mode == "periodic":
+            if store.intake.mode == PERIODIC:
                 store.log.barrier()
             lsn = store.applied_lsn
             self.log.info("snapshot.started", "snapshot started", snapshot_lsn=lsn,

@@ -111,7 +111,7 @@ class BeavaServer:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
                                   crash=self.crash)
-        self.state = ServerState(self.store, ConnectionLimits(
+        self.state = ServerState(self.store.intake, ConnectionLimits(
             cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000,
             cfg.request_buffer_bytes))
         self.persistence = Persistence(cfg, self.store, log, self.crash,

@@ -31,6 +31,7 @@ from typing import Any
 
 from beava import __version__
 from beava._fast.frame_splitter import encode_frame
+from beava._fast.intake import STRICT
 from beava._fast.json_items import JsonItems
 from beava._fast.push_pass import PushPass
 from beava._fast.reply_values import finite_or_none
@@ -43,7 +44,7 @@ from beava.engine.state.push_validation import (
     has_control_character,
     not_a_map_error,
 )
-from beava.engine.store import WAL_BODY_ENCODER, FeatureStore, decode_wal_body, wall_clock_ms
+from beava.engine.store import FeatureStore, decode_wal_body, wall_clock_ms
 from beava.protocol import messages
 from beava.protocol.auth import open_auth
 from beava.protocol.commands import FRAMED
@@ -303,8 +304,7 @@ class Service:
         self.push_pass = PushPass(store, self._tcp_push, FrameDispatch.failed,
                                   messages.tcp_push_msgpack, decode_wal_body,
                                   messages.tcp_push_json,
-                                  messages.json_any, WAL_BODY_ENCODER.encode_into, wall_clock_ms,
-                                  _PUSH_OP)
+                                  messages.json_any, wall_clock_ms, _PUSH_OP)
         self.backfills = BackfillUploads(store)  # admin: staged table states (docs/wire.md)
 
     def frame_handlers(self) -> dict[str, FrameHandler]:
@@ -435,7 +435,7 @@ class Service:
         """One HTTP push (spec/wire.md §6): the response to ``request``, deferred until the
         push is applied if need be."""
         store = self.store
-        slot = None if store.log.acks_immediately else PendingReply()
+        slot = PendingReply() if store.intake.mode == STRICT else None
         lsn, version, replay, pending = store.push(event, fields, slot)
         # a replay is the original ack, byte for byte, plus a header (§6.6)
         reply = json_response(200, _ACK % (lsn, version), request.keep_alive, replay=replay)

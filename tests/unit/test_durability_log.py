@@ -98,6 +98,18 @@ def held_log(wal: HeldWal, **kwargs) -> GroupCommit:
     return GroupCommit(wal, crash=CrashPoints(None), writer=wal.writer, **kwargs)
 
 
+def submit(log: GroupCommit, lsn: int, event: str, on_applied=None) -> None:
+    """Add a push whose record is in ``log.buf`` to the pending batch, as the intake does
+    (strict mode), and tell the log."""
+    batch = log.batch
+    if not batch.events:
+        batch.first_lsn = lsn
+    batch.events.append(event)
+    if on_applied is not None:
+        batch.waiters.append((len(batch.events), on_applied))
+    log.accepted()
+
+
 # pushes the fake store's apply takes before it looks at the deadline
 CHUNK = 64
 
@@ -131,12 +143,12 @@ async def test_apply_after_fsync_and_pressure_on_pending_bytes():
                    on_fatal=lambda exc: None, limit_bytes=200, on_pressure=pressure.append)
     record = b"x" * 50
     log.buf += record
-    assert log.submit(1, "E", None) is False
+    submit(log, 1, "E", None)
     await asyncio.sleep(0.01)  # the loop turn ends: batch 1 goes to the held worker
     assert applied == [] and log.pending_bytes == 50
     for lsn in range(2, 7):  # 250 bytes wait behind the held fsync
         log.buf += record
-        log.submit(lsn, "E", None)
+        submit(log, lsn, "E", None)
     assert log.pending_bytes == 300
     assert pressure == [True]  # above the limit: stop reading clients
     wal.release.set()
@@ -155,9 +167,9 @@ async def test_barrier_makes_everything_durable_and_applied_synchronously():
     log = held_log(wal, apply_batch=applier(applied), fsync_bytes=1 << 20,
                    on_fatal=lambda exc: None)
     log.buf += b"a"
-    log.submit(1, "E", None)
+    submit(log, 1, "E", None)
     log.buf += b"b"
-    log.submit(2, "E", None)
+    submit(log, 2, "E", None)
     assert log.after_pending(lambda: fired.append("replay")) is False
     log.barrier()
     assert applied == [1, 2] and fired == ["replay"]
@@ -197,7 +209,7 @@ async def test_store_pushes_wait_in_the_batch_and_waiters_run_in_order():
     assert [a[0] for a in acks] == [base + 1, base + 2, base + 3, base + 4]
     assert all(a[3] for a in acks) and store.hold_lsn == base + 4
     await asyncio.sleep(0.01)  # the batch is with the worker, its fsync held
-    assert store.sealed_lsn == base + 4
+    assert store.intake.sealed_lsn == base + 4
     assert store.applied_lsn == base and seen == [] and store.watermark_ms == 0
     assert store.table("T").row("a", 5_000) is None  # G14: not durable, not read
     wal.release.set()
@@ -221,17 +233,17 @@ async def test_fatal_errors_reach_the_loop_and_barrier():
                    on_fatal=fatal.append)
     for lsn in range(1, 6):
         log.buf += b"r"
-        log.submit(lsn, "E", None)
+        submit(log, lsn, "E", None)
         await wait_until(lambda lsn=lsn: applied[-1:] == [lsn])
     assert len(wal.batches) == 5
     wal.fail = errno.EIO
     log.buf += b"x"
-    log.submit(6, "E", None)
+    submit(log, 6, "E", None)
     await wait_until(lambda: len(fatal) == 1)
     assert isinstance(fatal[0], WalFatal) and applied[-1] == 5  # never applied
     wal.release.clear()  # the next batch stays with the writer until the barrier waits
     log.buf += b"y"
-    log.submit(7, "E", None)
+    submit(log, 7, "E", None)
     await asyncio.sleep(0.01)
     assert log.pending_bytes == 1
     threading.Timer(0.05, wal.release.set).start()
@@ -264,7 +276,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     total = 3 * chunk + 5
     for lsn in range(1, total + 1):
         log.buf += b"r"
-        log.submit(lsn, "E", (lambda n=lsn: fired.append(("push", n)))
+        submit(log, lsn, "E", (lambda n=lsn: fired.append(("push", n)))
                    if lsn in (chunk, 2 * chunk + 3) else None)
     while not applied:  # one loop iteration at a time
         await asyncio.sleep(0)
@@ -272,7 +284,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     assert len(applied) == chunk and flushes == [chunk]  # one chunk, then the replies
     assert fired == [("push", chunk)]  # its waiter right after its push
     log.buf += b"n"  # a next batch meanwhile
-    log.submit(total + 1, "E", None)
+    submit(log, total + 1, "E", None)
     await asyncio.sleep(0)  # the turn ends: the writer takes it, the first is not applied
     assert not log.buf and len(applied) == 2 * chunk
     await wait_until(lambda: len(applied) == total + 1)
@@ -283,7 +295,7 @@ async def test_a_large_durable_batch_is_applied_in_slices_while_the_next_is_writ
     # a barrier does not wait for loop iterations
     for lsn in range(total + 2, total + 2 + 2 * chunk):
         log.buf += b"r"
-        log.submit(lsn, "E", None)
+        submit(log, lsn, "E", None)
     log.barrier()
     assert applied == list(range(1, total + 2 + 2 * chunk))
     log.close()
@@ -307,7 +319,7 @@ async def test_durable_pushes_waiting_to_be_applied_stop_intake_until_applied(mo
     total = 10 * CHUNK
     for lsn in range(1, total + 1):
         log.buf += b"r"
-        log.submit(lsn, "E", None)
+        submit(log, lsn, "E", None)
     await wait_until(lambda: len(applied) == total)
     assert [shut for shut, _ in pressure] == [True, False]
     shut_at, resumed_at = pressure[0][1], pressure[1][1]
@@ -360,12 +372,12 @@ async def test_a_batch_made_durable_mid_apply_adds_no_slice_to_the_loop_iteratio
     total = 200 * CHUNK
     for lsn in range(1, total + 1):
         log.buf += b"r"
-        log.submit(lsn, "E", None)
+        submit(log, lsn, "E", None)
     while not applied:
         await asyncio.sleep(0)
     wal.release.clear()
     log.buf += b"n"  # the next batch
-    log.submit(total + 1, "E", None)
+    submit(log, total + 1, "E", None)
     await asyncio.sleep(0)  # the turn ends: it goes to the (held) writer
     wal.release.set()
     time.sleep(0.05)  # the writer writes it and signals the loop, which is not running

@@ -161,7 +161,7 @@ def test_store_counts_per_event_across_registry_changes() -> None:
     assert store.pushes_by_event() == {"A": 2, "B": 1}
     # a re-register re-indexes the events (C first): the counts stay with their names
     assert store.register(_nodes("C", "A", "B"))[0] == 200
-    assert store.checkers["A"][2] == 1
+    assert store.checkers["A"].index == 1
     store.push("A", {"k": "x"})
     store.push("C", {"k": "x"})
     assert store.pushes_by_event() == {"A": 3, "B": 1, "C": 1}

@@ -7,6 +7,7 @@ import json
 import math
 import struct
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beava._fast.intake import CheckerEntry
 from beava._fast.push_check import EventChecker
 from beava._fast.push_pass import apply_records
 from beava.catalogue.errors import BeavaError
@@ -171,7 +173,7 @@ ANY_VALUES = st.one_of(PLAIN_VALUES, st.none(), WIRE_INTS, st.binary(), st.text(
 
 
 def checker_of(events):
-    return events["Txn"][1]
+    return events["Txn"].checker
 
 
 def settled_row(checker: EventChecker, body: bytes) -> dict[str, Any] | None:
@@ -180,7 +182,8 @@ def settled_row(checker: EventChecker, body: bytes) -> dict[str, Any] | None:
     the decoder and check()."""
     data = bytearray(wf.encode_record(1, wf.RECORD_EVENT, wf.BODY_MSGPACK, 0, 1, b"E", body))
     fed: list[dict[str, Any] | None] = []
-    apply_records({"E": (lambda row, _now: fed.append(row),)}, {"E": (None, checker)}, ["E"],
+    entry = CheckerEntry("E", SimpleNamespace(dedupe_key=None), checker, 0)
+    apply_records({"E": (lambda row, _now: fed.append(row),)}, {"E": entry}, ["E"],
                   data, 0, 0, 1, 0.0, lambda _body: None, msgspec.json.decode)
     return fed[0]
 

@@ -660,8 +660,7 @@ def recover_store(dirs: Dirs) -> tuple[RecoveryResult, FeatureStore, RecordingLo
     log = RecordingLog()
     result = recover(str(dirs.wal), str(dirs.snaps), load_snapshot=store.load_snapshot,
                      apply=store.replay, log=log, mounts_path=str(dirs.root / "no-mounts"))
-    store.last_lsn = store.applied_lsn = result.next_lsn - 1
-    store.watermark_ms = result.watermark_ms
+    store.intake.restore(result.next_lsn - 1, result.watermark_ms)
     return result, store, log
 
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from beava._fast.intake import CheckerEntry
 from beava._fast.push_check import EventChecker, has_control_character
 from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
 from beava.engine.registry import EventSpec
@@ -25,16 +26,11 @@ _LONGEST_SHOWN = 40
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
-# (spec, its compiled checker, its index among the registry's events: the push counters',
-# whether it has a dedupe key: the push pass leaves those pushes to the store)
-CheckerEntry = tuple[EventSpec, EventChecker, int, bool]
-
-
 def build_checkers(events: Mapping[str, EventSpec]) -> dict[str, CheckerEntry]:
-    """Event name -> (EventSpec, its compiled checker, its index in ``events``, whether
-    it has a dedupe key)."""
-    return {name: (spec, EventChecker(spec.fields, spec.optional, spec.required, spec.defaults),
-                   index, spec.dedupe_key is not None)
+    """Event name -> its CheckerEntry: the EventSpec, its compiled checker, its index in
+    ``events`` (the intake's push counts), whether it has a dedupe key."""
+    return {name: CheckerEntry(name, spec, EventChecker(spec.fields, spec.optional,
+                                                        spec.required, spec.defaults), index)
             for index, (name, spec) in enumerate(events.items())}
 
 
@@ -52,10 +48,10 @@ def validate_push(event_name: str, fields: Any,
             raise BeavaError("control_character_in_string",
                              message="a field name or string value holds a control character")
         raise event_not_found_error(event_name, checkers)
-    code = entry[1].check(fields)
+    code = entry.checker.check(fields)
     if code is not None:
-        raise BeavaError(code, **explain_push_error(code, entry[0], fields))
-    return entry[0], fields
+        raise BeavaError(code, **explain_push_error(code, entry.spec, fields))
+    return entry.spec, fields
 
 
 def event_not_found_error(event_name: str, events: Mapping[str, Any]) -> BeavaError:
