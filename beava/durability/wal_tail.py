@@ -8,14 +8,16 @@ exact only if every deleted record is at or before ``until_ms``. :func:`events_a
 checks that and raises :class:`WalTailLost` naming the earliest ``until_ms`` it can serve.
 Segments are read in bounded windows (``wal_scan.SegmentReader``).
 
-Runs on the event loop after the durability log's barrier: every accepted record is then
-written, and no write is in flight.
+Runs on the event loop after the durability log's barrier: every accepted record up to
+``last_lsn`` is then written. The reader may pause between records (the loop serves other
+connections, new records are appended, snapshots may reclaim old segments meanwhile); a
+second read after the LSN already read picks up what was appended.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from beava.durability.snapshots import SnapshotInvalid, list_snapshots, read_snapshot_header
 from beava.durability.wal import list_segments
@@ -27,6 +29,8 @@ from beava.durability.wal_format import (
     decode_segment_header,
 )
 from beava.durability.wal_scan import SegmentReader
+
+SCAN_STEP = 1024  # records read between two pauses of events_after
 
 
 class WalTailLost(Exception):
@@ -41,11 +45,13 @@ class WalTailLost(Exception):
 
 
 def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until_ms: int,
-                 last_lsn: int, after_lsn: int = 0) -> list[Record]:
+                 last_lsn: int, after_lsn: int = 0) -> Iterator[Record | None]:
     """EVENT records of ``events`` with a timestamp after ``until_ms`` and an LSN after
     ``after_lsn`` up to ``last_lsn``, in LSN order (the segments wholly at or before
-    ``after_lsn`` are not read). Raises WalTailLost when reclaimed segments may have held
-    such records; OSError and FormatError (a damaged segment) propagate."""
+    ``after_lsn`` are not read), and None after every ``SCAN_STEP`` records read: a caller
+    on the event loop may let it run between two (a segment reclaimed meanwhile is
+    handled as one reclaimed before). Raises WalTailLost when reclaimed segments may have
+    held such records; OSError and FormatError (a damaged segment) propagate."""
     segments = list_segments(wal_dir)
     if after_lsn:
         # segment i holds the LSNs below segment i+1's base: skip those read before
@@ -54,10 +60,19 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
         if segments and segments[0][0] > after_lsn + 1:  # reclaimed since the last read
             raise WalTailLost(_reclaimed_bound(snapshot_dir, segments[0][0], None),
                               segments[0][0])
-    out: list[Record] = []
     first: tuple[int, bool, int | None] | None = None  # base, boundary, first record time
+    read = 0
     for base, name in segments:
-        with SegmentReader(os.path.join(wal_dir, name)) as reader:
+        try:
+            reader = SegmentReader(os.path.join(wal_dir, name))
+        except FileNotFoundError:  # reclaimed while the caller paused
+            held = list_segments(wal_dir)
+            held_from = held[0][0] if held else base + 1
+            bound = _reclaimed_bound(snapshot_dir, held_from, None)
+            if bound > until_ms:
+                raise WalTailLost(bound, held_from) from None
+            continue  # its records are all at or before until_ms
+        with reader:
             header = decode_segment_header(reader.header())
             offset = SEGMENT_HEADER_SIZE
             end = reader.size
@@ -74,7 +89,10 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
                     break
                 if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
                         and record.lsn > after_lsn and record.name in events):
-                    out.append(record)
+                    yield record
+                read += 1
+                if read % SCAN_STEP == 0:
+                    yield None
         if first is None:
             first = (base, header.history_boundary, first_time)
     if first is not None and not after_lsn:
@@ -83,7 +101,6 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
             bound = _reclaimed_bound(snapshot_dir, base, first_time)
             if bound > until_ms:
                 raise WalTailLost(bound, base)
-    return out
 
 
 def _reclaimed_bound(snapshot_dir: str, first_lsn: int, first_time: int | None) -> int:

@@ -7,9 +7,9 @@ as a ``TableState.dump()``; :class:`Install` then:
 
 1. makes every accepted push durable and applied (the durability log's barrier), reads
    from the WAL the pushes the server received after ``until_ms`` whose event feeds the
-   table (refusing when reclaimed segments may have held some), and applies them to the
-   new state in LSN order, each at its recorded time, through the table's current
-   definition;
+   table, a slice of records per event-loop iteration (refusing when reclaimed segments
+   may have held some), and applies them to the new state in LSN order, each at its
+   recorded time, through the table's current definition;
 2. compares the new state with the live table, entity by entity, a slice per event-loop
    iteration: kept, changed, created; then looks for the live entities the new state does
    not hold (dropped), a slice at a time too (a dry run ends in step 3 with these counts);
@@ -156,7 +156,7 @@ class Install:
 
     def _install(self) -> Generator[None, None, None]:
         store, table = self.store, self.table
-        self._apply_tail()
+        yield from self._apply_tail(pause=True)
         yield
         at = store.query_time()
         live_start = self._live().entity_count  # live slots only grow: later ones are new
@@ -179,7 +179,8 @@ class Install:
             yield
         # one step from here, its work bound by what was pushed meanwhile: those pushes
         # reach the new state too, their new entities are compared, the drops rechecked
-        self._apply_tail()
+        for _ in self._apply_tail(pause=False):
+            pass  # never pauses
         live = self._live()
         for key in live.slot_keys(live_start, live.entity_count):
             if key in created:  # compared before it was pushed live
@@ -209,9 +210,10 @@ class Install:
         else:
             self.counts["changed"] += 1
 
-    def _apply_tail(self) -> None:
+    def _apply_tail(self, pause: bool) -> Generator[None, None, None]:
         """Apply the pushes after ``until_ms`` whose event feeds the table and that were
-        not applied yet, up to every push accepted so far."""
+        not applied yet, up to every push accepted when called; ``pause``: a step per
+        1,024 records read (later pushes are left to the next call)."""
         store, table, until_ms = self.store, self.table, self.until_ms
         name = table.spec.name
         store.log.barrier()
@@ -222,12 +224,18 @@ class Install:
             raise BeavaError("backfill_wal_required", table=name,
                              message="a backfill applies the pushes received after until_ms "
                                      "from the WAL; this server runs memory-only")
-        if self._applied and store.last_lsn == self._applied:
+        last = store.last_lsn
+        if self._applied and last == self._applied:
             return
+        tail = events_after(wal.wal_dir, wal.snapshot_dir,
+                            frozenset(feeding_events(store.registry, name)), until_ms, last,
+                            after_lsn=self._applied)
         try:
-            tail = events_after(wal.wal_dir, wal.snapshot_dir,
-                                frozenset(feeding_events(store.registry, name)), until_ms,
-                                store.last_lsn, after_lsn=self._applied)
+            for record in tail:
+                if record is not None:
+                    self._apply(record, version)
+                elif pause:
+                    yield
         except WalTailLost as lost:
             raise BeavaError(
                 "backfill_wal_reclaimed", table=name, until_ms=until_ms,
@@ -239,21 +247,23 @@ class Install:
         except (OSError, FormatError) as exc:
             raise BeavaError("wal_unavailable", reason=f"reading the WAL: {exc}",
                              top={"registry_version": version}) from None
-        for record in tail:
-            try:
-                row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
-                       else _decode_json(record.body))
-                if type(row) is not dict:
-                    raise ValueError("body is not a map")
-                table.push(row, record.timestamp_ms)
-            except Exception as exc:  # a record the current definition cannot apply
-                raise BeavaError("backfill_tail_unapplicable", table=name, lsn=record.lsn,
-                                 message=f"push at LSN {record.lsn} ({record.name}) does not "
-                                         f"apply to table {name}: {type(exc).__name__}: "
-                                         f"{str(exc)[:200]}",
-                                 top={"registry_version": version}) from None
-        self.tail_events += len(tail)
-        self._applied = store.last_lsn
+        self._applied = last
+
+    def _apply(self, record: Record, version: int) -> None:
+        name = self.table.spec.name
+        try:
+            row = (_decode_msgpack(record.body) if record.body_format == BODY_MSGPACK
+                   else _decode_json(record.body))
+            if type(row) is not dict:
+                raise ValueError("body is not a map")
+            self.table.push(row, record.timestamp_ms)
+        except Exception as exc:  # a record the current definition cannot apply
+            raise BeavaError("backfill_tail_unapplicable", table=name, lsn=record.lsn,
+                             message=f"push at LSN {record.lsn} ({record.name}) does not "
+                                     f"apply to table {name}: {type(exc).__name__}: "
+                                     f"{str(exc)[:200]}",
+                             top={"registry_version": version}) from None
+        self.tail_events += 1
 
     def _refuse_drop(self, dropped: list[str]) -> BeavaError:
         spec = self.table.spec

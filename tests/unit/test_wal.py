@@ -473,7 +473,7 @@ def test_events_after_an_lsn_reads_only_the_segments_that_may_hold_them(
     writer, wal_dir, snap_dir, lsn = _populate(tmp_path)
     segments = list_segments(wal_dir)
     assert len(segments) > 3
-    every = events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1)
+    every = [r for r in events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1) if r is not None]
     assert [r.lsn for r in every] == list(range(1, lsn))
     after = segments[2][0] + 1  # within the third segment
     read: list[str] = []
@@ -484,11 +484,34 @@ def test_events_after_an_lsn_reads_only_the_segments_that_may_hold_them(
         real(self, path)
 
     monkeypatch.setattr(SegmentReader, "__init__", spy)
-    later = events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after)
+    later = [r for r in events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after)
+             if r is not None]
     assert [r.lsn for r in later] == list(range(after + 1, lsn))
     assert read == [name for _, name in segments[2:]]
     for _, name in segments[:3]:
         os.unlink(os.path.join(wal_dir, name))
     with pytest.raises(WalTailLost):
-        events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after)
+        list(events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1, after_lsn=after))
+    writer.close()
+
+
+def test_a_segment_reclaimed_while_the_tail_read_pauses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first read of a backfill's tail pauses every SCAN_STEP records; a segment
+    deleted meanwhile is a reclaimed one: refused when it may have held records after
+    until_ms (with no snapshot to bound them, it may)."""
+    from beava.durability import wal_tail
+    from beava.durability.wal_tail import WalTailLost, events_after
+
+    writer, wal_dir, snap_dir, lsn = _populate(tmp_path)
+    segments = list_segments(wal_dir)
+    monkeypatch.setattr(wal_tail, "SCAN_STEP", 1)
+    tail = events_after(wal_dir, snap_dir, {"txn"}, 0, lsn - 1)
+    first = [next(tail), next(tail)]  # the first segment's first record, then a pause
+    assert first[0] is not None and first[0].lsn == 1 and first[1] is None
+    for _, name in segments[:2]:
+        os.unlink(os.path.join(wal_dir, name))
+    with pytest.raises(WalTailLost) as info:
+        list(tail)
+    assert info.value.first_lsn == segments[2][0]
     writer.close()
