@@ -88,10 +88,10 @@ cdef class Intake:
     are not the row); ``log``: the durability log (its ``mode``, ``buf``, ``batch``,
     ``accepted()``, ``after_pending()``)."""
 
-    def __init__(self, encode_into, log, names=()):
+    def __init__(self, encode_into, log):
         self.encode_into = encode_into
         self.earlier = {}
-        self.counts = PushCounts(names)
+        self.counts = PushCounts(())  # no event until a registry's are counted
         self.attach(log)
 
     def attach(self, log):

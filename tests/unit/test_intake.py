@@ -121,7 +121,8 @@ def test_a_push_whose_record_cannot_be_built_takes_no_lsn() -> None:
         buf += b"partial"
         raise OverflowError("cannot encode")
 
-    intake = Intake(broken, store.log, store.checkers)
+    intake = Intake(broken, store.log)
+    intake.count_events(store.checkers)
     intake.advance(store.last_lsn)
     with pytest.raises(OverflowError):
         intake.push("Fast", store.checkers["Fast"], {"k": "a", "n": 1}, 5, 1,
