@@ -1,7 +1,8 @@
 """Build of the Cython kernels in beava/_fast (metadata lives in pyproject.toml).
 
-Every ``beava/_fast/*.pyx`` is one extension module. ``BEAVA_BUILD_ONLY=a,b`` limits a
-local build to those modules (handy while working on one kernel).
+Every ``beava/_fast/<concern>/<name>.pyx`` is one extension module, named by its dotted path
+(``beava._fast.<concern>.<name>``). ``BEAVA_BUILD_ONLY=a,b`` limits a local build to the
+modules of those names (handy while working on one kernel).
 
 The kernels are translated to C and compiled on every core, each step at most once: a C
 file written by this Cython after its kernel's sources is kept, and a module compiled from
@@ -55,12 +56,13 @@ def _translated(pyx: Path) -> bool:
 
 
 def _extension(pyx: Path, source: Path) -> Extension:
-    return Extension(f"beava._fast.{pyx.stem}", [str(source.relative_to(HERE))],
+    name = ".".join(pyx.relative_to(HERE).with_suffix("").parts)
+    return Extension(name, [str(source.relative_to(HERE))],
                      extra_compile_args=COMPILE_ARGS)
 
 
 only = {name for name in os.environ.get("BEAVA_BUILD_ONLY", "").split(",") if name}
-kernels = [path for path in sorted((HERE / "beava" / "_fast").glob("*.pyx"))
+kernels = [path for path in sorted((HERE / "beava" / "_fast").rglob("*.pyx"))
            if not only or path.stem in only]
 translated = {pyx: _translated(pyx) for pyx in kernels}
 current = [_extension(pyx, pyx.with_suffix(".c")) for pyx in kernels if translated[pyx]]

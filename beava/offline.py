@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from beava._fast.table_kernel import group_key
+from beava._fast.ops.table_kernel import group_key
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import lookup
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain

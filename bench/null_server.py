@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 
-from beava._fast.frame_splitter import FrameSplitter, encode_frame
+from beava._fast.wire.frame_splitter import FrameSplitter, encode_frame
 
 ACK = encode_frame(0x0010, 0x01, b'{"ack_lsn":1,"idempotent_replay":false,"registry_version":1}')
 

@@ -4,7 +4,7 @@ until ``release`` applies them, waiters after their pushes."""
 
 from __future__ import annotations
 
-from beava._fast.intake import STRICT
+from beava._fast.intake.intake import STRICT
 from beava.durability.group_commit import Applying, Batch, Callback, apply_part
 from beava.engine.store import FeatureStore
 

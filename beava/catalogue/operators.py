@@ -463,7 +463,7 @@ def resolve_params(spec: OperatorSpec, params: Mapping[str, Any]) -> dict[str, A
 def bloom_geometry(expected_n: int, target_fpr: float) -> tuple[int, int]:
     """`(m, k)` of a bloom_member filter (operators.md §11.4): bits, rounded up to a
     multiple of 64, and hashes per value; `expected_n` 0 counts as 1. Same arithmetic as the
-    engine's kernel (beava._fast.ops_bloom_member.bloom_geometry)."""
+    engine's kernel (beava._fast.ops.ops_bloom_member.bloom_geometry)."""
     n = float(max(expected_n, 1))
     m_f = -n * math.log(target_fpr) / (math.log(2) ** 2)
     m = (math.ceil(m_f) + 63) // 64 * 64

@@ -1,7 +1,7 @@
 """Acknowledgement timing of pushes: memory-only, periodic fsync, strict group commit
 (spec/durability.md §2, §6).
 
-The store's intake (beava._fast.intake) appends every accepted push's record to the log's
+The store's intake (beava._fast.intake.intake) appends every accepted push's record to the log's
 pending batch (``buf``, a bytearray) and, in strict mode, the push to ``batch``, then calls
 ``accepted()`` once for the pushes of a call. It reads the log's ``mode`` (MEMORY, STRICT or
 PERIODIC) once, when the log is attached, and nothing else asks the mode.
@@ -39,9 +39,9 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, NoReturn
 
-from beava._fast.batch_writer import BatchWriter
-from beava._fast.intake import MEMORY, PERIODIC, STRICT
-from beava._fast.wal_record import seal
+from beava._fast.intake.intake import MEMORY, PERIODIC, STRICT
+from beava._fast.wal.batch_writer import BatchWriter
+from beava._fast.wal.wal_record import seal
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal import EventLog, WalFatal, WalUnavailable, WalWriter
 from beava.durability.wal_format import record_lsn_at
@@ -138,7 +138,7 @@ class MemoryLog:
 
 
 class _WorkerLog(ABC):
-    """Shared machinery: one writer thread (beava._fast.batch_writer, no GIL) writes and
+    """Shared machinery: one writer thread (beava._fast.wal.batch_writer, no GIL) writes and
     fsyncs batches, in order.
 
     At most one batch is in flight (``_in_flight``). The loop hands it to the writer

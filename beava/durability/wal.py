@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
-from beava._fast.batch_writer import STAGE_SYNC, STAGE_WRITE
-from beava._fast.histogram import Histogram
+from beava._fast.timing.histogram import Histogram
+from beava._fast.wal.batch_writer import STAGE_SYNC, STAGE_WRITE
 from beava.durability.crash_points import CrashPoints
 from beava.durability.wal_format import (
     LOCK_FILE,
@@ -277,7 +277,7 @@ class WalWriter:
     def batch_done(self, size: int, err: int, stage: int, seconds: float) -> None:
         """The writer thread's outcome of a batch of ``size`` bytes sent to batch_target():
         counted, or raised as write_and_sync raises it (``stage``: where ``err`` happened,
-        beava._fast.batch_writer)."""
+        beava._fast.wal.batch_writer)."""
         f = self._active()
         if stage == STAGE_WRITE:
             self._write_failed(f, self.active_size, OSError(err, os.strerror(err)))

@@ -23,7 +23,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from beava._fast.wal_record import append_record
+from beava._fast.wal.wal_record import append_record
 
 SEGMENT_MAGIC = b"BVWALSEG"
 SEGMENT_FORMAT_VERSION = 1
@@ -166,7 +166,7 @@ def decode_segment_header(data: bytes) -> SegmentHeader:
 def encode_record(lsn: int, type: int, body_format: int, timestamp_ms: int,
                   registry_version: int, name: bytes, body: bytes) -> bytes:
     """The on-disk bytes of one record. ``name`` is the UTF-8 event name (b"" otherwise).
-    Written by the one encoder of the format, the push path's (beava._fast.wal_record);
+    Written by the one encoder of the format, the push path's (beava._fast.wal.wal_record);
     ValueError when the name is over 65535 bytes or the record over RECORD_MAX_LEN."""
     out = bytearray()
     append_record(out, lsn, type, body_format, timestamp_ms, registry_version, name, body)

@@ -27,12 +27,12 @@ from typing import Annotated, Any
 
 import msgspec
 
-from beava._fast.column import Column
-from beava._fast.ops_buffer import EventTypeMixColumn
-from beava._fast.ops_core import BUCKETS_PER_SLOT, KIND_NAMES, BucketArena, CoreColumn
-from beava._fast.ops_point import RingColumn, ValueColumn
-from beava._fast.push_check import EventChecker
-from beava._fast.struct_column import StructColumn
+from beava._fast.intake.push_check import EventChecker
+from beava._fast.ops.column import Column
+from beava._fast.ops.ops_buffer import EventTypeMixColumn
+from beava._fast.ops.ops_core import BUCKETS_PER_SLOT, KIND_NAMES, BucketArena, CoreColumn
+from beava._fast.ops.ops_point import RingColumn, ValueColumn
+from beava._fast.ops.struct_column import StructColumn
 from beava.catalogue.errors import BeavaError
 from beava.engine.expressions.chain_ops import chain_output_schema
 from beava.engine.registry import EventSpec, TableSpec

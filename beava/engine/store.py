@@ -3,7 +3,7 @@
 The single writer of all state; the server calls it from the event loop only. It knows
 nothing of sockets: requests arrive decoded and answers leave as Python values or
 :class:`BeavaError`. A push is validated, deduped, then accepted by the store's intake
-(``beava._fast.intake``), which the compiled push pass accepts through too: the intake
+(``beava._fast.intake.intake``), which the compiled push pass accepts through too: the intake
 alone hands out LSNs (also to the records of register, reset and backfill, written by
 :meth:`FeatureStore.write_record`), counts pushes and appends their WAL records. When a
 push becomes visible is the business of the durability log
@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from beava._fast.intake import Intake
-from beava._fast.push_pass import apply_records
+from beava._fast.intake.intake import Intake
+from beava._fast.intake.push_pass import apply_records
 from beava.catalogue.errors import BeavaError
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, MemoryLog, PeriodicLog

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
-from beava._fast.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import BY_OP, SCOPE_GRANTS
 from beava.protocol.dispatch import FrameDispatch, FrameHandler, error_frame

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from beava._fast.frame_splitter import encode_frame
-from beava._fast.reply_values import finite_or_none
+from beava._fast.wire.frame_splitter import encode_frame
+from beava._fast.wire.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.protocol import messages
 from beava.protocol.commands import (

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from beava._fast.histogram import Histogram
+    from beava._fast.timing.histogram import Histogram
     from beava.protocol.connection import ServerConnection
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from time import perf_counter
 
-from beava._fast.histogram import Histogram
+from beava._fast.timing.histogram import Histogram
 from beava.protocol.commands import COMMANDS
 from beava.protocol.reply_slots import PendingReply
 

@@ -31,7 +31,7 @@ READS_SECONDS = 0.00025
 
 class AckSource(Protocol):
     """What decides when held acknowledgements may go out (the store's intake,
-    beava._fast.intake): ``hold_lsn`` is the LSN the latest deferred acknowledgement waits
+    beava._fast.intake.intake): ``hold_lsn`` is the LSN the latest deferred acknowledgement waits
     for (it changes only while a request handler runs), ``applied_lsn`` the last LSN
     reflected in state, and ``sealed_lsn`` the last LSN handed to the WAL worker (records
     above it share the pending batch)."""

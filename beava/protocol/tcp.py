@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
+from beava._fast.wire.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import STATE_READ_OPS
 from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection

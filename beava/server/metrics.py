@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from beava._fast.histogram import BOUNDS, Histogram
+from beava._fast.timing.histogram import BOUNDS, Histogram
 
 
 class ServerMetrics:
@@ -127,7 +127,7 @@ LABELLED_COUNTERS = (
 LABELLED_GAUGES = (
     ("beava_table_entities", "resident entity rows per table", ["table"]),
 )
-# Duration histograms (buckets: beava._fast.histogram.BOUNDS): the sample holds a
+# Duration histograms (buckets: beava._fast.timing.histogram.BOUNDS): the sample holds a
 # Histogram for each, or ``{label values: Histogram}`` for a labelled one.
 HISTOGRAMS = (
     ("beava_wal_fsync_duration_seconds",

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from beava._fast.histogram import Histogram
-from beava._fast.intake import PERIODIC
+from beava._fast.intake.intake import PERIODIC
+from beava._fast.timing.histogram import Histogram
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import (
     GroupCommit,

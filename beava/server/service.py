@@ -30,11 +30,11 @@ from time import perf_counter
 from typing import Any
 
 from beava import __version__
-from beava._fast.frame_splitter import encode_frame
-from beava._fast.intake import STRICT
-from beava._fast.json_items import JsonItems
-from beava._fast.push_pass import PushPass
-from beava._fast.reply_values import finite_or_none
+from beava._fast.intake.intake import STRICT
+from beava._fast.intake.push_pass import PushPass
+from beava._fast.wire.frame_splitter import encode_frame
+from beava._fast.wire.json_items import JsonItems
+from beava._fast.wire.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry

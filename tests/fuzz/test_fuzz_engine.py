@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
-from beava._fast.wal_record import seal
+from beava._fast.wal.wal_record import seal
+from beava._fast.wire.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
 from beava.durability.snapshots import read_snapshot, write_snapshot_file
 from beava.durability.wal_format import Record, parse_record
 from beava.engine.store import FeatureStore

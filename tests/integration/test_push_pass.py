@@ -1,5 +1,5 @@
 """Runs of pushes in one socket read go through the compiled push pass
-(beava._fast.push_pass); frames it does not take go to the Python handler in their place.
+(beava._fast.intake.push_pass); frames it does not take go to the Python handler in their place.
 Pipelined mixes must be answered in order with the LSNs, errors and replays a push at a time
 would give, in every durability mode, and what was acked must be what a restart recovers."""
 

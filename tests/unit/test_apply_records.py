@@ -1,4 +1,4 @@
-"""A durable batch applied from its records (beava._fast.push_pass.apply_records): each push
+"""A durable batch applied from its records (beava._fast.intake.push_pass.apply_records): each push
 decoded from its event record as recovery replays it (or read by its event's checker when
 it settles the body from its bytes), in slices that resume at the offset the previous slice
 returned, and a batch whose bytes are not its pushes' records refused."""
@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from beava._fast.push_pass import apply_records
-from beava._fast.wal_record import append_record
+from beava._fast.intake.push_pass import apply_records
+from beava._fast.wal.wal_record import append_record
 from beava.durability import wal_format as wf
 from beava.engine.registry import empty_registry, register
 from beava.engine.state.push_validation import build_checkers

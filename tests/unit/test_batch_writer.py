@@ -1,4 +1,4 @@
-"""The WAL's writer thread in C (beava._fast.batch_writer) and WalWriter's side of it."""
+"""The WAL's writer thread in C (beava._fast.wal.batch_writer) and WalWriter's side of it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from beava._fast.batch_writer import STAGE_NONE, STAGE_SYNC, STAGE_WRITE, BatchWriter
+from beava._fast.wal.batch_writer import STAGE_NONE, STAGE_SYNC, STAGE_WRITE, BatchWriter
 from beava.durability import wal_format as wf
 from beava.durability.wal import WalFatal, WalUnavailable, WalWriter
 from tests.support import thread_nices

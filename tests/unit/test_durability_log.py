@@ -11,8 +11,8 @@ import os
 import threading
 import time
 
-from beava._fast import wal_record
-from beava._fast.batch_writer import STAGE_NONE, STAGE_WRITE
+from beava._fast.wal import wal_record
+from beava._fast.wal.batch_writer import STAGE_NONE, STAGE_WRITE
 from beava.durability.crash_points import CrashPoints
 from beava.durability.group_commit import GroupCommit, PeriodicLog
 from beava.durability.wal import WalFatal

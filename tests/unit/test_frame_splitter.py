@@ -7,7 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.frame_splitter import (
+from beava._fast.wire.frame_splitter import (
     FRAME_TOO_LARGE,
     FRAME_TOO_SHORT,
     FrameSplitter,

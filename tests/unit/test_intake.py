@@ -1,4 +1,4 @@
-"""The push intake (beava._fast.intake) is the one owner of LSNs, push counts and push
+"""The push intake (beava._fast.intake.intake) is the one owner of LSNs, push counts and push
 records: pushes the compiled pass takes and pushes the store's Python path takes (a dedupe
 key, a body the pass leaves to it, HTTP) share one dense LSN sequence and one set of
 counters, and register / reset records take their LSNs from the same sequence."""
@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from beava._fast.intake import MEMORY, STRICT, Intake
-from beava._fast.wal_record import seal
+from beava._fast.intake.intake import MEMORY, STRICT, Intake
+from beava._fast.wal.wal_record import seal
 from beava.catalogue.errors import BeavaError
 from beava.durability.wal_format import RECORD_EVENT, parse_record
 from beava.engine.store import FeatureStore

@@ -1,13 +1,13 @@
-"""The entity key -> slot map (beava._fast.key_map): inline ASCII keys, long and non-ASCII
+"""The entity key -> slot map (beava._fast.ops.key_map): inline ASCII keys, long and non-ASCII
 keys compared through the stored key, growth, and loading a slot order."""
 
 from __future__ import annotations
 
 import pytest
 
-from beava._fast.key_map import KeyMap
-from beava._fast.ops_core import COLUMNS
-from beava._fast.table_kernel import TableKernel
+from beava._fast.ops.key_map import KeyMap
+from beava._fast.ops.ops_core import COLUMNS
+from beava._fast.ops.table_kernel import TableKernel
 
 
 def count_kernel() -> TableKernel:

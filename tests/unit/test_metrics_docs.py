@@ -7,7 +7,7 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from beava._fast.histogram import Histogram
+from beava._fast.timing.histogram import Histogram
 from beava.server.metrics import ServerMetrics
 from tests.support import REPO
 

@@ -1,6 +1,6 @@
-"""Duration histograms (beava._fast.histogram), their Prometheus rendering
+"""Duration histograms (beava._fast.timing.histogram), their Prometheus rendering
 (beava.server.metrics), request timing (beava.protocol.request_timings) and the accepted
-pushes per event (beava._fast.push_counts, FeatureStore)."""
+pushes per event (beava._fast.intake.push_counts, FeatureStore)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from beava._fast.histogram import BOUNDS, Histogram
-from beava._fast.push_counts import PushCounts
+from beava._fast.intake.push_counts import PushCounts
+from beava._fast.timing.histogram import BOUNDS, Histogram
 from beava.catalogue.errors import BeavaError
 from beava.engine.store import FeatureStore
 from beava.protocol.reply_slots import PendingReply

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from beava._fast import ops_buffer
+from beava._fast.ops import ops_buffer
 from tests.op_columns import block_records, engine_column, through_snapshot
 
 COLUMNS = ops_buffer.COLUMNS

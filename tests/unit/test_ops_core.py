@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from beava._fast.ops_core import COLUMNS, share_windows
+from beava._fast.ops.ops_core import COLUMNS, share_windows
 from tests.op_columns import through_snapshot
 
 W = 64_000

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from beava._fast.ops_decay import COLUMNS
+from beava._fast.ops.ops_decay import COLUMNS
 from tests.op_columns import feed_events, through_snapshot
 
 HL = 60_000  # half-life in ms used by most tests

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from beava._fast.ops_geo import COLUMNS
+from beava._fast.ops.ops_geo import COLUMNS
 from tests.op_columns import through_snapshot
 
 KM_PER_DEGREE = 6371.0 * math.pi / 180  # haversine km of one degree on a great circle

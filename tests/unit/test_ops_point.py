@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from beava._fast import ops_point
+from beava._fast.ops import ops_point
 from tests.op_columns import engine_column, through_snapshot
 
 COLUMNS = ops_point.COLUMNS

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from beava._fast import ops_recency
+from beava._fast.ops import ops_recency
 from tests.op_columns import engine_column, through_snapshot
 
 COLUMNS = ops_recency.COLUMNS

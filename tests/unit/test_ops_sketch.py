@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.ops_bloom_member import bloom_geometry, murmur3_128
-from beava._fast.uddsketch import UDDSketch
+from beava._fast.ops.ops_bloom_member import bloom_geometry, murmur3_128
+from beava._fast.ops.uddsketch import UDDSketch
 from beava.engine.state.columns import COLUMNS
 from beava.engine.state.columns import family_counters as counters
 from tests.op_columns import through_snapshot
@@ -54,7 +54,7 @@ def scenario(file: str, name: str) -> dict:
 def test_each_sketch_op_has_its_own_module():
     ops = ("n_unique", "quantile", "top_k", "bloom_member", "entropy")
     assert {op: COLUMNS[op].__module__ for op in ops} == {
-        op: f"beava._fast.ops_{op}" for op in ops}
+        op: f"beava._fast.ops.ops_{op}" for op in ops}
 
 
 def test_counters_are_exposed_by_metric_name():

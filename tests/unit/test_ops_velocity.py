@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from beava._fast.ops_velocity import COLUMNS
+from beava._fast.ops.ops_velocity import COLUMNS
 from tests.op_columns import feed_events, through_snapshot
 
 FIELDLESS = {"inter_arrival_stats", "burst_count"}

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from beava._fast.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import FRAMED, ROUTED, Command, HandlerTableError
 from beava.protocol.dispatch import FrameDispatch, FrameHandler, HttpDispatch, HttpHandler

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beava._fast.intake import CheckerEntry
-from beava._fast.push_check import EventChecker
-from beava._fast.push_pass import apply_records
+from beava._fast.intake.intake import CheckerEntry
+from beava._fast.intake.push_check import EventChecker
+from beava._fast.intake.push_pass import apply_records
 from beava.catalogue.errors import BeavaError
 from beava.durability import wal_format as wf
 from beava.engine.registry import empty_registry, register

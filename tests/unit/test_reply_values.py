@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beava._fast.reply_values import finite_or_none
+from beava._fast.wire.reply_values import finite_or_none
 
 VALUES = st.recursive(
     st.one_of(st.floats(), st.integers(), st.text(max_size=3), st.booleans(), st.none()),

@@ -1,5 +1,5 @@
 """The read fast path: rows written straight from the columns as MessagePack are the bytes
-the reply encoder gives the same rows (beava._fast.msgpack_out, TableKernel.read_msgpack);
+the reply encoder gives the same rows (beava._fast.wire.msgpack_out, TableKernel.read_msgpack);
 rows for a JSON reply, whose big maps are JSON text already (TableKernel.read_json), encode
 to the bytes the plain rows encode to."""
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.msgpack_out import packb
-from beava._fast.reply_values import finite_or_none
+from beava._fast.wire.msgpack_out import packb
+from beava._fast.wire.reply_values import finite_or_none
 from beava.engine.state import reads
 from beava.engine.store import FeatureStore
 from beava.protocol.messages import encode_json, encode_msgpack

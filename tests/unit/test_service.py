@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from beava._fast.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import encode_frame
 from beava.catalogue.errors import BeavaError
 from beava.engine.store import FeatureStore
 from beava.protocol import messages

@@ -8,8 +8,8 @@ import math
 import msgspec
 import pytest
 
-from beava._fast.ops_core import COLUMNS
-from beava._fast.table_kernel import TableKernel, fmt_f64_debug, group_key
+from beava._fast.ops.ops_core import COLUMNS
+from beava._fast.ops.table_kernel import TableKernel, fmt_f64_debug, group_key
 from beava.engine.state import keys
 
 W = 64_000

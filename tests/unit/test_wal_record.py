@@ -1,4 +1,4 @@
-"""WAL records built in C (beava._fast.wal_record, the one encoder of the format, which
+"""WAL records built in C (beava._fast.wal.wal_record, the one encoder of the format, which
 wal_format.encode_record calls): byte for byte the layout of spec/durability.md §5 as the
 field-by-field layout writes it."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast import wal_record
+from beava._fast.wal import wal_record
 from beava.durability import wal_format as wf
 from tests.unit.test_wal_format import manual_record
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from beava._fast.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import encode_frame
 from beava.protocol.connection import HIGH_WATER
 from beava.protocol.dispatch import FrameDispatch, FrameHandler
 from beava.protocol.http import TURN_BYTES as HTTP_TURN_BYTES

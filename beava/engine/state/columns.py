@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from beava._fast import (
+from beava._fast.ops import (
     ops_bloom_member,
     ops_buffer,
     ops_core,
@@ -21,7 +21,7 @@ from beava._fast import (
     ops_velocity,
     sketch_base,
 )
-from beava._fast.column import Column
+from beava._fast.ops.column import Column
 from beava.engine.registry import FeatureSpec
 
 __all__ = ["COLUMNS", "column_class", "family_counters", "make_column"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from beava._fast.table_kernel import fmt_f64_debug
+from beava._fast.ops.table_kernel import fmt_f64_debug
 
 __all__ = ["dedupe_keystr", "fmt_f64_debug", "keystr"]
 

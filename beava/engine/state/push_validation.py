@@ -1,6 +1,6 @@
 """Push-side validation of one event (spec/wire.md §6.2-§6.5), steps 2-6.
 
-The per-field work runs in C (``beava._fast.push_check.EventChecker``, one per event
+The per-field work runs in C (``beava._fast.intake.push_check.EventChecker``, one per event
 schema, built when a registry version is installed); this module keeps the order of the
 checks that involve the event name.
 """
@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from beava._fast.intake import CheckerEntry
-from beava._fast.push_check import EventChecker, has_control_character
+from beava._fast.intake.intake import CheckerEntry
+from beava._fast.intake.push_check import EventChecker, has_control_character
 from beava.catalogue.errors import BeavaError, did_you_mean, nearest_names, quoted_list
 from beava.engine.registry import EventSpec
 

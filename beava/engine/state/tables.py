@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from beava._fast.column import Column
-from beava._fast.ops_core import BucketArena
-from beava._fast.table_kernel import TableKernel
+from beava._fast.ops.column import Column
+from beava._fast.ops.ops_core import BucketArena
+from beava._fast.ops.table_kernel import TableKernel
 from beava.engine.expressions import check_where, compile_where, format_expression
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
 from beava.engine.registry import TableSpec

@@ -1,5 +1,0 @@
-"""Type stub of block_column.pyx: columns keeping one owned heap block per slot."""
-
-from beava._fast.column import Column
-
-class BlockColumn(Column): ...

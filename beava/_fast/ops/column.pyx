@@ -1,0 +1,63 @@
+# cython: language_level=3
+"""Base class of feature state columns; see column.pxd for the contract."""
+
+from libc.stdint cimport int64_t
+
+from beava._fast.wire.msgpack_out cimport Writer, put_value
+
+from sys import intern
+
+
+cpdef object row_key(object name):
+    """A row key the push path looks rows up with: a str interned, as the push checks key
+    the rows they decode (so a lookup matches on identity); anything else as it is."""
+    return intern(name) if type(name) is str else name
+
+
+cdef class Column:
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        self.name = name
+        self.field = row_key(field)
+        self.where = where
+        self.window_ms = window_ms
+        self.capacity = 0
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        return put_value(out, self.read(slot, T))
+
+    cdef object json_value(self, Py_ssize_t slot, int64_t T):
+        return self.read(slot, T)
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        pass
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        raise NotImplementedError(type(self).__name__)
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        raise NotImplementedError(type(self).__name__)
+
+    # Python-level access for tests and for the table layer (one call each, not per event).
+    def py_ensure(self, Py_ssize_t capacity):
+        self.ensure(capacity)
+
+    def py_clear(self, Py_ssize_t slot):
+        self.clear(slot)
+
+    def py_update(self, Py_ssize_t slot, dict row, bint matched, int64_t now):
+        self.update(slot, row, matched, now)
+
+    def py_read(self, Py_ssize_t slot, int64_t T):
+        return self.read(slot, T)

@@ -1,0 +1,16 @@
+"""Type stub of ops_bloom_member.pyx: bloom_member."""
+
+from beava._fast.ops.block_column import BlockColumn
+from beava._fast.ops.column import Column
+
+COLUMNS: dict[str, type[Column]]
+
+def murmur3_128(data: bytes, seed: int = 0) -> tuple[int, int]: ...
+def bloom_geometry(expected_n: int, target_fpr: float) -> tuple[int, int]: ...
+
+class BloomMemberColumn(BlockColumn):
+    @property
+    def m(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+    def slot_bytes(self, slot: int) -> int: ...

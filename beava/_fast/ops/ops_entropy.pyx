@@ -1,0 +1,94 @@
+# cython: language_level=3
+"""entropy (spec/operators.md §11.5): Shannon entropy (bits) of keystr categories, at most
+1024 categories per state. Blocks and bucket lists: sketch_base."""
+
+from libc.math cimport log2
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free
+
+from beava._fast.ops.sketch_base cimport (
+    KIND_ENTROPY,
+    KM_FULL,
+    KeyMap,
+    KeyView,
+    Node,
+    SketchColumn,
+    keystr_key,
+    km_count,
+    km_n,
+    km_new,
+    km_offer,
+    km_room,
+    km_union_of,
+)
+from beava._fast.ops.window cimport MAX_BUCKETS
+
+cdef uint32_t ENTROPY_MAX_CATEGORIES = 1024
+
+# Process-wide counter the server exports as Prometheus metrics (spec/server.md §8).
+cdef uint64_t _entropy_capped = 0
+
+
+def counters() -> dict:
+    """Current values of this module's metric counters, by Prometheus metric name: every
+    dropped entropy category counts for both the entropy metric and the lifetime cap-hit
+    metric."""
+    return {
+        "beava_entropy_categories_capped_total": _entropy_capped,
+        "beava_lifetime_op_cap_hit_total": _entropy_capped,
+    }
+
+
+cdef double entropy_of(KeyMap* m) noexcept nogil:
+    cdef uint64_t total = 0
+    cdef uint32_t i
+    cdef double h = 0.0, p
+    for i in range(km_n(m)):
+        total += km_count(m, i)
+    if total == 0:
+        return 0.0
+    for i in range(km_n(m)):
+        p = <double>km_count(m, i) / <double>total
+        h -= p * log2(p)
+    return h
+
+
+cdef class EntropyColumn(SketchColumn):
+    """Shannon entropy (bits) of keystr categories; at most 1024 categories per state."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        SketchColumn.__init__(self, name, field, where, params, window_ms)
+        self.kind = KIND_ENTROPY
+
+    cdef Node* new_block(self, object value) except NULL:
+        return <Node*>km_new(km_room(value, True))
+
+    cdef int insert(self, Node** link, object value) except -1:
+        cdef KeyView key
+        global _entropy_capped
+        if not keystr_key(value, &key, self.hold):
+            return 0
+        if km_offer(link, &key, True, ENTROPY_MAX_CATEGORIES) == KM_FULL:
+            _entropy_capped += 1
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef Node* act[MAX_BUCKETS]
+        cdef int n
+        cdef KeyMap* acc
+        cdef double h
+        if not self.windowed:
+            if self.blocks[slot] == NULL:
+                return 0.0
+            return entropy_of(<KeyMap*>self.blocks[slot])
+        n = self.active(slot, T, act)
+        if n == 0:
+            return 0.0
+        acc = km_union_of(act, n, True, 0)
+        h = entropy_of(acc)
+        if acc != <KeyMap*>act[0]:
+            free(acc)
+        return h
+
+
+COLUMNS = {"entropy": EntropyColumn}

@@ -1,0 +1,251 @@
+# cython: language_level=3
+"""Family C of spec/operators.md §12: first, last, first_n, last_n, lag.
+
+Lifetime-only columns whose values keep the row's type (an int stays an int, a float a float,
+a str a str, a bool a bool). first/last hold one tagged value per slot (9 bytes, no boxed
+object for numbers); the list ops hold a value ring per slot, allocated on the slot's first
+qualifying value and grown geometrically up to the op's bound.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free
+from cpython.ref cimport Py_INCREF, PyObject
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+from beava._fast.ops.column cimport prefetch_line
+from beava._fast.ops.op_params cimport bounded_n, lifetime_only
+from beava._fast.ops.snapshot_state cimport state_buffer, state_list
+from beava._fast.ops.slot_buffers cimport (
+    TAG_EMPTY,
+    TAG_OBJ,
+    ValueRing,
+    buffer_bytes,
+    check_dump_slots,
+    grow_zeroed,
+    grown_capacity,
+    load_bytes,
+    release_blocks,
+    ring_append,
+    ring_free,
+    ring_get,
+    ring_oldest_to_newest,
+    ring_push_latest,
+    rings_dump,
+    rings_load,
+    row_value,
+    value_decode,
+    value_encode,
+    value_release,
+)
+
+
+cdef class ValueColumn(Column):
+    """One tagged value per slot (the base of first and last)."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only(type(self).__name__, window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.capacity):
+            value_release(self.tags[i], self.values[i])
+        PyMem_Free(self.tags)
+        PyMem_Free(self.values)
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        if stage == 0:
+            prefetch_line(&self.tags[slot])
+            prefetch_line(&self.values[slot])
+
+    cdef int ensure(self, Py_ssize_t capacity) except -1:
+        cdef Py_ssize_t new
+        if capacity <= self.capacity:
+            return 0
+        new = grown_capacity(self.capacity, capacity)
+        self.tags = <uint8_t*>grow_zeroed(self.tags, self.capacity, new, sizeof(uint8_t))
+        self.values = <Payload*>grow_zeroed(self.values, self.capacity, new, sizeof(Payload))
+        self.capacity = new
+        return 0
+
+    cdef int clear(self, Py_ssize_t slot) except -1:
+        value_release(self.tags[slot], self.values[slot])
+        self.tags[slot] = TAG_EMPTY
+        self.values[slot].i = 0
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return value_decode(self.tags[slot], self.values[slot])
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        # [tags, payloads, objects]: the payload of a TAG_OBJ slot is zero and its value is
+        # the next item of `objects` (slot order).
+        cdef bytes payloads
+        cdef Payload* out
+        cdef list objects = []
+        cdef Py_ssize_t i
+        check_dump_slots(nslots, self.capacity)
+        payloads = PyBytes_FromStringAndSize(NULL, nslots * sizeof(Payload))
+        out = <Payload*>PyBytes_AS_STRING(payloads)
+        for i in range(nslots):
+            out[i] = self.values[i]
+            if self.tags[i] == TAG_OBJ:
+                out[i].i = 0
+                objects.append(<object>self.values[i].o)
+        return [buffer_bytes(self.tags, nslots), payloads, objects]
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        cdef list parts = state_list(state, 3, "first/last state")
+        cdef bytes tags = state_buffer(parts[0], nslots, "first/last tags")
+        cdef bytes payloads = state_buffer(parts[1], nslots * sizeof(Payload),
+                                           "first/last payloads")
+        cdef list objects = state_list(parts[2], -1, "first/last objects")
+        cdef const uint8_t* t = <const uint8_t*><const char*>tags
+        cdef Py_ssize_t i, used = 0
+        for i in range(nslots):
+            if t[i] == TAG_OBJ:
+                if used >= len(objects) or objects[used] is None:
+                    raise ValueError(f"snapshot first/last: no value for slot {i}")
+                used += 1
+            elif t[i] > TAG_OBJ:
+                raise ValueError(f"snapshot first/last: tag {t[i]} in slot {i}")
+        if used != len(objects):
+            raise ValueError("snapshot first/last: more values than object-tagged slots")
+        self.ensure(nslots)
+        for i in range(nslots):
+            self.clear(i)
+        load_bytes(self.tags, tags, nslots)
+        load_bytes(self.values, payloads, nslots * sizeof(Payload))
+        used = 0
+        for i in range(nslots):
+            if t[i] == TAG_OBJ:
+                obj = objects[used]
+                used += 1
+                Py_INCREF(obj)
+                self.values[i].o = <PyObject*>obj
+
+
+cdef class FirstColumn(ValueColumn):
+    """first (§12.1): the first matched non-null value."""
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        if not matched or self.tags[slot] != TAG_EMPTY:
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL:
+            self.tags[slot] = value_encode(<object>v, self.values + slot)
+        return 0
+
+
+cdef class LastColumn(ValueColumn):
+    """last (§12.2): the latest matched non-null value."""
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        cdef uint8_t old_tag
+        cdef Payload old
+        if not matched:
+            return 0
+        v = row_value(row, self.field)
+        if v == NULL:
+            return 0
+        old_tag = self.tags[slot]
+        old = self.values[slot]
+        self.tags[slot] = value_encode(<object>v, self.values + slot)
+        value_release(old_tag, old)
+        return 0
+
+
+cdef class RingColumn(BlockColumn):
+    """A value ring per slot (lazily allocated) holding at most ``limit`` values."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.release = ring_free
+
+    cpdef object dump(self, Py_ssize_t nslots):
+        check_dump_slots(nslots, self.capacity)
+        return rings_dump(<ValueRing**>self.blocks, nslots)
+
+    cpdef load(self, object state, Py_ssize_t nslots):
+        self.ensure(nslots)
+        release_blocks(self.blocks, nslots, self.release)
+        try:
+            rings_load(<ValueRing**>self.blocks, nslots, state, self.limit)
+        except BaseException:
+            release_blocks(self.blocks, nslots, self.release)
+            raise
+
+
+cdef class FirstNColumn(RingColumn):
+    """first_n (§12.3): the first n matched non-null values, insertion order."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("first_n", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        self.limit = bounded_n("first_n", params)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        cdef PyObject* v
+        if not matched or (r != NULL and r.held == self.limit):
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL:
+            r = ring_append(r, <object>v, self.limit)
+            r.seen += 1
+            self.blocks[slot] = r
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
+
+
+cdef class LatestRingColumn(RingColumn):
+    """The last ``limit`` matched non-null values, oldest -> newest (none when limit is 0)."""
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef PyObject* v
+        if not matched or self.limit == 0:
+            return 0
+        v = row_value(row, self.field)
+        if v != NULL:
+            self.blocks[slot] = ring_push_latest(<ValueRing*>self.blocks[slot], <object>v,
+                                                 self.limit)
+        return 0
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
+
+
+cdef class LastNColumn(LatestRingColumn):
+    """last_n (§12.4): the last n matched non-null values, oldest -> newest."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("last_n", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        self.limit = bounded_n("last_n", params)
+
+
+cdef class LagColumn(LatestRingColumn):
+    """lag (§12.5): the value n qualifying events before the latest (ring of n + 1)."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        lifetime_only("lag", window_ms)
+        Column.__init__(self, name, field, where, params, window_ms)
+        self.limit = bounded_n("lag", params) + 1
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        if r == NULL or r.held < self.limit:
+            return None
+        return ring_get(r, <int32_t>(r.seen % self.limit))
+
+
+COLUMNS = {
+    "first": FirstColumn,
+    "last": LastColumn,
+    "first_n": FirstNColumn,
+    "last_n": LastNColumn,
+    "lag": LagColumn,
+}

@@ -1,0 +1,9 @@
+"""Type stub of sketch_base.pyx: what the sketch operators share."""
+
+from beava._fast.ops.block_column import BlockColumn
+
+def counters() -> dict[str, int]: ...
+
+class SketchColumn(BlockColumn):
+    def slot_bytes(self, slot: int) -> int: ...
+    def bucket_epochs(self, slot: int) -> list[int]: ...

@@ -1,0 +1,39 @@
+# The per-table kernel (table_kernel.pyx); the push pass calls apply() without a
+# Python-level call.
+cimport cython
+from cpython.ref cimport PyObject
+from libc.stdint cimport int64_t
+
+from beava._fast.ops.key_map cimport KeyMap
+
+
+@cython.final
+cdef class TableKernel:
+    cdef readonly KeyMap keys
+    cdef readonly tuple key_fields
+    cdef readonly tuple names
+    cdef dict by_name
+    cdef list feature_state         # feature columns that own their storage
+    cdef readonly list arenas
+    cdef list state_cols            # feature_state + arenas
+    cdef list update_cols
+    cdef PyObject** upd             # borrowed from update_cols
+    cdef int* upd_where
+    cdef Py_ssize_t nupd
+    cdef list preds
+    cdef Py_ssize_t npreds
+    cdef unsigned char* verdict     # [0] = True (no where), [i] = predicates[i - 1]
+    cdef readonly Py_ssize_t capacity
+    cdef int64_t* touch             # last-touch now per slot; NULL for global tables
+    cdef int64_t cold_after         # -1: no cold TTL
+    cdef readonly int64_t cold_evictions
+
+    cdef int grow(self, Py_ssize_t need) except -1
+    cpdef object key_of(self, dict row)
+    cdef void prefetch_key(self, dict row) noexcept
+    cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2
+    cdef Py_ssize_t find(self, dict row, int64_t now) except -2
+    cdef void follow(self, Py_ssize_t slot) noexcept
+    cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1
+    cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1
+    cpdef int clear(self, Py_ssize_t slot) except -1

@@ -1,0 +1,388 @@
+# cython: language_level=3
+"""The per-table kernel (DESIGN.md §2-§3, spec/operators.md §3 steps 2-5).
+
+One ``TableKernel`` per table derivation holds the canonical key -> slot map, the feature
+columns and the where predicates. ``apply(row, now)`` is the single Python->Cython call a
+table costs per event: canonical group key, slot lookup or creation, cold TTL, each
+distinct ``where`` evaluated once, then every column updated through cdef calls.
+"""
+
+cimport cython
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeASCII
+from libc.math cimport isfinite
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+from beava._fast.ops.column cimport Column, prefetch_line, row_key
+from beava._fast.ops.key_map cimport KeyMap
+from beava._fast.wire.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
+from beava._fast.wire.number_text cimport repr_double
+from beava._fast.ops.slot_buffers cimport dict_get
+from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
+
+from beava._fast.ops.ops_core import share_windows
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    PyTypeObject PyFloat_Type
+    PyTypeObject PyLong_Type
+    PyTypeObject PyUnicode_Type
+    PyTypeObject PyBool_Type
+    PyObject* Py_True
+    PyTypeObject* Py_TYPE(PyObject* o)
+    double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
+
+
+cpdef str fmt_f64_debug(double x):
+    """Rust ``{:?}`` text of a float (spec/operators.md §1): ``9.0``, ``1e16``, ``1.5e-7``."""
+    cdef char text[32]
+    return PyUnicode_DecodeASCII(text, repr_double(x, True, text), NULL)
+
+
+cdef object key_component(PyObject* v):
+    """keystr of one group-key value, or None when it makes the event skip the table
+    (absent, null, non-finite float, not a scalar)."""
+    if v == NULL:
+        return None
+    cdef PyTypeObject* t = Py_TYPE(v)
+    cdef double d
+    if t == &PyUnicode_Type:
+        return <object>v
+    if t == &PyBool_Type:
+        return "true" if v == Py_True else "false"
+    if t == &PyLong_Type:
+        return str(<object>v)
+    if t == &PyFloat_Type:
+        d = float_value(v)
+        return fmt_f64_debug(d) if isfinite(d) else None
+    value = <object>v
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return fmt_f64_debug(value) if isfinite(value) else None
+    return None
+
+
+cpdef object group_key(dict row, tuple key_fields):
+    """The canonical key string of ``row`` for ``key_fields`` (spec/wire.md §7.1), or None
+    when the event has no valid key. One key: its keystr unescaped; several: each keystr
+    with ``|`` escaped as ``%7C``, joined by ``|``; none (global table): ``""``."""
+    cdef Py_ssize_t n = len(key_fields)
+    if n == 0:
+        return ""
+    if n == 1:
+        return key_component(dict_get(row, key_fields[0]))
+    parts = []
+    for field in key_fields:
+        text = key_component(dict_get(row, field))
+        if text is None:
+            return None
+        parts.append((<str>text).replace("|", "%7C"))
+    return "|".join(parts)
+
+
+@cython.final
+cdef class TableKernel:  # attributes in table_kernel.pxd
+    """State of one table: ``keys`` (canonical key -> slot) and one column per feature.
+
+    ``features`` lists ``(name, column, where_index)``: ``where_index`` 0 means no where,
+    ``i`` means ``predicates[i - 1]``. Windowed core columns are put on shared bucket
+    arenas (ops_core.share_windows); the arenas, not those columns, then own slot storage.
+    ``cold_after_ms`` None disables the cold TTL; global tables never expire.
+    """
+
+    def __init__(self, tuple key_fields, list features, list predicates, object cold_after_ms):
+        self.keys = KeyMap()
+        self.key_fields = tuple(row_key(f) for f in key_fields)
+        self.preds = list(predicates)
+        self.npreds = len(self.preds)
+        self.set_cold_after(cold_after_ms)
+        self.by_name = {}
+        self.update_cols = []
+        where_of = []
+        for name, column, where_index in features:
+            if not isinstance(column, Column):
+                raise TypeError(f"feature {name!r}: {type(column).__name__} is not a Column")
+            if not 0 <= where_index <= self.npreds:
+                raise ValueError(f"feature {name!r}: where index {where_index} out of range")
+            self.by_name[name] = column
+            self.update_cols.append(column)
+            where_of.append(where_index)
+        self.names = tuple(sorted(self.by_name))
+        self.arenas = share_windows(self.update_cols)
+        in_arena = {id(m) for arena in self.arenas for m in arena.members}
+        self.feature_state = [c for c in self.update_cols if id(c) not in in_arena]
+        self.state_cols = self.feature_state + self.arenas
+        self.nupd = len(self.update_cols)
+        self.upd = <PyObject**>realloc(NULL, (self.nupd + 1) * sizeof(PyObject*))
+        self.upd_where = <int*>realloc(NULL, (self.nupd + 1) * sizeof(int))
+        self.verdict = <unsigned char*>realloc(NULL, self.npreds + 1)
+        if self.upd == NULL or self.upd_where == NULL or self.verdict == NULL:
+            raise MemoryError()
+        for i in range(self.nupd):
+            self.upd[i] = <PyObject*>self.update_cols[i]
+            self.upd_where[i] = where_of[i]
+        self.verdict[0] = True
+        self.touch = NULL
+        self.capacity = 0
+
+    def __dealloc__(self):
+        free(self.upd)
+        free(self.upd_where)
+        free(self.verdict)
+        free(self.touch)
+
+    def set_cold_after(self, object cold_after_ms) -> None:
+        """Change the cold TTL (a register may change it in place)."""
+        self.cold_after = -1 if cold_after_ms is None else cold_after_ms
+
+    # -- slots -----------------------------------------------------------------------------
+
+    cdef int grow(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = max(need, self.capacity + self.capacity // 4, 16)
+        cdef int64_t* grown
+        for col in self.state_cols:
+            (<Column>col).ensure(cap)
+        if self.key_fields:
+            grown = <int64_t*>realloc(self.touch, cap * sizeof(int64_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.touch = grown
+        self.capacity = cap
+        return 0
+
+    cpdef object key_of(self, dict row):
+        """The canonical key of a post-chain row, or None (skip the table)."""
+        return group_key(row, self.key_fields)
+
+    def __call__(self, dict row, int64_t now):
+        """``apply(row, now)``: a table without a chain is its own push function."""
+        return self.apply(row, now)
+
+    cdef void prefetch_key(self, dict row) noexcept:
+        """Ask for the key map's line of ``row``'s key (one str key field: the usual case)
+        ahead of ``apply``, so the lookups of the tables an event feeds overlap."""
+        cdef PyObject* value
+        if len(self.key_fields) == 1:
+            value = dict_get(row, self.key_fields[0])
+            if value != NULL and type(<object>value) is str:
+                self.keys.prefetch(<str>value)
+
+    cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2:
+        """Apply one post-chain row (§3 steps 2-5); the slot it reached, -1 if skipped."""
+        cdef Py_ssize_t slot = self.find(row, now)
+        if slot >= 0:
+            self.follow(slot)
+            self.touch_update(slot, row, now)
+        return slot
+
+    # apply() in three steps, so that the push pass can take an event through each step
+    # for all the tables it feeds before the next step: the cache misses of their state
+    # overlap (the state of an existing entity is likely out of cache).
+
+    cdef Py_ssize_t find(self, dict row, int64_t now) except -2:
+        """The slot of ``row``'s key, -1 if it has none; a new key gets the next slot (last
+        touched ``now``). For an existing one, every state column asks for its cell
+        (prefetch stage 0), and the last-touch line is asked for."""
+        key = group_key(row, self.key_fields)
+        if key is None:
+            return -1
+        cdef Py_ssize_t slot = self.keys.lookup(<str>key)
+        if slot < 0:
+            slot = len(self.keys.names)
+            if slot >= self.capacity:
+                self.grow(slot + 1)
+            self.keys.insert(<str>key)
+            if self.touch != NULL:
+                self.touch[slot] = now
+            return slot
+        for col in self.state_cols:
+            (<Column>col).prefetch(slot, 0)
+        if self.touch != NULL:
+            prefetch_line(&self.touch[slot])
+        return slot
+
+    cdef void follow(self, Py_ssize_t slot) noexcept:
+        """Every state column asks for what its cell of ``slot`` points to (stage 1)."""
+        for col in self.state_cols:
+            (<Column>col).prefetch(slot, 1)
+
+    cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1:
+        """The cold TTL (a slot idle longer starts empty again), the last touch, then
+        :meth:`update`."""
+        if self.touch != NULL:
+            if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
+                self.clear(slot)
+                self.cold_evictions += 1
+            self.touch[slot] = now
+        return self.update(slot, row, now)
+
+    cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1:
+        """Feed one event to every column of ``slot``: each distinct where runs once."""
+        cdef Py_ssize_t i
+        cdef unsigned char* verdict = self.verdict
+        if slot >= self.capacity:
+            self.grow(slot + 1)
+        for i in range(self.npreds):
+            verdict[i + 1] = self.preds[i](row) is True
+        for i in range(self.nupd):
+            (<Column>self.upd[i]).update(slot, row, verdict[self.upd_where[i]], now)
+        return 0
+
+    cpdef int clear(self, Py_ssize_t slot) except -1:
+        """Put every feature of ``slot`` back to its empty state."""
+        for col in self.state_cols:
+            (<Column>col).clear(slot)
+        return 0
+
+    def read(self, Py_ssize_t slot, int64_t T, names=None) -> dict:
+        """``{name: value}`` of ``slot`` at query time ``T`` for ``names`` (all features
+        in sorted order when None); names must be features of this table."""
+        out = {}
+        for name in (self.names if names is None else names):
+            out[name] = (<Column>self.by_name[name]).read(slot, T)
+        return out
+
+    def read_json(self, Py_ssize_t slot, int64_t T, names=None) -> dict:
+        """What ``read`` answers, for a JSON reply: a big map-valued feature may be its JSON
+        text already (msgspec.Raw, Column.json_value)."""
+        out = {}
+        for name in (self.names if names is None else names):
+            out[name] = (<Column>self.by_name[name]).json_value(slot, T)
+        return out
+
+    def read_msgpack(self, Py_ssize_t slot, int64_t T, names=None) -> bytes:
+        """What ``read`` answers, as the MessagePack bytes the reply encoder gives it (a
+        map, its keys in the order of ``names``), written from the columns."""
+        cdef Writer out = Writer(NULL, 0, 0)
+        chosen = self.names if names is None else names
+        try:
+            put_map_header(&out, len(chosen))
+            for name in chosen:
+                put_str(&out, name)
+                (<Column>self.by_name[name]).put_msgpack(&out, slot, T)
+            return as_bytes(&out)
+        finally:
+            release(&out)
+
+    def column(self, str name):
+        """The column of feature ``name``."""
+        return self.by_name[name]
+
+    @property
+    def entity_count(self) -> int:
+        return len(self.keys)
+
+    @property
+    def bucket_reclaims(self) -> int:
+        """Bucket evictions caused by the 64-bucket cap, summed over this table's columns
+        (a column reports them through an optional ``bucket_reclaims`` attribute)."""
+        return sum(getattr(col, "bucket_reclaims", 0) for col in self.state_cols)
+
+    def last_touch(self, Py_ssize_t slot) -> int | None:
+        """The ``now`` of the latest event that reached ``slot`` (None for global tables)."""
+        if self.touch == NULL or slot >= len(self.keys):
+            return None
+        return self.touch[slot]
+
+    def nbytes(self) -> int:
+        """Bytes of the malloc'd buffers of this table (touch, core columns and arenas);
+        other columns are counted when they expose ``nbytes()``."""
+        total = self.capacity * sizeof(int64_t) if self.touch != NULL else 0
+        total += self.keys.nbytes()
+        for col in self.state_cols:
+            measure = getattr(col, "nbytes", None)
+            if measure is not None:
+                total += measure()
+        return total
+
+    # -- transitions and snapshots ---------------------------------------------------------
+
+    def adopt(self, TableKernel previous) -> None:
+        """Take over the entities of ``previous`` (same key columns): keys, last-touch
+        times, counters; columns of this kernel get storage for every existing slot."""
+        self.keys = previous.keys
+        self.cold_evictions = previous.cold_evictions
+        if previous.capacity:
+            self.grow(previous.capacity)
+            if self.touch != NULL and previous.touch != NULL:
+                memcpy(self.touch, previous.touch, previous.capacity * sizeof(int64_t))
+
+    def dump(self) -> dict:
+        """State of every entity as plain data (column.pxd): keys in slot order, last-touch
+        times (int64 per slot, empty for global tables), the state of each column that owns
+        storage (by feature name) and of each bucket arena."""
+        cdef Py_ssize_t n = len(self.keys.names)
+        keys = list(self.keys.names)
+        touch = b""
+        if self.touch != NULL and n:
+            touch = (<char*>self.touch)[:n * sizeof(int64_t)]
+        return {
+            "keys": keys,
+            "touch": touch,
+            "columns": {col.name: col.dump(n) for col in self.feature_state},
+            "arenas": [arena.dump(n) for arena in self.arenas],
+        }
+
+    def load(self, object state) -> None:
+        """Replace all entities by a ``dump()`` of a kernel built from the same spec.
+
+        The state comes from a snapshot file: anything that does not fit this kernel raises
+        ValueError, and the kernel is then left without entities."""
+        cdef dict d = state_dict(state, "table")
+        cdef list keys = state_list(d.get("keys"), -1, "table keys")
+        cdef Py_ssize_t n = len(keys)
+        cdef bytes touch = state_buffer(d.get("touch"),
+                                        n * sizeof(int64_t) if self.key_fields else 0,
+                                        "table last-touch times")
+        cdef dict columns = state_dict(d.get("columns"), "table columns")
+        cdef list arenas = state_list(d.get("arenas"), len(self.arenas), "table bucket arenas")
+        if not self.key_fields and keys != [] and keys != [""]:
+            raise ValueError(f"snapshot keys {keys!r} of a global table")
+        try:
+            slots = KeyMap.from_keys(keys)
+        except ValueError as exc:  # a key that is not a str, or repeats
+            raise ValueError(f"snapshot {exc}") from None
+        owned = {}
+        for col in self.feature_state:
+            owned[(<Column>col).name] = col
+        if set(columns) != set(owned):
+            raise ValueError(f"snapshot columns {sorted(map(str, columns))} do not match "
+                             f"{sorted(owned)}")
+        by_window = {}
+        for arena_state in arenas:
+            window = state_dict(arena_state, "bucket arena").get("window_ms")
+            arena = None
+            for candidate in self.arenas:
+                if candidate.window == window and type(window) is int:
+                    arena = candidate
+            if arena is None or window in by_window:
+                raise ValueError(f"snapshot bucket arena of {window!r} ms does not match")
+            by_window[window] = (arena, arena_state)
+        if n > self.capacity:
+            self.grow(n)
+        for col in self.state_cols:
+            for slot in range(self.capacity):
+                (<Column>col).clear(slot)
+        self.keys = slots
+        try:
+            if self.touch != NULL and n:
+                memcpy(self.touch, <const char*>touch, n * sizeof(int64_t))
+            for name, col_state in columns.items():
+                (<Column>owned[name]).load(col_state, n)
+            for arena, arena_state in by_window.values():
+                (<Column>arena).load(arena_state, n)
+        except BaseException:
+            self.keys = KeyMap()
+            for col in self.state_cols:
+                for slot in range(self.capacity):
+                    (<Column>col).clear(slot)
+            raise

@@ -1,9 +1,0 @@
-"""Type stub of sketch_base.pyx: what the sketch operators share."""
-
-from beava._fast.block_column import BlockColumn
-
-def counters() -> dict[str, int]: ...
-
-class SketchColumn(BlockColumn):
-    def slot_bytes(self, slot: int) -> int: ...
-    def bucket_epochs(self, slot: int) -> list[int]: ...

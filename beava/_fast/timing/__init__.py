@@ -1,0 +1,1 @@
+"""Clocks read in C and duration histograms."""

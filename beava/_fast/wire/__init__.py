@@ -1,0 +1,1 @@
+"""Bytes in and out of the wire: frames, msgpack and JSON replies, number text."""

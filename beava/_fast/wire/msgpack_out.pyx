@@ -1,0 +1,184 @@
+# cython: language_level=3
+"""MessagePack written straight onto the end of a growing buffer: the read fast path writes a
+feature row from its columns without building the row's Python objects first
+(spec/wire.md §7, docs/architecture.md).
+
+The bytes are the ones the reply encoder gives the same values (``messages.encode_msgpack``
+after ``finite_or_none``): integers in their smallest form, floats as float64, a non-finite
+float as nil, text as fixstr / str8 / str16 / str32, arrays and maps with the smallest
+header. A value of any other type (a map, a tuple, an integer beyond int64) is handed to
+that encoder and its bytes appended: a map's keys are sorted there, as in every reply.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.math cimport isfinite
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+import msgspec
+
+from beava._fast.wire.reply_values import finite_or_none
+
+
+cdef extern from "Python.h":
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+
+cdef object _encode_sorted = msgspec.msgpack.Encoder(order="sorted").encode
+
+
+DEF FIRST_CAP = 1024
+
+
+cdef inline uint8_t* _room(Writer* out, Py_ssize_t n) except NULL:
+    """``n`` more bytes at the end of ``out`` (the allocation at least doubles when it
+    grows); where they begin."""
+    cdef Py_ssize_t size = out.size
+    cdef Py_ssize_t cap
+    cdef char* grown
+    if size + n > out.cap:
+        cap = out.cap * 2 if out.cap else FIRST_CAP
+        while cap < size + n:
+            cap *= 2
+        grown = <char*>realloc(out.data, cap)
+        if grown == NULL:
+            raise MemoryError()
+        out.data = grown
+        out.cap = cap
+    out.size = size + n
+    return <uint8_t*>out.data + size
+
+
+cdef bytes as_bytes(Writer* out):
+    return PyBytes_FromStringAndSize(out.data, out.size)
+
+
+cdef void release(Writer* out) noexcept:
+    free(out.data)
+    out.data = NULL
+    out.size = out.cap = 0
+
+
+cdef inline void _big_endian(uint8_t* p, uint64_t v, int nbytes) noexcept:
+    cdef int i
+    for i in range(nbytes):
+        p[i] = <uint8_t>(v >> (8 * (nbytes - 1 - i)))
+
+
+cdef inline int _tagged(Writer* out, uint8_t tag, uint64_t v, int nbytes) except -1:
+    cdef uint8_t* p = _room(out, 1 + nbytes)
+    p[0] = tag
+    _big_endian(p + 1, v, nbytes)
+    return 0
+
+
+cdef int put_nil(Writer* out) except -1:
+    _room(out, 1)[0] = 0xc0
+    return 0
+
+
+cdef int put_int(Writer* out, int64_t v) except -1:
+    cdef int k  # the width of a tagged integer: 1 << k bytes
+    if -32 <= v < 0x80:  # positive and negative fixint
+        _room(out, 1)[0] = <uint8_t>v
+        return 0
+    if v >= 0:  # uint 8 / 16 / 32 / 64
+        k = 0 if v <= 0xff else (1 if v <= 0xffff else (2 if v <= 0xffffffff else 3))
+        return _tagged(out, 0xcc + k, <uint64_t>v, 1 << k)
+    # int 8 / 16 / 32 / 64
+    k = 0 if v >= -0x80 else (1 if v >= -0x8000 else (2 if v >= -0x80000000 else 3))
+    return _tagged(out, 0xd0 + k, <uint64_t>v, 1 << k)
+
+
+cdef int put_double(Writer* out, double x) except -1:
+    cdef uint64_t bits
+    if not isfinite(x):
+        return put_nil(out)
+    memcpy(&bits, &x, 8)
+    return _tagged(out, 0xcb, bits, 8)
+
+
+cdef int put_str(Writer* out, str s) except -1:
+    cdef Py_ssize_t n
+    cdef const char* text = PyUnicode_AsUTF8AndSize(s, &n)
+    cdef uint8_t* p
+    if n < 32:
+        p = _room(out, 1 + n)
+        p[0] = <uint8_t>(0xa0 | n)
+        memcpy(p + 1, text, n)
+        return 0
+    if n <= 0xff:
+        _tagged(out, 0xd9, <uint64_t>n, 1)
+    elif n <= 0xffff:
+        _tagged(out, 0xda, <uint64_t>n, 2)
+    else:
+        _tagged(out, 0xdb, <uint64_t>n, 4)
+    memcpy(_room(out, n), text, n)
+    return 0
+
+
+cdef inline int _header(Writer* out, uint8_t fix, uint8_t tag16, Py_ssize_t n) except -1:
+    if n < 16:
+        _room(out, 1)[0] = <uint8_t>(fix | n)
+    elif n <= 0xffff:
+        _tagged(out, tag16, <uint64_t>n, 2)
+    else:
+        _tagged(out, tag16 + 1, <uint64_t>n, 4)
+    return 0
+
+
+cdef int put_map_header(Writer* out, Py_ssize_t n) except -1:
+    return _header(out, 0x80, 0xde, n)
+
+
+cdef int put_array_header(Writer* out, Py_ssize_t n) except -1:
+    return _header(out, 0x90, 0xdc, n)
+
+
+cdef int put_raw(Writer* out, const char* data, Py_ssize_t n) except -1:
+    """Append ``n`` bytes that are MessagePack already."""
+    memcpy(_room(out, n), data, n)
+    return 0
+
+
+cdef int put_value(Writer* out, object value) except -1:
+    """Append ``value`` as the reply encoder would (module docstring)."""
+    cdef int overflow
+    cdef long long v
+    cdef Py_ssize_t i, n
+    cdef object kind = type(value)
+    if value is None:
+        return put_nil(out)
+    if kind is bool:
+        _room(out, 1)[0] = 0xc3 if value else 0xc2
+        return 0
+    if kind is int:
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow:
+            return put_int(out, v)
+    elif kind is float:
+        return put_double(out, PyFloat_AS_DOUBLE(value))
+    elif kind is str:
+        return put_str(out, <str>value)
+    elif kind is list:
+        n = PyList_GET_SIZE(value)
+        put_array_header(out, n)
+        for i in range(n):
+            put_value(out, <object>PyList_GET_ITEM(value, i))
+        return 0
+    cdef bytes encoded = _encode_sorted(finite_or_none(value))
+    return put_raw(out, encoded, len(encoded))
+
+
+def packb(value) -> bytes:
+    """``value``'s bytes as :func:`put_value` appends them (Python-level access for tests)."""
+    cdef Writer out = Writer(NULL, 0, 0)
+    try:
+        put_value(&out, value)
+        return as_bytes(&out)
+    finally:
+        release(&out)
