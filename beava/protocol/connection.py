@@ -147,6 +147,13 @@ class ServerConnection(asyncio.Protocol, ABC):
                           message=f"incomplete requests already hold {self.state.buffered} "
                                   f"of the server's {limit} bytes for them; retry later")
 
+    @property
+    def data_plane(self) -> bool:
+        """A data-plane connection (HTTP, framed TCP), not the admin sidecar's: counted
+        against connections.max, timed out, and not read while the intake gate is shut (the
+        sidecar keeps answering /health and /metrics during WAL backpressure)."""
+        return self._limited
+
     def handshake_ended(self, waiter: asyncio.Future[None]) -> None:
         """TLS: the handshake is over; unless it made this connection, it is gone."""
         if not waiter.cancelled():
@@ -159,7 +166,7 @@ class ServerConnection(asyncio.Protocol, ABC):
         state = self.state
         state.connections.add(self)
         self._last_read = time.monotonic()
-        if state.intake.shut:
+        if state.intake.shut and self.data_plane:
             self.reads.pause(INTAKE)
         self.reads.attach(transport)  # type: ignore[arg-type]
         if not self.admit():

@@ -56,8 +56,8 @@ class NoAcks:
 
 class IntakeGate:
     """Durability backpressure (spec/durability.md §6.5): while shut, no client socket of
-    the server is read (the ``INTAKE`` reason of each connection's read gate); requests
-    already read are still answered."""
+    the data plane is read (the ``INTAKE`` reason of each connection's read gate); requests
+    already read are still answered, and the admin sidecar is read as ever."""
 
     def __init__(self, connections: set[ServerConnection]) -> None:
         self._connections = connections
@@ -66,6 +66,8 @@ class IntakeGate:
     def set(self, shut: bool) -> None:
         self.shut = shut
         for conn in list(self._connections):
+            if not conn.data_plane:
+                continue
             if shut:
                 conn.reads.pause(INTAKE)
             else:

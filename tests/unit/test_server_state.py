@@ -171,3 +171,28 @@ def test_a_connection_accepted_while_the_intake_is_shut_is_not_read_under_uvloop
     early, late = uvloop.run(main())
     assert early == b""
     assert late.endswith(b"<reply>")
+
+
+async def test_the_intake_gate_holds_the_data_plane_not_the_admin_sidecar() -> None:
+    """During WAL backpressure /health and /metrics still answer: the gate pauses data-plane
+    connections only, those open when it shuts and those accepted while it is shut."""
+    from beava.protocol.http import HttpProtocol
+
+    state = ServerState()
+
+    def admin() -> tuple[HttpProtocol, FakeTransport]:
+        conn = HttpProtocol(lambda request: b"", lambda err: b"", state, limited=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        return conn, transport
+
+    dispatch = FrameDispatch(_pending_pushes()[0])
+    _, data = _connect(dispatch, state)
+    _, sidecar = admin()
+    state.intake.set(True)
+    _, late_sidecar = admin()
+    _, late_data = _connect(dispatch, state)
+    assert (data.reading, late_data.reading) == (False, False)
+    assert sidecar.reading and late_sidecar.reading
+    state.intake.set(False)
+    assert data.reading and late_data.reading and sidecar.reading
