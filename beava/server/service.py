@@ -25,6 +25,7 @@ both transports. The others have a handler per transport here, for their shapes 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -211,80 +212,81 @@ class _MsgpackEntries:
         return _MsgpackEntries(self._payload, self._raws)
 
 
-class _SlicedBatch:
-    """A BATCH_GET that did not finish in its first slice: one slice per loop iteration
-    until its reply slot is filled. A registry change between slices starts it over (the
+class _Sliced(ABC):
+    """A request that did not finish in its first slice: one slice per loop iteration
+    until its reply slot is filled (docs/limits.md). ``_slice`` runs one and returns the
+    reply once the work is done, None while work is left."""
+
+    __slots__ = ("service", "slot", "failed", "done")
+
+    def __init__(self, service: Service, slot: PendingReply,
+                 failed: Callable[[Exception], bytes]) -> None:
+        self.service = service
+        self.slot = slot
+        self.failed = failed
+        self.done = False
+
+    @abstractmethod
+    def _slice(self, deadline: float | None) -> bytes | None: ...
+
+    def step(self, finish: bool = False) -> None:
+        if self.done:
+            return
+        try:
+            reply = self._slice(None if finish else perf_counter() + BATCH_SLICE_SECONDS)
+            if reply is None:
+                asyncio.get_running_loop().call_soon(self.step)
+                return
+        except Exception as exc:  # answered like an unsliced failure
+            reply = self.failed(exc)
+        self.done = True
+        self.service.sliced.discard(self)
+        slot = self.slot
+        slot.resolve(reply)
+        if slot.conn is not None:
+            slot.conn.state.flush_dirty()
+
+
+class _SlicedBatch(_Sliced):
+    """A BATCH_GET served in slices. A registry change between slices starts it over (the
     answer reflects one registry version; pushes applied between slices may show)."""
 
-    __slots__ = ("service", "job", "version", "slot", "answer", "failed", "done")
+    __slots__ = ("job", "version", "answer")
 
     def __init__(self, service: Service, job: reads.BatchGet, slot: PendingReply,
                  answer: Callable[[bytes], bytes],
                  failed: Callable[[Exception], bytes]) -> None:
-        self.service = service
+        super().__init__(service, slot, failed)
         self.job = job
         self.version = service.store.registry_version
-        self.slot = slot
         self.answer = answer
-        self.failed = failed
-        self.done = False
 
-    def step(self, finish: bool = False) -> None:
-        if self.done:
-            return
+    def _slice(self, deadline: float | None) -> bytes | None:
         store = self.service.store
-        try:
-            if store.registry_version != self.version:
-                self.version = store.registry_version
-                self.job = self.job.restarted(store.query_time(), store.registry)
-            if not self.job.run(None if finish else perf_counter() + BATCH_SLICE_SECONDS):
-                asyncio.get_running_loop().call_soon(self.step)
-                return
-            self.service._log_aliases(self.job.aliases)
-            reply = self.answer(self.job.reply)
-        except Exception as exc:  # answered like an unsliced failure
-            reply = self.failed(exc)
-        self.done = True
-        self.service.sliced.discard(self)
-        slot = self.slot
-        slot.resolve(reply)
-        if slot.conn is not None:
-            slot.conn.state.flush_dirty()
+        if store.registry_version != self.version:
+            self.version = store.registry_version
+            self.job = self.job.restarted(store.query_time(), store.registry)
+        if not self.job.run(deadline):
+            return None
+        self.service._log_aliases(self.job.aliases)
+        return self.answer(self.job.reply)
 
 
-class _SlicedCommit:
-    """A backfill commit that did not finish in its first slice: one slice per loop
-    iteration until its reply slot is filled (docs/limits.md)."""
+class _SlicedCommit(_Sliced):
+    """A backfill commit served in slices."""
 
-    __slots__ = ("service", "commit", "slot", "answer", "failed", "done")
+    __slots__ = ("commit", "answer")
 
     def __init__(self, service: Service, commit: Commit, slot: PendingReply,
                  answer: Callable[[dict[str, Any]], bytes],
                  failed: Callable[[Exception], bytes]) -> None:
-        self.service = service
+        super().__init__(service, slot, failed)
         self.commit = commit
-        self.slot = slot
         self.answer = answer
-        self.failed = failed
-        self.done = False
 
-    def step(self, finish: bool = False) -> None:
-        if self.done:
-            return
-        try:
-            body = self.commit.run(None if finish else perf_counter() + BATCH_SLICE_SECONDS)
-            if body is None:
-                asyncio.get_running_loop().call_soon(self.step)
-                return
-            reply = self.answer(body)
-        except Exception as exc:  # answered like an unsliced failure
-            reply = self.failed(exc)
-        self.done = True
-        self.service.sliced.discard(self)
-        slot = self.slot
-        slot.resolve(reply)
-        if slot.conn is not None:
-            slot.conn.state.flush_dirty()
+    def _slice(self, deadline: float | None) -> bytes | None:
+        body = self.commit.run(deadline)
+        return None if body is None else self.answer(body)
 
 
 class Service:
@@ -296,7 +298,7 @@ class Service:
         self.store = store
         self.test_mode = test_mode
         # BATCH_GETs and backfill commits being served in slices
-        self.sliced: set[_SlicedBatch | _SlicedCommit] = set()
+        self.sliced: set[_Sliced] = set()
         self.on_reset = on_reset
         self.on_alias = on_alias
         # framed-TCP runs of pushes and PUSH_MANY bodies in C; what it does not take goes
