@@ -386,15 +386,20 @@ def Notes(n: Note) -> bv.Table:
 NOTE_NODES: list[dict[str, Any]] = compile_register_payload(Note, Notes)["nodes"]
 
 
+def notes_state(users: int) -> bytes:
+    """The dumped state of Notes holding one note for each of ``users`` users."""
+    store = FeatureStore(memory_governance_enforce=False)
+    assert store.register(json.dumps({"nodes": NOTE_NODES}).encode())[0] == 200
+    for i in range(users):
+        store.push("Note", {"user_id": f"user-{i}", "body": f"note {i}"})
+    return msgspec.msgpack.encode(store.table("Notes").dump())
+
+
 def test_a_large_commit_is_served_in_slices(durable: BeavaProcess) -> None:
     """Another client's PING is answered while a commit of 300,000 entities is still being
     decoded (it used to wait for the whole commit)."""
-    store = FeatureStore(memory_governance_enforce=False)
-    assert store.register(json.dumps({"nodes": NOTE_NODES}).encode())[0] == 200
     users = 300_000
-    for i in range(users):
-        store.push("Note", {"user_id": f"user-{i}", "body": f"note {i}"})
-    data = msgspec.msgpack.encode(store.table("Notes").dump())
+    data = notes_state(users)
     with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
         c.register({"nodes": NOTE_NODES})
         committer = FrameConn(durable.tcp, timeout=60)
@@ -420,12 +425,8 @@ def test_pushes_during_a_sliced_commit_reach_the_installed_table(
         durable: BeavaProcess) -> None:
     """Pushes accepted while the commit compares entities a slice at a time are applied to
     the new state before it is swapped in (and counted), whichever step they fall in."""
-    store = FeatureStore(memory_governance_enforce=False)
-    assert store.register(json.dumps({"nodes": NOTE_NODES}).encode())[0] == 200
     users = 200_000
-    for i in range(users):
-        store.push("Note", {"user_id": f"user-{i}", "body": f"note {i}"})
-    data = msgspec.msgpack.encode(store.table("Notes").dump())
+    data = notes_state(users)
     with client_for_url(f"tcp://{durable.addrs['tcp']}") as c:
         c.register({"nodes": NOTE_NODES})
         committer = FrameConn(durable.tcp, timeout=60)
