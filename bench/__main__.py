@@ -77,6 +77,9 @@ def main() -> None:
     cmp.add_argument("--depth", type=int, default=1024)
     cmp.add_argument("--chart", metavar="PNG", help="write a chart (needs matplotlib)")
     cmp.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
+    cmp.add_argument("--perf", action="store_true",
+                     help="profile the server with perf over each timed window: its CPU "
+                          "shares in libpython and the allocator, its busiest symbols")
     soak = sub.add_parser("soak", help="mixed load on a strict-WAL server SIGKILLed and "
                                        "restarted every few seconds, a full WAL disk once; "
                                        "every acknowledged push checked after each restart")
@@ -161,7 +164,7 @@ def main() -> None:
             compare.main(args.reference, args.workloads, args.modes, rounds=args.rounds,
                          seconds=args.seconds, samples=args.samples,
                          connections=args.connections, depth=args.depth,
-                         chart_path=args.chart, json_path=args.json)
+                         chart_path=args.chart, json_path=args.json, perf=args.perf)
         except ValueError as exc:
             parser.error(str(exc))
     elif args.what == "soak":

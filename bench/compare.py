@@ -10,7 +10,10 @@ both sides alike) and measured the same way:
   ``bench push`` (``--connections`` x ``--depth`` in flight, MessagePack);
 - server CPU over that timed window only: user + system time of the server process, every
   thread (``bench.process_usage.cpu_seconds``), divided by the events acknowledged in the
-  window;
+  window; also split into user and system time (``/proc/<pid>/stat``, 10 ms ticks);
+- with ``--perf``: ``perf record`` attached to the server over the same window
+  (``bench.server_profile``): the shares of its CPU in libpython and in the C library's
+  allocator, and its busiest symbols;
 - GET p50/p99 for one key, idle and then under the same push load (``bench.get_sampler``,
   as ``bench latency`` does).
 
@@ -19,9 +22,10 @@ default: a push is acknowledged after fsync) against the reference's own default
 settings, plus this server in periodic mode as an extra row against the same reference
 runs. Periodic snapshots are pushed out of the measured window on both (one hour).
 
-Figures are medians over the rounds without an error; ``ours/ref`` is the median of the
-per-round ratios. A run with error replies, a rejected payload or a failure is flagged and
-left out of the medians, never averaged in.
+The machine (CPU model, cores, cache sizes: ``bench.machine``) is printed above the
+figures and written with them. Figures are medians over the rounds without an error;
+``ours/ref`` is the median of the per-round ratios. A run with error replies, a rejected
+payload or a failure is flagged and left out of the medians, never averaged in.
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from beava.launcher import ServerProcess, installed_server_command, split_addr
-from bench import loadgen, workloads
+from bench import loadgen, machine, server_profile, workloads
 from bench.engine_bench import sample_get_latencies
-from bench.process_usage import cpu_seconds
+from bench.process_usage import cpu_seconds, user_system_seconds
 
 REFERENCE_ENV = "BEAVA_REFERENCE_BINARY"
 WORKLOADS = ("small", "large-with-sketches", "fraud-team")
@@ -90,11 +94,18 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     # (Run attribute, column heading, format)
     ("events_per_s", "events/s", ",.0f"),
     ("cpu_us_per_event", "CPU us/ev", ".2f"),
+    ("user_us_per_event", "user us/ev", ".2f"),
+    ("sys_us_per_event", "sys us/ev", ".2f"),
     ("server_cores", "srv cores", ".2f"),
     ("get_idle_p50_ms", "GET idle p50", ".3f"),
     ("get_idle_p99_ms", "GET idle p99", ".3f"),
     ("get_load_p50_ms", "GET load p50", ".2f"),
     ("get_load_p99_ms", "GET load p99", ".2f"),
+)
+# Shown with --perf: (Run attribute, column heading, format)
+PROFILE_FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("libpython_share", "libpython", ".1%"),
+    ("allocator_share", "allocator", ".1%"),
 )
 
 
@@ -106,6 +117,8 @@ class Run:
     round: int
     events_per_s: float = 0.0
     cpu_us_per_event: float = 0.0
+    user_us_per_event: float = 0.0
+    sys_us_per_event: float = 0.0
     server_cores: float = 0.0
     """Server CPU seconds per wall-clock second over the timed window."""
     get_idle_p50_ms: float = 0.0
@@ -117,6 +130,13 @@ class Run:
     errors: int = 0
     """Error replies among ``replies``."""
     data_bytes: int = 0
+    libpython_share: float = 0.0
+    """With --perf: the share of the server's CPU samples in libpython (0..1)."""
+    allocator_share: float = 0.0
+    """With --perf: the share in the C library's allocator."""
+    profile_samples: int = 0
+    top_symbols: list[tuple[float, str, str]] = field(default_factory=list)
+    """With --perf: (share, shared object, symbol) of the busiest symbols."""
     """Bytes in the data directory (WAL) when the server stopped; 0 in memory mode."""
     failure: str = ""
     """Why the run has no figures or bad ones: a rejected payload, the first error reply,
@@ -204,22 +224,41 @@ def register(http_addr: str, payload: dict[str, Any]) -> str:
     return ""
 
 
+@dataclass
+class Window:
+    """What the server used over a timed window: CPU seconds per wall-clock second, in all
+    and split into user and system time, and its profile (with --perf)."""
+
+    cores: float
+    user_cores: float
+    sys_cores: float
+    profile: server_profile.Profile | None
+
+
 async def timed_blast(addr: tuple[str, int], frames: list[bytes], pid: int, *, seconds: float,
-                      connections: int, depth: int) -> tuple[loadgen.BlastResult, float]:
-    """Push for ``seconds``; the result and the server's CPU seconds per wall-clock second
-    over the same window."""
+                      connections: int, depth: int,
+                      perf: bool) -> tuple[loadgen.BlastResult, Window]:
+    """Push for ``seconds``; the result and what the server used over the same window."""
+    recording = server_profile.Recording(pid) if perf else None
+    if recording is not None:
+        recording.start()
+    user0, sys0 = user_system_seconds(pid)
     cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
     task = asyncio.ensure_future(loadgen.blast(addr, frames, connections=connections,
                                                depth=depth, seconds=seconds))
     await asyncio.sleep(seconds)
     cpu1, wall1 = cpu_seconds(pid), time.perf_counter()
+    user1, sys1 = user_system_seconds(pid)
+    profile = recording.stop() if recording is not None else None
     result = await task
-    return result, (cpu1 - cpu0) / (wall1 - wall0)
+    wall = wall1 - wall0
+    return result, Window((cpu1 - cpu0) / wall, (user1 - user0) / wall, (sys1 - sys0) / wall,
+                          profile)
 
 
 def measure(setup: Setup, wl: workloads.Workload, frames: list[bytes], key: str, *,
             reference: str, rnd: int, seconds: float, samples: int, connections: int,
-            depth: int) -> Run:
+            depth: int, perf: bool = False) -> Run:
     run = Run(wl.name, setup.side, setup.mode, rnd)
     data_dir = None if setup.mode == "memory" else tempfile.mkdtemp(prefix="beava-compare-")
     server: ServerProcess | None = None
@@ -232,16 +271,25 @@ def measure(setup: Setup, wl: workloads.Workload, frames: list[bytes], key: str,
         addr = split_addr(server.addrs["tcp"])
         warm = asyncio.run(loadgen.blast(addr, frames, connections=connections, depth=depth,
                                          seconds=WARM_UP_S))
-        timed, cores = asyncio.run(timed_blast(addr, frames, server.pid, seconds=seconds,
-                                               connections=connections, depth=depth))
+        timed, window = asyncio.run(timed_blast(addr, frames, server.pid, seconds=seconds,
+                                                connections=connections, depth=depth,
+                                                perf=perf))
         for result in (warm, timed):
             run.replies += result.replies
             run.errors += result.errors
             if result.errors and not run.failure:
                 run.failure = f"error reply: {result.first_error[:200]!r}"
         run.events_per_s = timed.rate
-        run.server_cores = cores
-        run.cpu_us_per_event = cores / timed.rate * 1e6 if timed.rate else 0.0
+        run.server_cores = window.cores
+        if timed.rate:
+            run.cpu_us_per_event = window.cores / timed.rate * 1e6
+            run.user_us_per_event = window.user_cores / timed.rate * 1e6
+            run.sys_us_per_event = window.sys_cores / timed.rate * 1e6
+        if window.profile is not None:
+            run.libpython_share = window.profile.libpython
+            run.allocator_share = window.profile.allocator
+            run.profile_samples = window.profile.samples
+            run.top_symbols = window.profile.top
         lat = sample_get_latencies(addr, wl.first_table(), key, frames, samples=samples,
                                    connections=connections, depth=depth)
         run.replies += lat.push_replies
@@ -300,7 +348,7 @@ class Comparison:
 
 
 def compare(reference: str, names: Sequence[str], modes: Sequence[str], *, rounds: int,
-            seconds: float, samples: int, connections: int, depth: int,
+            seconds: float, samples: int, connections: int, depth: int, perf: bool = False,
             log: bool = True) -> tuple[list[Comparison], list[Run]]:
     loaded = {name: workloads.load(name) for name in names}
     prepared = {}
@@ -315,12 +363,14 @@ def compare(reference: str, names: Sequence[str], modes: Sequence[str], *, round
                 for setup in RUN_ORDER[mode]:
                     run = measure(setup, wl, frames, key, reference=reference, rnd=rnd,
                                   seconds=seconds, samples=samples, connections=connections,
-                                  depth=depth)
+                                  depth=depth, perf=perf)
                     runs.append(run)
                     if log:
                         print(f"  round {rnd} {name:<20} {setup.label:<14} "
                               f"{run.events_per_s:>10,.0f} ev/s {run.cpu_us_per_event:7.2f} "
                               f"us/ev  GET load p99 {run.get_load_p99_ms:6.2f} ms"
+                              + (f"  libpython {run.libpython_share:.1%} allocator "
+                                 f"{run.allocator_share:.1%}" if perf else "")
                               + (f"  !! {run.failure.splitlines()[0][:200]}" if run.failure
                                  else ""), flush=True)
     rows = []
@@ -338,17 +388,18 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def print_table(rows: list[Comparison]) -> None:
-    heads = [head for _, head, _ in FIGURES]
+def print_table(rows: list[Comparison], perf: bool = False) -> None:
+    figures = FIGURES + PROFILE_FIGURES if perf else FIGURES
+    heads = [head for _, head, _ in figures]
     print("events/s: higher is better; CPU us per event (srv cores: server CPU seconds per "
           "second) and GET latencies (ms): lower is better")
     print(f"{'workload':<20}{'mode':<34}{'side':<9}"
           + "".join(f"{h:>13}" for h in heads) + "  notes")
     for row in rows:
         for side in ("ours", "ref"):
-            cells = "".join(f"{_cell(row.median(side, fig), fmt):>13}" for fig, _, fmt in FIGURES)
+            cells = "".join(f"{_cell(row.median(side, fig), fmt):>13}" for fig, _, fmt in figures)
             print(f"{row.workload:<20}{row.mode:<34}{side:<9}{cells}  {row.flags(side)}")
-        cells = "".join(f"{_cell(row.ratio(fig), '.2f'):>13}" for fig, _, _ in FIGURES)
+        cells = "".join(f"{_cell(row.ratio(fig), '.2f'):>13}" for fig, _, _ in figures)
         print(f"{row.workload:<20}{row.mode:<34}{'ours/ref':<9}{cells}")
     failures = [(r, run) for r in rows for run in (*r.ours, *r.ref) if not run.ok]
     seen = set()
@@ -359,6 +410,24 @@ def print_table(rows: list[Comparison]) -> None:
         seen.add(key)
         print(f"!! {run.workload} {run.side} {run.mode} round {run.round}: "
               f"{run.errors} error replies of {run.replies}; {run.failure}")
+    if perf:
+        print_profiles(rows)
+
+
+def print_profiles(rows: list[Comparison]) -> None:
+    """The busiest symbols of each workload and setup (its first profiled run)."""
+    shown = set()
+    for row in rows:
+        for run in (*row.ours, *row.ref):
+            key = (run.workload, run.side, run.mode)
+            if key in shown or not run.top_symbols:
+                continue
+            shown.add(key)
+            print(f"\n{run.workload} {run.side} {run.mode} (round {run.round}, "
+                  f"{run.profile_samples:,} samples): libpython {run.libpython_share:.1%}, "
+                  f"allocator {run.allocator_share:.1%}")
+            for share, dso, symbol in run.top_symbols:
+                print(f"  {share:6.1%}  {dso[:28]:<28}  {symbol[:90]}")
 
 
 def chart(rows: list[Comparison], path: str, title: str) -> None:
@@ -396,26 +465,31 @@ def chart(rows: list[Comparison], path: str, title: str) -> None:
 
 def main(reference: str | None, names: Sequence[str], modes: Sequence[str], *, rounds: int,
          seconds: float, samples: int, connections: int, depth: int, chart_path: str | None,
-         json_path: str | None) -> None:
+         json_path: str | None, perf: bool = False) -> None:
     ref = reference_binary(reference)
+    if perf and server_profile.unavailable():
+        raise ValueError(f"--perf: {server_profile.unavailable()}")
     unknown = [n for n in names if not (workloads.WORKLOADS_DIR / f"{n}.json").exists()]
     if unknown:
         raise ValueError(f"unknown workloads: {', '.join(unknown)}")
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    host = machine.describe()
     ours_version = version(installed_server_command())
     ref_version = version([ref])
     print(f"{when}: ours = {ours_version}, ref = {ref_version} ({ref}); {rounds} rounds, "
           f"{seconds:g} s timed after {WARM_UP_S:g} s warm-up, {connections} connections x "
           f"{depth} in flight, MessagePack; {samples} GETs idle and under load; "
-          f"{os.cpu_count()} CPUs shared with the load generator")
+          f"the CPUs shared with the load generator")
+    print(f"machine: {host.summary()}")
     rows, runs = compare(ref, names, modes, rounds=rounds, seconds=seconds, samples=samples,
-                         connections=connections, depth=depth)
+                         connections=connections, depth=depth, perf=perf)
     print()
-    print_table(rows)
+    print_table(rows, perf)
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"when": when, "ours": ours_version, "ref": ref_version,
-                       "runs": [asdict(r) for r in runs]}, fh, indent=1)
+                       "machine": host.as_json(), "runs": [asdict(r) for r in runs]},
+                      fh, indent=1)
     if chart_path:
         try:
             import matplotlib  # noqa: F401

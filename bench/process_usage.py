@@ -3,6 +3,7 @@ server's CPU time and resident memory."""
 
 from __future__ import annotations
 
+import os
 import time
 
 # clock_getcpuclockid(pid): the CPU-time clock of a whole process is (~pid << 3) | 2
@@ -15,6 +16,18 @@ def cpu_seconds(pid: int) -> float:
     exited ones included, to the nanosecond (``/proc/<pid>/stat`` counts clock ticks of
     10 ms, too coarse for the cost of one read)."""
     return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
+
+
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time of process ``pid`` so far (every thread, exited ones
+    included), in seconds, from ``/proc/<pid>/stat``: counted in clock ticks (10 ms), so
+    only the split of a longer window; ``cpu_seconds`` is the precise total."""
+    with open(f"/proc/{pid}/stat") as fh:
+        # the fields after the command name, which is in parentheses and may hold spaces
+        fields = fh.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    # utime and stime are fields 14 and 15 of the line, 12 and 13 after the name
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def rss_kb(pid: int) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from bench.process_usage import cpu_seconds, rss_kb
+from bench.process_usage import cpu_seconds, rss_kb, user_system_seconds
 
 # Burns CPU in a thread that then exits, prints its own CPU time, waits for a line.
 CHILD = """
@@ -32,6 +32,11 @@ def test_cpu_seconds_counts_every_thread_exited_ones_included() -> None:
         assert own >= 0.2
         # the child's own reading came first; little more runs between the two
         assert own <= seen < own + 0.5
+        # the same time split in two, counted in 10 ms ticks (the burn reads a CPU clock, a
+        # system call: it is split between both)
+        user, system = user_system_seconds(child.pid)
+        assert user > 0 and system > 0
+        assert abs(user + system - seen) < 0.05
         assert rss_kb(child.pid) is not None
         child.stdin.write("\n")
         child.stdin.flush()
