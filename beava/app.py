@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import os
 import re
 import threading
 import time
@@ -24,11 +25,13 @@ from beava.errors import FeatureNotFoundError, PushError, ReadError, Registratio
 from beava.launcher import EmbeddedServer
 from beava_client import (
     AsyncHttpClient,
+    AsyncShardedClient,
     AsyncTcpClient,
     AsyncTcpPool,
     ClientPool,
     HttpClient,
     ServerError,
+    ShardedClient,
     TcpClient,
     encode_key,
     parse_url,
@@ -68,10 +71,24 @@ def _check_options(timeout: float, pool_size: int, max_in_flight: int | None) ->
     return float(timeout)
 
 
-def _endpoint(url: str | None, test_mode: bool) -> Endpoint | None:
-    if url is None:
+ShardMapSource = str | os.PathLike[str]
+
+
+def _endpoint(url: str | None, shard_map: ShardMapSource | None, test_mode: bool,
+              pool_size: int) -> Endpoint | None:
+    if shard_map is not None:
+        if url is not None:
+            raise ValueError("pass either url (one server) or shard_map (a sharded server), "
+                             "not both")
+        if pool_size != 1:
+            raise ValueError("pool_size applies to one server; with shard_map each shard "
+                             "has one connection")
+        if not isinstance(shard_map, (str, os.PathLike)):
+            raise TypeError(f"shard_map must be a map file's path or a shard's URL, got "
+                            f"{type(shard_map).__name__}")
+    if url is None and shard_map is None:
         return None
-    endpoint = parse_url(url)  # ValueError("unsupported URL scheme: 'ws'")
+    endpoint = parse_url(url) if url is not None else None  # ValueError for a bad scheme
     if test_mode:
         warnings.warn(
             "test_mode only applies to embed mode (no url); it has no effect on a running "
@@ -273,12 +290,14 @@ class _AppBase:
         max_in_flight: int | None = None,
         token: str | None = None,
         ca: str | None = None,
+        shard_map: ShardMapSource | None = None,
     ) -> None:
         self._closed = True
         self._token = token
         self._ca = ca
         self._timeout = _check_options(timeout, pool_size, max_in_flight)
-        self._endpoint = _endpoint(url, test_mode)
+        self._endpoint = _endpoint(url, shard_map, test_mode, pool_size)
+        self._shard_map = shard_map
         self._test_mode = test_mode
         self._reconnect = reconnect
         self._pool_size = pool_size
@@ -286,10 +305,12 @@ class _AppBase:
         self._entered = False
         self._pinned_ms: int | None = None  # the test clock this App last set
 
-    def _client_kwargs(self, endpoint: Endpoint) -> dict[str, Any]:
-        """What every client of this App is made with (``token=None``: ``$BEAVA_TOKEN``)."""
-        return {"timeout": self._timeout, "reconnect": self._reconnect, "token": self._token,
-                "ca": self._ca, "tls": endpoint.tls}
+    def _client_kwargs(self, endpoint: Endpoint | None) -> dict[str, Any]:
+        """What every client of this App is made with (``token=None``: ``$BEAVA_TOKEN``);
+        a sharded client takes the TLS of its map's URL or transport."""
+        kwargs = {"timeout": self._timeout, "reconnect": self._reconnect, "token": self._token,
+                  "ca": self._ca}
+        return kwargs if endpoint is None else {**kwargs, "tls": endpoint.tls}
 
     def _pin(self, when: int | datetime.datetime | None) -> int | None:
         """The ``now_ms`` to send for ``set_time(when)``, remembered for ``advance``."""
@@ -307,6 +328,8 @@ class _AppBase:
 
     def __repr__(self) -> str:
         where = "embed" if self._endpoint is None else str(self._endpoint)
+        if self._shard_map is not None:
+            where = f"shard_map={os.fspath(self._shard_map)}"
         return f"<{self._repr_name} {where}{' closed' if self._closed else ''}>"
 
 
@@ -341,13 +364,15 @@ class _Backend(Protocol):
 
 
 class App(_AppBase):
-    """A client of one beava server.
+    """A client of one beava server, or of a sharded one.
 
     ``url``: ``tcp://host[:port]`` (framed TCP), ``http(s)://host[:port]`` (HTTP/JSON),
     ``tcps://`` (framed TCP over TLS), or ``None`` for embed mode (a private local server
-    started on ``with`` and stopped on close). The constructor does no I/O. Thread-safe;
-    ``pool_size`` connections at most. ``token``: the server's access token (default
-    ``$BEAVA_TOKEN``); ``ca``: PEM file to verify a TLS server with (default ``$BEAVA_CA``).
+    started on ``with`` and stopped on close). ``shard_map`` instead of ``url``: a shard
+    map file, or any shard's URL, for a sharded server (``beava_client.ShardedClient``;
+    docs/sharding.md). The constructor does no I/O. Thread-safe; ``pool_size`` connections
+    at most. ``token``: the server's access token (default ``$BEAVA_TOKEN``); ``ca``: PEM
+    file to verify a TLS server with (default ``$BEAVA_CA``).
     """
 
     _repr_name = "bv.App"
@@ -362,9 +387,10 @@ class App(_AppBase):
         pool_size: int = 1,
         token: str | None = None,
         ca: str | None = None,
+        shard_map: ShardMapSource | None = None,
     ) -> None:
         super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
-                         pool_size=pool_size, token=token, ca=ca)
+                         pool_size=pool_size, token=token, ca=ca, shard_map=shard_map)
         self._backend: _Backend | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -378,7 +404,7 @@ class App(_AppBase):
             self._entered = True
         try:
             backend = self._client()
-            if isinstance(backend, (TcpClient, HttpClient)):
+            if isinstance(backend, (TcpClient, HttpClient, ShardedClient)):
                 backend.connect()
         except BaseException:
             self.close()
@@ -419,6 +445,8 @@ class App(_AppBase):
             return self._backend
 
     def _open(self) -> _Backend:
+        if self._shard_map is not None:
+            return ShardedClient(self._shard_map, **self._client_kwargs(None))
         endpoint = self._endpoint
         if endpoint is None:
             if not self._entered:
@@ -553,10 +581,11 @@ class _AsyncBackend(Protocol):
 
 
 class AsyncApp(_AppBase):
-    """The asyncio counterpart of ``App``: same arguments, results and errors, every
-    method a coroutine. Concurrent calls share pipelined TCP connections (at most
-    ``max_in_flight`` outstanding each; ``pool_size`` connections round-robin). Embed mode
-    requires ``async with``. Belongs to the event loop it is first used on."""
+    """The asyncio counterpart of ``App``: same arguments (``shard_map`` too: then
+    ``beava_client.AsyncShardedClient``), results and errors, every method a coroutine.
+    Concurrent calls share pipelined TCP connections (at most ``max_in_flight``
+    outstanding each; ``pool_size`` connections round-robin). Embed mode requires
+    ``async with``. Belongs to the event loop it is first used on."""
 
     _repr_name = "bv.AsyncApp"
 
@@ -571,9 +600,11 @@ class AsyncApp(_AppBase):
         max_in_flight: int = 256,
         token: str | None = None,
         ca: str | None = None,
+        shard_map: ShardMapSource | None = None,
     ) -> None:
         super().__init__(url, timeout=timeout, test_mode=test_mode, reconnect=reconnect,
-                         pool_size=pool_size, max_in_flight=max_in_flight, token=token, ca=ca)
+                         pool_size=pool_size, max_in_flight=max_in_flight, token=token, ca=ca,
+                         shard_map=shard_map)
         self._max_in_flight = max_in_flight
         self._backend: _AsyncBackend | None = None
         self._closed = False
@@ -583,7 +614,7 @@ class AsyncApp(_AppBase):
             raise RuntimeError("App is closed")
         self._entered = True
         try:
-            if self._endpoint is None and self._server is None:
+            if self._endpoint is None and self._shard_map is None and self._server is None:
                 server = EmbeddedServer(test_mode=self._test_mode)
                 self._server = server
                 await asyncio.to_thread(server.start)
@@ -622,6 +653,14 @@ class AsyncApp(_AppBase):
             return backend
         if self._closed:
             raise RuntimeError("App is closed")
+        if self._shard_map is not None:
+            options = self._client_kwargs(None)
+            source = os.fspath(self._shard_map)
+            if "://" not in source or parse_url(source).is_tcp:  # HTTP has no window
+                options["max_in_flight"] = self._max_in_flight
+            sharded = AsyncShardedClient(self._shard_map, **options)
+            self._backend = sharded
+            return sharded
         endpoint = self._endpoint
         if endpoint is None:
             if not self._entered or self._server is None:

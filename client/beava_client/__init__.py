@@ -1,7 +1,8 @@
 """beava-client: wire-level clients for the beava feature server.
 
 Framed TCP (``TcpClient``, ``AsyncTcpClient``, ``AsyncTcpPool``) and HTTP
-(``HttpClient``, ``AsyncHttpClient``), pipelining, structured errors. Depends only on
+(``HttpClient``, ``AsyncHttpClient``), pipelining, structured errors; ``ShardedClient``
+and ``AsyncShardedClient`` for a sharded server (one wire client per shard). Depends only on
 msgspec; knows nothing of the server engine.
 
 The names are loaded lazily, on first access: the server imports ``beava_client.opcodes``
@@ -20,6 +21,7 @@ __all__ = [
     "CT_MSGPACK",
     "AsyncHttpClient",
     "AsyncPipeline",
+    "AsyncShardedClient",
     "AsyncTcpClient",
     "AsyncTcpPool",
     "BeavaError",
@@ -32,7 +34,9 @@ __all__ = [
     "HttpResponse",
     "Pipeline",
     "ProtocolError",
+    "RoutingError",
     "ServerError",
+    "ShardedClient",
     "TcpClient",
     "Timeout",
     "TransportError",
@@ -70,6 +74,9 @@ _MODULES: dict[str, str] = {
     "CT_MSGPACK": "opcodes",
     "ClientPool": "pool",
     "Pipeline": "tcp",
+    "RoutingError": "shard_routes",
+    "ShardedClient": "sharded",
+    "AsyncShardedClient": "sharded_aio",
     "TcpClient": "tcp",
     "Endpoint": "urls",
     "parse_url": "urls",
@@ -94,6 +101,9 @@ if TYPE_CHECKING:
     from .messages import EnvelopeEncoder, encode_push_many_chunks
     from .opcodes import CT_JSON, CT_MSGPACK
     from .pool import ClientPool
+    from .shard_routes import RoutingError
+    from .sharded import ShardedClient
+    from .sharded_aio import AsyncShardedClient
     from .tcp import Pipeline, TcpClient
     from .urls import Endpoint, parse_url
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from beava.engine.registry import Registry
+from beava_client.chain_writes import step_writes
 
 __all__ = ["describe_node", "describe_registry"]
 
@@ -31,6 +32,7 @@ def describe_node(node: dict[str, Any]) -> dict[str, Any]:
         "name": node["name"],
         "upstreams": list(node.get("upstreams") or []),
         "steps": [op["op"] for op in ops if op.get("op") != "group_by"],
+        "writes": step_writes(ops),
     }
     if group_by is not None:
         out["keys"] = list(group_by["keys"])
