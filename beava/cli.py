@@ -34,6 +34,7 @@ environment variables (command line > environment > YAML > defaults):
   BEAVA_AUTH_TOKEN_FILE        token file (as --auth-token-file)
   BEAVA_AUTH_TOKENS            inline tokens: TOKEN:SCOPE[+SCOPE][;TOKEN:SCOPE...]
   BEAVA_TLS_CERT, BEAVA_TLS_KEY, BEAVA_TLS_CLIENT_CA   as --tls-cert, --tls-key, --tls-client-ca
+  BEAVA_SHARD_MAP, BEAVA_SHARD_ID   as --shard-map, --shard-id
 """
 
 
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
     parser.add_argument("--tls-client-ca", metavar="PATH",
                         help="PEM CA bundle: require client certificates it signed (mTLS)")
+    parser.add_argument("--shard-map", metavar="PATH",
+                        help="serve as one shard of a sharded deployment: the shard map "
+                        "(JSON, docs/sharding.md); needs --shard-id")
+    parser.add_argument("--shard-id", metavar="ID",
+                        help="this server's shard in --shard-map: it applies and serves "
+                        "only the keys whose slots that shard owns")
     parser.add_argument("--write-example", metavar="PATH",
                         help="quickstart: also write an SDK script reproducing the demo")
     parser.add_argument("-h", "--help", action="store_true", help="print help")
@@ -122,7 +129,8 @@ def serve(args: argparse.Namespace) -> int:
                       memory_only=args.memory_only, test_mode=args.test_mode,
                       auth_token_file=args.auth_token_file, tls_cert=args.tls_cert,
                       tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-                      wal_on_corruption=args.wal_on_corruption)
+                      wal_on_corruption=args.wal_on_corruption, shard_map=args.shard_map,
+                      shard_id=args.shard_id)
     try:
         cfg = resolve(cli, os.environ)
     except ConfigError as exc:

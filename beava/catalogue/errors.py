@@ -73,6 +73,11 @@ HTTP_STATUS: dict[str, int] = {
     "too_many_connections": 503,
     "request_timeout": 408,
     "server_busy": 503,
+    # extensions: sharded serving (docs/sharding.md)
+    "wrong_shard": 421,
+    "shard_fenced": 503,
+    "not_sharded": 404,
+    "invalid_fence": 400,
 }
 
 

@@ -38,6 +38,7 @@ from beava.durability.wal_format import (
 )
 from beava.engine.backfill import replay_record as replay_table_state
 from beava.engine.registry import Registry, empty_registry, register, registry_from_record
+from beava.engine.sharding import ShardOwnership
 from beava.engine.state.engine_state import EngineState
 from beava.engine.state.keys import dedupe_keystr
 from beava.engine.state.push_validation import CheckerEntry, build_checkers, validate_push
@@ -74,8 +75,14 @@ PushAck = tuple[int, int, bool, bool]
 class FeatureStore:
     def __init__(self, *, memory_governance_enforce: bool = True,
                  clock: Callable[[], int] = wall_clock_ms, log: DurabilityLog | None = None,
-                 wal: WalWriter | None = None, crash: CrashPoints | None = None) -> None:
+                 wal: WalWriter | None = None, crash: CrashPoints | None = None,
+                 shard: ShardOwnership | None = None) -> None:
         self.memory_governance_enforce = memory_governance_enforce
+        # sharded serving: the slots this server owns (None: it owns every key)
+        self.shard = shard
+        # a fenced shard refuses pushes (a registry change across shards is under way);
+        # not durable: a restart clears it
+        self.fenced = False
         self.clock = clock
         # the one owner of LSNs, push counts and WAL appends (module docstring)
         self.intake = Intake(WAL_BODY_ENCODER.encode_into,
@@ -85,7 +92,7 @@ class FeatureStore:
         self.before_reset: Callable[[], None] | None = None
         self.on_fatal: Callable[[BaseException], None] = _raise
         self.registry: Registry = empty_registry()
-        self.engine = EngineState(self.registry)
+        self.engine = EngineState(self.registry, self.shard)
         # event -> its CheckerEntry in the current registry (the push pass reads it too)
         self.checkers = build_checkers(self.registry.events)
         # (event, error code) -> refused pushes; counted on the failure path only
@@ -211,11 +218,22 @@ class FeatureStore:
         if not self.log.writable:
             self.count_rejection(event, "wal_unavailable")
             self._check_writable()
+        if self.fenced:
+            self.count_rejection(event, "shard_fenced")
+            raise BeavaError("shard_fenced", retryable=True,
+                             message="this shard is fenced while a registry change is applied "
+                                     "across shards; retry shortly",
+                             top={"registry_version": self.registry.version})
         try:
             spec, row = validate_push(event, fields, self.checkers)
         except BeavaError as err:
             self.count_rejection(event, err.code)
             raise
+        if self.shard is not None:
+            keyed = self.engine.misrouted(event, row)
+            if keyed:
+                self.count_rejection(event, "wrong_shard")
+                raise self.shard.refuse_push(event, keyed, self.registry.version)
         now = self.clock()
         version = self.registry.version
         dedupe_field = spec.dedupe_key
@@ -315,7 +333,7 @@ class FeatureStore:
 
     def _clear(self, version: int, lsn: int) -> None:
         self.registry = empty_registry(version)
-        self.engine = EngineState(self.registry)
+        self.engine = EngineState(self.registry, self.shard)
         self._install_checkers(build_checkers(self.registry.events))
         self._dedupe.clear()
         self.intake.restore(lsn, 0)
@@ -382,7 +400,7 @@ class FeatureStore:
         body = snapshot.body
         try:
             registry = registry_from_record(body["registry"], body["registry"]["version"])
-            engine = EngineState(registry)
+            engine = EngineState(registry, self.shard)
             engine.load(body["state"])
             dedupe = _snapshot_dedupe(body["dedupe"])
             checkers = build_checkers(registry.events)

@@ -26,6 +26,8 @@ from beava_client.opcodes import (
     OP_AUTH,
     OP_BACKFILL,
     OP_BATCH_GET,
+    OP_CLUSTER_FENCE,
+    OP_CLUSTER_MAP,
     OP_DESCRIBE,
     OP_GET,
     OP_GET_MULTI,
@@ -129,6 +131,12 @@ COMMANDS: tuple[Command, ...] = (
             takes=RAW_BODY),
     Command("backfill", op=OP_BACKFILL, reply_op=OP_BACKFILL,  # extension (docs/wire.md)
             http_method="POST", http_paths=("/admin/backfill",), scope=ADMIN),
+    Command("cluster_map", op=OP_CLUSTER_MAP, reply_op=OP_CLUSTER_MAP,  # extension:
+            content_types=ANY_CONTENT_TYPE, http_method="GET",  # sharding (docs/sharding.md)
+            http_paths=("/cluster/map",), takes=NOTHING),
+    Command("cluster_fence", op=OP_CLUSTER_FENCE, reply_op=OP_CLUSTER_FENCE,  # extension
+            content_types=JSON_ONLY, http_method="POST", http_paths=("/cluster/fence",),
+            scope=ADMIN, takes=RAW_BODY),
     Command("health", http_method="GET", http_paths=("/health",), scope=None, takes=NOTHING),
     Command("ready", http_method="GET", http_paths=("/ready",), scope=None, takes=NOTHING),
 )

@@ -17,6 +17,7 @@ from beava.durability.recovery import ON_CORRUPTION_POLICIES, ON_CORRUPTION_REPL
 from beava.server.log_lines import parse_level
 from beava.server.security import YAML_SCHEMA as SECURITY_YAML_SCHEMA
 from beava.server.security import SecurityConfig, SecurityConfigError, resolve_security
+from beava_client.slots import ShardMap, ShardMapError
 
 
 class ConfigError(Exception):
@@ -68,6 +69,9 @@ class Config:
     snapshot_fork: bool = True
     crash_at: str | None = None
     security: SecurityConfig = field(default_factory=SecurityConfig)  # tokens, TLS
+    # sharded serving (docs/sharding.md): the map and this server's shard in it
+    shard_map: ShardMap | None = None
+    shard_id: str | None = None
     config_source: str = "defaults"
     warnings: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
@@ -92,6 +96,8 @@ class CommandLine:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     wal_on_corruption: str | None = None
+    shard_map: str | None = None
+    shard_id: str | None = None
 
 
 def parse_addr(text: str, what: str) -> tuple[str, int]:
@@ -141,6 +147,7 @@ _YAML_SCHEMA: dict[str, Any] = {
         "snapshot_retain_count": int, "snapshot_min_events": int, "snapshot_fork": bool,
         "wal_on_corruption": str,
     },
+    "sharding": {"map": str, "id": str},
     **SECURITY_YAML_SCHEMA,
 }
 
@@ -322,10 +329,46 @@ def resolve(cli: CommandLine, env: Mapping[str, str]) -> Config:
         ("--auth-token-file", cli.auth_token_file), ("--tls-cert", cli.tls_cert),
         ("--tls-key", cli.tls_key), ("--tls-client-ca", cli.tls_client_ca))
         if value is not None)
+    shard_map_path, shard_id = _shard_options(cli, doc, env, flags)
+    if shard_map_path is not None or shard_id is not None:
+        cfg.shard_map, cfg.shard_id = _shard(shard_map_path, shard_id)
     if flags:
         sources.append(f"CLI [{', '.join(flags)}]")
     cfg.config_source = " + ".join(sources)
     return cfg
+
+
+def _shard_options(cli: CommandLine, doc: Mapping[str, Any], env: Mapping[str, str],
+                   flags: list[str]) -> tuple[str | None, str | None]:
+    """The shard map path and shard id, each from the command line, else BEAVA_SHARD_MAP /
+    BEAVA_SHARD_ID, else the YAML ``sharding`` section."""
+    section = doc.get("sharding") or {}
+    found: list[str | None] = []
+    for flag, given, var, key in (("--shard-map", cli.shard_map, "BEAVA_SHARD_MAP", "map"),
+                                  ("--shard-id", cli.shard_id, "BEAVA_SHARD_ID", "id")):
+        if given is not None:
+            flags.append(flag)
+            found.append(given)
+        else:
+            found.append(env.get(var, section.get(key)))
+    return found[0], found[1]
+
+
+def _shard(path: str | None, shard_id: str | None) -> tuple[ShardMap, str]:
+    """The shard map at ``path`` and ``shard_id``, which must name one of its shards."""
+    if path is None or shard_id is None:
+        missing = "--shard-map" if path is None else "--shard-id"
+        raise ConfigError(f"sharded serving needs both --shard-map and --shard-id; "
+                          f"{missing} is missing")
+    try:
+        shard_map = ShardMap.load(path)
+    except ShardMapError as exc:
+        raise ConfigError(f"invalid --shard-map {path!r}: {exc}") from None
+    if shard_id not in {shard.id for shard in shard_map.shards}:
+        ids = ", ".join(shard.id for shard in shard_map.shards)
+        raise ConfigError(f"invalid --shard-id {shard_id!r}: the shard map {path!r} has "
+                          f"shards {ids}")
+    return shard_map, shard_id
 
 
 def _level(text: Any, what: str) -> str:

@@ -114,6 +114,9 @@ COUNTERS = (
     ("beava_wal_quarantined_records_total", "records quarantined by the last recovery"),
     ("beava_pushes_total", "accepted pushes, excluding replays"),
     ("beava_push_replays_total", "dedupe replays"),
+    ("beava_shard_skipped_table_updates_total",
+     "table updates a shard skipped: their key's slot belongs to another shard (a pushed "
+     "event feeding tables keyed by different fields reaches each owner)"),
 )
 # Families with labels: the sample holds ``{label values: value}`` for each.
 LABELLED_COUNTERS = (
@@ -123,6 +126,9 @@ LABELLED_COUNTERS = (
     ("beava_push_rejections_total",
      "refused pushes by event and error code (unregistered names: <unregistered>)",
      ["event", "code"]),
+    ("beava_shard_wrong_shard_total",
+     "requests a shard answered wrong_shard: pushes none of whose tables' keys it owns, "
+     "reads of keys it does not own", ["kind"]),
 )
 LABELLED_GAUGES = (
     ("beava_table_entities", "resident entity rows per table", ["table"]),

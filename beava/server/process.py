@@ -22,6 +22,7 @@ from beava.durability.group_commit import Waiter
 from beava.durability.recovery import RecoveryFatal
 from beava.durability.wal import DataDirLocked, lock_wal_dir
 from beava.durability.wal_format import LOCK_FILE
+from beava.engine.sharding import ShardOwnership
 from beava.engine.store import FeatureStore
 from beava.protocol.admin import AdminResponder
 from beava.protocol.auth import AccessControl
@@ -109,8 +110,10 @@ class BeavaServer:
             self.crash = CrashPoints(cfg.crash_at if cfg.test_mode else None)
         except ValueError as exc:
             raise StartupError(f"invalid BEAVA_CRASH_AT: {exc}", EXIT_CONFIG) from None
+        shard = (ShardOwnership(cfg.shard_map, cfg.shard_id)
+                 if cfg.shard_map is not None and cfg.shard_id is not None else None)
         self.store = FeatureStore(memory_governance_enforce=cfg.memory_governance_enforce,
-                                  crash=self.crash)
+                                  crash=self.crash, shard=shard)
         self.state = ServerState(self.store.intake, ConnectionLimits(
             cfg.max_connections, cfg.request_timeout_ms / 1000, cfg.idle_timeout_ms / 1000,
             cfg.request_buffer_bytes))
@@ -340,6 +343,10 @@ class BeavaServer:
             "beava_bucket_reclaim_total": store.engine.bucket_reclaims,
             "beava_pushes_total": store.pushes_total,
             "beava_push_replays_total": store.replays_total,
+            "beava_shard_skipped_table_updates_total": store.engine.skipped_updates,
+            "beava_shard_wrong_shard_total": (
+                {} if store.shard is None else
+                {("push",): store.shard.wrong_pushes, ("read",): store.shard.wrong_reads}),
             "beava_push_rejections_total": dict(store.rejections),
             "beava_pushes_by_event_total": {(name,): count for name, count
                                             in store.pushes_by_event().items()},

@@ -39,6 +39,7 @@ from beava._fast.wire.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
+from beava.engine.sharding import ShardOwnership
 from beava.engine.state import reads, scan
 from beava.engine.state.push_validation import (
     event_not_found_error,
@@ -353,6 +354,8 @@ class Service:
                 store.table, store.registry, feature, key, store.query_time()),
             "reset": self.reset,
             "test_clock": self.test_clock,
+            "cluster_map": self.cluster_map,
+            "cluster_fence": self.cluster_fence,
             "health": lambda: {"status": "ok"},
             "ready": lambda: {"status": "ready"},
         }
@@ -394,6 +397,40 @@ class Service:
                              message="now_ms must be an integer of epoch milliseconds "
                                      "(0 to 2^63-1) or null")
         return {"now_ms": now}
+
+    def _sharded(self) -> ShardOwnership:
+        shard = self.store.shard
+        if shard is None:
+            raise BeavaError("not_sharded",
+                             message="this server is not a shard (it was started without "
+                                     "--shard-map and --shard-id)")
+        return shard
+
+    def cluster_map(self) -> dict[str, Any]:
+        """The shard map this shard serves by (docs/sharding.md)."""
+        return self._sharded().map.to_dict()
+
+    def cluster_fence(self, payload: bytes) -> dict[str, Any]:
+        """Fence (``{"fenced": true, "epoch": E}``) or unfence this shard's writes; ``E``
+        must be the epoch of the map it serves by (docs/sharding.md)."""
+        shard = self._sharded()
+        try:
+            body = messages.json_any(payload)
+        except (*messages.DECODE_ERRORS, RecursionError):
+            body = None
+        if not isinstance(body, dict) or type(body.get("fenced")) is not bool:
+            raise BeavaError("invalid_fence", path="fenced",
+                             message='expected a JSON object {"fenced": true|false, '
+                                     '"epoch": <the shard map\'s epoch>}')
+        epoch = body.get("epoch")
+        if type(epoch) is not int or epoch != shard.map.epoch:
+            raise BeavaError("invalid_fence", path="epoch", expected=shard.map.epoch,
+                             got=epoch,
+                             message=f"epoch must be this shard's map epoch "
+                                     f"{shard.map.epoch}, got {epoch!r} (refresh the map)")
+        self.store.fenced = body["fenced"]
+        return {"fenced": self.store.fenced, "epoch": shard.map.epoch,
+                "shard": shard.shard.id, "registry_version": self.store.registry_version}
 
     def backfill(self, ct: int, payload: bytes) -> dict[str, Any] | Commit:
         """The backfill admin operation (docs/wire.md, beava.server.backfill_uploads); a

@@ -23,6 +23,8 @@ OP_DESCRIBE = 0x0026  # extension: what the registry holds (every node)
 OP_RESET = 0x0040
 OP_TEST_CLOCK = 0x0041  # extension: pin the clock of a test-mode server
 OP_BACKFILL = 0x0042  # extension: admin, stage and install a table's backfilled state
+OP_CLUSTER_MAP = 0x0043  # extension: the shard map of a sharded server (docs/sharding.md)
+OP_CLUSTER_FENCE = 0x0044  # extension: admin, fence or unfence a shard's writes
 OP_ERROR = 0xFFFF
 
 CT_JSON = 0x01
@@ -45,6 +47,8 @@ REPLY_OP: dict[int, int] = {
     OP_RESET: OP_GET_RESPONSE,
     OP_TEST_CLOCK: OP_TEST_CLOCK,
     OP_BACKFILL: OP_BACKFILL,
+    OP_CLUSTER_MAP: OP_CLUSTER_MAP,
+    OP_CLUSTER_FENCE: OP_CLUSTER_FENCE,
 }
 
 DEFAULT_REPLY_OP = -1
@@ -74,6 +78,8 @@ OP_NAMES: dict[int, str] = {
     OP_RESET: "reset",
     OP_TEST_CLOCK: "test_clock",
     OP_BACKFILL: "backfill",
+    OP_CLUSTER_MAP: "cluster_map",
+    OP_CLUSTER_FENCE: "cluster_fence",
     OP_ERROR: "error_response",
 }
 

@@ -44,7 +44,7 @@ def test_ping_reports_version_and_ignores_ct_and_payload(conn):
 
 
 @pytest.mark.parametrize("op", [0x0003, 0x000F, 0x0013, 0x0023, 0x0027, 0x0030, 0x0031,
-                                0x0043, 0x1234, 0xFFFE, 0xFFFF])
+                                0x0045, 0x1234, 0xFFFE, 0xFFFF])
 def test_unknown_and_reserved_ops_keep_connection_open(conn, op):
     reply_op, ct, payload = conn.request(op, 1, b'{"x":1}')
     assert (reply_op, ct) == (OP_ERROR, 1)

@@ -136,3 +136,39 @@ def test_request_buffer_budget(tmp_path):
     for bad in ("-1", "many"):
         with pytest.raises(ConfigError, match="BEAVA_REQUEST_BUFFER_BYTES"):
             resolve(CommandLine(), {"BEAVA_REQUEST_BUFFER_BYTES": bad})
+
+
+def _shard_map_file(tmp_path, ranges):
+    import json
+
+    shards = [{"id": f"s{i}", "ranges": r, "tcp": f"127.0.0.1:{7100 + i}",
+               "http": f"http://127.0.0.1:{7200 + i}"} for i, r in enumerate(ranges)]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"version": 1, "epoch": 1, "slots": 16384, "shards": shards}))
+    return str(path)
+
+
+def test_shard_options_from_cli_env_and_yaml(tmp_path):
+    path = _shard_map_file(tmp_path, [[[0, 9000]], [[9000, 16384]]])
+    cfg = resolve(CommandLine(shard_map=path, shard_id="s1"), {})
+    assert cfg.shard_id == "s1" and cfg.shard_map is not None
+    assert cfg.shard_map.owner(9000).id == "s1"
+    cfg = resolve(CommandLine(), {"BEAVA_SHARD_MAP": path, "BEAVA_SHARD_ID": "s0"})
+    assert cfg.shard_id == "s0"
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(f"sharding:\n  map: {path}\n  id: s0\n")
+    cfg = resolve(CommandLine(config=str(yaml_file), shard_id="s1"), {})
+    assert cfg.shard_id == "s1"  # the command line wins over the YAML
+    assert resolve(CommandLine(), {}).shard_map is None
+
+
+@pytest.mark.parametrize(("ranges", "shard_id", "needle"), [
+    ([[[0, 9000]], [[9001, 16384]]], "s0", "slot 9000: owned by no shard"),
+    ([[[0, 9001]], [[9000, 16384]]], "s0", "slot 9000: owned by both 's0' and 's1'"),
+    ([[[0, 16384]]], "s7", "invalid --shard-id 's7'"),
+    ([[[0, 16384]]], None, "--shard-id is missing"),
+])
+def test_shard_options_are_validated(tmp_path, ranges, shard_id, needle):
+    path = _shard_map_file(tmp_path, ranges)
+    with pytest.raises(ConfigError, match=needle):
+        resolve(CommandLine(shard_map=path, shard_id=shard_id), {})

@@ -63,6 +63,8 @@ def test_spec_opcode_table() -> None:
         0x0040: ("reset", 0x0023, True),
         0x0041: ("test_clock", 0x0041, True),  # extension (docs/wire.md)
         0x0042: ("backfill", 0x0042, True),  # extension (docs/wire.md)
+        0x0043: ("cluster_map", 0x0043, True),  # extension: sharding (docs/wire.md)
+        0x0044: ("cluster_fence", 0x0044, True),  # extension: sharding
     }
     assert BY_NAME["register"].content_types == {0x01}
     assert BY_NAME["ping"].content_types >= set(range(256))
@@ -78,6 +80,7 @@ def test_access_scope_of_every_command() -> None:
         "batch_get": "read", "scan": "read", "legacy_get": "read", "describe": "read",
         "push": "write", "push_event": "write", "push_sync": "write", "push_many": "write",
         "register": "admin", "reset": "admin", "test_clock": "admin", "backfill": "admin",
+        "cluster_map": "read", "cluster_fence": "admin",
     }
     assert SCOPE_GRANTS["admin"] == {"admin", "write", "read"}
     assert SCOPE_GRANTS["write"] == {"write", "read"}

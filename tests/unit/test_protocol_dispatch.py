@@ -73,7 +73,7 @@ def test_refused_frames_are_answered_and_the_connection_stays_open() -> None:
     assert transport.take() == encode_frame(OP_ERROR, CT_JSON, (
         b'{"error":{"code":"op_not_implemented","message":"opcode 0x0011 (push_sync) is not '
         b'yet implemented","op":17}}'))
-    for op in (0x0003, 0x0013, 0x0023, 0x0027, 0x0030, 0x0031, 0x0043, 0xFFFE, 0xFFFF):
+    for op in (0x0003, 0x0013, 0x0023, 0x0027, 0x0030, 0x0031, 0x0045, 0xFFFE, 0xFFFF):
         conn.data_received(frame(op, CT_JSON, b"{}"))
         assert error_body(transport.take()) == {"error": {
             "code": "unknown_op", "op": op,

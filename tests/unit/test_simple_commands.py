@@ -36,7 +36,8 @@ def recording_calls(given: list[tuple[str, tuple[Any, ...]]]) -> dict[str, Call]
 def test_the_simple_commands_and_what_their_calls_take() -> None:
     assert {c.name: c.takes for c in SIMPLE} == {
         "describe": "nothing", "mget": "body", "get_multi": "body", "legacy_get": "route params",
-        "reset": "nothing", "test_clock": "raw body", "health": "nothing", "ready": "nothing"}
+        "reset": "nothing", "test_clock": "raw body", "cluster_map": "nothing",
+        "cluster_fence": "raw body", "health": "nothing", "ready": "nothing"}
     for command in SIMPLE:
         # route parameters exist on HTTP prefix routes only
         assert (command.takes == ROUTE_PARAMS) <= (command.http_params > 0 and not command.framed)

@@ -113,3 +113,11 @@ def test_load_names_an_unreadable_file(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(ShardMapError, match="not valid JSON"):
         ShardMap.load(str(tmp_path / "bad.json"))
+
+
+def test_the_servers_compiled_slot_matches_the_vectors() -> None:
+    from beava._fast.ops.table_kernel import key_slot
+
+    assert [key_slot(v["text"]) for v in VECTORS["vectors"]] == \
+        [v["slot"] for v in VECTORS["vectors"]]
+    assert key_slot("\ud800x") == slot("\ud800x")  # a lone surrogate, as surrogatepass writes

@@ -42,3 +42,4 @@ cdef class Intake:
 
 
 cdef int feed(tuple pushes, object row, int64_t now) except -1
+cdef bint owns_any(object pushes, object row) except -1

@@ -82,6 +82,26 @@ cdef int feed(tuple pushes, object row, int64_t now) except -1:
     return 0
 
 
+cdef bint owns_any(object pushes, object row) except -1:
+    """Sharded serving: whether this shard applies ``row`` to at least one table of its
+    route (``pushes``, None: an event feeding no table), or no table has a key for it;
+    False when every keyed table's key belongs to other shards (the push is misrouted).
+    A chained table's key is known only after its chain: it counts as owned here, and its
+    kernel checks the chain's output."""
+    cdef int verdict
+    cdef bint keyed = False
+    if pushes is None:
+        return True
+    for push in <tuple>pushes:
+        if type(push) is not TableKernel:
+            return True
+        verdict = (<TableKernel>push).ownership(<dict>row)
+        if verdict == 1:
+            return True
+        keyed = keyed or verdict == 0
+    return not keyed
+
+
 cdef class Intake:
     """Accepted pushes of one store (module docstring). ``encode_into(row, buf, -1)``
     appends a row as MessagePack to ``buf`` (the body of a push record whose pushed bytes

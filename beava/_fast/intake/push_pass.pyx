@@ -36,7 +36,7 @@ from beava._fast.wire.byte_buffers cimport resize_growing
 from beava._fast.timing.clocks cimport monotonic, wall_ms
 from beava._fast.intake.name_table cimport RawName, add_name, find_name, table_slots
 from beava._fast.wire.number_text cimport uint_text
-from beava._fast.intake.intake cimport STRICT_MODE, CheckerEntry, Intake, feed
+from beava._fast.intake.intake cimport STRICT_MODE, CheckerEntry, Intake, feed, owns_any
 from beava._fast.intake.push_check cimport EventChecker
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.wal.wal_record cimport event_record_at
@@ -154,7 +154,8 @@ cdef class PushPass:
     cdef int wall_left
     cdef bint strict            # the intake's mode is strict: bodies only checked here
     cdef uint32_t version
-    cdef bint writable          # False: the log refuses writes (a full disk)
+    cdef bint writable          # False: writes refused (a full disk, a fenced shard)
+    cdef bint sharded           # the store applies only the keys its shard owns
 
     def __init__(self, store, slow, failed, decode_msgpack, decode_body, decode_json,
                  decode_json_body, wall_clock, uint32_t reply_op):
@@ -202,7 +203,8 @@ cdef class PushPass:
         self.wall_left = 0  # each call reads the clock afresh
         self.strict = self.intake.mode == STRICT_MODE
         self.version = store.registry.version
-        self.writable = self.intake.log.writable
+        self.writable = self.intake.log.writable and not store.fenced
+        self.sharded = store.shard is not None
         self.intake.begin()
 
     cdef void _end(self) except *:
@@ -258,11 +260,22 @@ cdef class PushPass:
         checker = entry.checker
         if checker.check(<dict>fields) is not None:
             return 0
+        if not self._owned(event, fields):
+            return 0
         if checker.changed:  # the pushed bytes are not the row any more
             raw = NULL
             raw_len = 0
         self._take(event, entry, fields, raw, raw_len)
         return 1
+
+    cdef inline bint _owned(self, object event, object fields) except -1:
+        """Whether this server applies a checked push (always, unless sharded: then it
+        must own one of its tables' keys; a misrouted push takes the store's path, which
+        answers wrong_shard)."""
+        if not self.sharded:
+            return True
+        cdef PyObject* found = dict_get(self.routes, event)
+        return owns_any(<object>found if found is not NULL else None, fields)
 
     cdef inline void _take(self, object event, CheckerEntry entry, object fields,
                            const char* raw, Py_ssize_t raw_len) except *:
@@ -317,7 +330,8 @@ cdef class PushPass:
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
                         entry = self._entry(event)
                         fields = None
-                        if entry is not None and self.strict:  # no row until applied
+                        # strict: no row until applied (a shard's check reads the row)
+                        if entry is not None and self.strict and not self.sharded:
                             checked = entry.checker.check_msgpack(raw, raw_len)
                         elif entry is not None:  # the row read from the bytes, in one pass
                             fields = entry.checker.row_msgpack(raw, raw_len)
@@ -341,8 +355,9 @@ cdef class PushPass:
                     checked = False
                 try:
                     if checked:  # check() would accept it unchanged: not asked
-                        self._take(event, entry, fields, raw, raw_len)
-                        taken = 1
+                        taken = self._owned(event, fields)
+                        if taken:
+                            self._take(event, entry, fields, raw, raw_len)
                     else:
                         taken = self._accept(event, entry, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error

@@ -27,12 +27,18 @@ cdef class TableKernel:
     cdef int64_t* touch             # last-touch now per slot; NULL for global tables
     cdef int64_t cold_after         # -1: no cold TTL
     cdef readonly int64_t cold_evictions
+    cdef const unsigned char* owned # one bit per hash slot this shard owns; NULL: unsharded
+    cdef bytes owned_bits           # the buffer ``owned`` points into
+    cdef bint owns_global           # a global table: whether its name's slot is ours
+    cdef readonly int64_t skipped   # updates left to the shard owning their key
 
     cdef int grow(self, Py_ssize_t need) except -1
     cpdef object key_of(self, dict row)
     cdef void prefetch_key(self, dict row) noexcept
     cpdef Py_ssize_t apply(self, dict row, int64_t now) except -2
     cdef Py_ssize_t find(self, dict row, int64_t now) except -2
+    cdef int owns_key(self, str key) except -1
+    cdef int ownership(self, dict row) except -2
     cdef void follow(self, Py_ssize_t slot) noexcept
     cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1

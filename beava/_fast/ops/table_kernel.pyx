@@ -17,6 +17,7 @@ from libc.string cimport memcpy
 
 from beava._fast.ops.column cimport Column, prefetch_line, row_key
 from beava._fast.ops.key_map cimport KeyMap
+from beava._fast.ops.slot_hash cimport text_slot
 from beava._fast.wire.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
 from beava._fast.wire.number_text cimport repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
@@ -89,6 +90,11 @@ cpdef object group_key(dict row, tuple key_fields):
     return "|".join(parts)
 
 
+def key_slot(str text) -> int:
+    """The hash slot of a canonical key string, as the ownership check computes it."""
+    return text_slot(text)
+
+
 @cython.final
 cdef class TableKernel:  # attributes in table_kernel.pxd
     """State of one table: ``keys`` (canonical key -> slot) and one column per feature.
@@ -133,6 +139,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         self.verdict[0] = True
         self.touch = NULL
         self.capacity = 0
+        self.owned = NULL
 
     def __dealloc__(self):
         free(self.upd)
@@ -143,6 +150,34 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
     def set_cold_after(self, object cold_after_ms) -> None:
         """Change the cold TTL (a register may change it in place)."""
         self.cold_after = -1 if cold_after_ms is None else cold_after_ms
+
+    def set_ownership(self, bytes owned_bits, bint owns_global) -> None:
+        """Sharded serving (docs/sharding.md): apply only the keys whose hash slot has its
+        bit set in ``owned_bits`` (16384 bits, slot s at byte s >> 3, bit s & 7); a global
+        table is applied when ``owns_global``. None: every key (an unsharded server)."""
+        if owned_bits is not None and len(owned_bits) * 8 != 16384:
+            raise ValueError(f"ownership bitmap of {len(owned_bits)} bytes, not 2048")
+        self.owned_bits = owned_bits
+        self.owned = NULL if owned_bits is None else <const unsigned char*>owned_bits
+        self.owns_global = owns_global
+
+    cdef int owns_key(self, str key) except -1:
+        """1 when this shard owns ``key`` (the canonical key of a row), else 0."""
+        cdef int s
+        if self.owned == NULL:
+            return 1
+        if not self.key_fields:
+            return self.owns_global
+        s = text_slot(key)
+        return (self.owned[s >> 3] >> (s & 7)) & 1
+
+    cdef int ownership(self, dict row) except -2:
+        """Whether this shard applies ``row``: 1 yes, 0 another shard owns its key, -1 the
+        row has no valid key (no shard applies it)."""
+        key = group_key(row, self.key_fields)
+        if key is None:
+            return -1
+        return self.owns_key(<str>key)
 
     # -- slots -----------------------------------------------------------------------------
 
@@ -194,6 +229,9 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         (prefetch stage 0), and the last-touch line is asked for."""
         key = group_key(row, self.key_fields)
         if key is None:
+            return -1
+        if self.owned != NULL and not self.owns_key(<str>key):
+            self.skipped += 1
             return -1
         cdef Py_ssize_t slot = self.keys.lookup(<str>key)
         if slot < 0:
@@ -311,6 +349,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         times, counters; columns of this kernel get storage for every existing slot."""
         self.keys = previous.keys
         self.cold_evictions = previous.cold_evictions
+        self.skipped = previous.skipped
         if previous.capacity:
             self.grow(previous.capacity)
             if self.touch != NULL and previous.touch != NULL:

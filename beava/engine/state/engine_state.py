@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beava.engine.registry import Registry, TableSpec
 from beava.engine.state.columns import family_counters
 from beava.engine.state.tables import TableState
+
+if TYPE_CHECKING:
+    from beava.engine.sharding import ShardOwnership
 
 __all__ = ["EngineState"]
 
@@ -19,10 +22,12 @@ def _same_entities(old: TableSpec, new: TableSpec) -> bool:
 
 
 class EngineState:
-    """The tables of the current registry and their entities."""
+    """The tables of the current registry and their entities; ``shard`` (sharded
+    serving): the slots this server owns, every table serving only their keys."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, shard: ShardOwnership | None = None) -> None:
         self._registry = registry
+        self._shard = shard
         self._tables: dict[str, TableState] = {
             name: TableState(spec) for name, spec in registry.tables.items()
         }
@@ -30,9 +35,12 @@ class EngineState:
         self.routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]] = {}
         # cold resets of table states that no longer exist, so the total never goes down
         self._cold_base = 0
+        self._skipped_base = 0  # the same for updates skipped (sharded serving)
         self._route()
 
     def _route(self) -> None:
+        for table in self._tables.values():
+            table.own(self._shard)
         routes = {}
         for event in self._registry.events:
             pushes = tuple(self._tables[t.name].push for t in self._registry.feeds(event))
@@ -53,9 +61,36 @@ class EngineState:
         return dict(self._tables)
 
     def _replace_tables(self, tables: dict[str, TableState]) -> None:
-        cold = self.cold_evictions
+        cold, skipped = self.cold_evictions, self.skipped_updates
         self._tables = tables
         self._cold_base = cold - sum(t.cold_evictions for t in tables.values())
+        self._skipped_base = skipped - sum(t.skipped for t in tables.values())
+
+    @property
+    def skipped_updates(self) -> int:
+        """Table updates left to the shards owning their keys (monotonic, as
+        ``cold_evictions``)."""
+        return self._skipped_base + sum(t.skipped for t in self._tables.values())
+
+    def misrouted(self, event: str, row: dict[str, Any]) -> list[tuple[TableSpec, str]]:
+        """The tables ``event`` feeds with their keys in ``row``, when this shard owns
+        none of them (a push to answer wrong_shard); [] when it owns one, a chained table
+        (whose key its chain computes) or none has a key."""
+        shard = self._shard
+        if shard is None:
+            return []
+        keyed = []
+        for spec in self._registry.feeds(event):
+            table = self._tables[spec.name]
+            if spec.chain:
+                return []
+            key = table.key_of(row)
+            if key is None:
+                continue
+            if shard.owns(shard.table_slot(spec, key)):
+                return []
+            keyed.append((spec, key))
+        return keyed
 
     def transition(self, new_registry: Registry, plan: Mapping[str, Any]) -> None:
         """Carry state over to ``new_registry`` (registry.md §9) as the register ``plan``

@@ -358,7 +358,13 @@ class BatchGet:
         if projection is not None and not projection:
             results.append({})
             return
-        row = table.row_json(skey, self._now, projection)
+        try:
+            row = table.row_json(skey, self._now, projection)
+        except BeavaError as err:
+            if err.code != "wrong_shard":
+                raise
+            results.append(err.body())  # this entry's owner is another shard
+            return
         results.append({} if row is None else row)
 
 

@@ -8,7 +8,7 @@ Python on a copy of the pushed row, everything after it runs in the kernel.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beava._fast.ops.column import Column
 from beava._fast.ops.ops_core import BucketArena
@@ -17,6 +17,9 @@ from beava.engine.expressions import check_where, compile_where, format_expressi
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
 from beava.engine.registry import TableSpec
 from beava.engine.state.columns import make_column
+
+if TYPE_CHECKING:
+    from beava.engine.sharding import ShardOwnership
 
 __all__ = ["TableState", "UnknownFeatures"]
 
@@ -44,12 +47,13 @@ class TableState:
     state, every other feature starts empty for every entity (registry.md §9).
     """
 
-    __slots__ = ("spec", "push", "_kernel", "_names", "_name_set")
+    __slots__ = ("spec", "push", "_kernel", "_names", "_name_set", "_shard")
     spec: TableSpec
     push: Callable[[Row, int], Any]
     _kernel: TableKernel
     _names: tuple[str, ...]
     _name_set: frozenset[str]
+    _shard: ShardOwnership | None
 
     def __init__(
         self,
@@ -91,7 +95,22 @@ class TableState:
             self._kernel.adopt(previous._kernel)
         self._names = self._kernel.names
         self._name_set = frozenset(self._names)
+        self._shard = None
         self.push = self._compile_push(spec)
+
+    def own(self, shard: ShardOwnership | None) -> None:
+        """Serve only the keys ``shard`` owns (None: every key, an unsharded server):
+        pushes skip the others, reads of them answer wrong_shard."""
+        self._shard = shard
+        if shard is None:
+            self._kernel.set_ownership(None, True)
+        else:
+            self._kernel.set_ownership(shard.bits, shard.owns_global(self.spec))
+
+    def key_of(self, row: Row) -> str | None:
+        """The canonical key of a pushed row (None: it skips this table); None too for a
+        chained table, whose key is known only after its chain."""
+        return None if self.spec.chain else self._kernel.key_of(row)
 
     def _compile_push(self, spec: TableSpec) -> Callable[[Row, int], Any]:
         """The per-event entry point: the kernel itself (callable as its ``apply``, and
@@ -140,6 +159,8 @@ class TableState:
             if missing:
                 raise UnknownFeatures(self.spec.name, missing)
             names = sorted(set(features))
+        if self._shard is not None:
+            self._shard.check_read(self.spec, stored_key)
         slot = self.slot(stored_key)
         return None if slot is None else (slot, names)
 
@@ -170,6 +191,11 @@ class TableState:
     def cold_evictions(self) -> int:
         """Entity rows reset by the cold TTL since this table's state was created."""
         return self._kernel.cold_evictions
+
+    @property
+    def skipped(self) -> int:
+        """Updates left to the shard that owns their key (sharded serving)."""
+        return self._kernel.skipped
 
     @property
     def bucket_reclaims(self) -> int:
