@@ -18,3 +18,4 @@ export {
   type Json,
 } from "./errors.js";
 export { CATALOGUE } from "./catalogue.js";
+export { App, encodeKey, type AppOptions, type Key, type Row, type BatchRequest, type PushAck, type PushManyResult } from "./app.js";
