@@ -1,5 +1,6 @@
 """The ``beava`` command (spec/server.md §1): serve by default, ``quickstart``, ``help``;
-``registry``, ``get``, ``stats`` (beava/cli_inspect.py) and ``wal`` (beava/cli_wal.py)."""
+``registry``, ``get``, ``stats`` (beava/cli_inspect.py), ``wal`` (beava/cli_wal.py) and
+``cluster up`` (beava/cli_cluster.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  get          print one entity's features: beava get TABLE [KEY]\n"
         "  stats        live rates from a running server's metrics (beava stats -h)\n"
         "  wal          check or repair a data directory's WAL: beava wal check|repair "
-        "DATA_DIR\n\n"
+        "DATA_DIR\n"
+        "  cluster up   start N shards on this machine: beava cluster up --shards N "
+        "--data-dir DIR\n\n"
         + ENV_HELP, add_help=False)
     parser.add_argument("command", nargs="?", choices=("serve", "quickstart", "help"),
                         default="serve", help=argparse.SUPPRESS)
@@ -100,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         from beava.cli_inspect import main as inspect_main
 
         return inspect_main(words)
+    if words and words[0] == "cluster":  # N shard processes (sharded serving)
+        from beava.cli_cluster import main as cluster_main
+
+        return cluster_main(words[1:])
     if words and words[0] == "wal":  # offline: a data directory's WAL
         from beava.cli_wal import main as wal_main
 
