@@ -1,13 +1,17 @@
 # The hash slot of a canonical key string on the push path (docs/sharding.md): XXH64 of
 # its UTF-8 bytes, seed 42, modulo 16384 (= its low 14 bits), as beava_client.slots and
 # Spark's pmod(xxhash64(text), 16384) compute it (tests/vectors/slots.json).
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from cpython.exc cimport PyErr_Clear
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef enum:
     SLOT_COUNT = 16384
     SLOT_SEED = 42
+
+cdef extern from "Python.h":
+    # NULL with an exception set (cleared by the caller) when the text is not valid UTF-8
+    const char* _utf8_of "PyUnicode_AsUTF8AndSize"(object text, Py_ssize_t* size)
 
 # The five primes of the XXH64 specification, as C constants: a module-level cdef variable
 # would make every module that cimports this file import a slot_hash module.
@@ -91,10 +95,9 @@ cdef inline int text_slot(str text) except -1:
     """The slot of ``text`` (its UTF-8 bytes are cached on the str by CPython; a lone
     surrogate, which strict UTF-8 refuses, is hashed as "surrogatepass" writes it)."""
     cdef Py_ssize_t n
-    cdef const char* p
-    try:
-        p = PyUnicode_AsUTF8AndSize(text, &n)
-    except UnicodeEncodeError:
+    cdef const char* p = _utf8_of(text, &n)
+    if p == NULL:  # no try block: it would cost more than the hash on the push path
+        PyErr_Clear()
         raw = text.encode("utf-8", "surrogatepass")
         return <int>(xxh64(<bytes>raw, len(raw), SLOT_SEED) & (SLOT_COUNT - 1))
     return <int>(xxh64(p, n, SLOT_SEED) & (SLOT_COUNT - 1))

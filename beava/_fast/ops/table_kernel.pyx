@@ -158,7 +158,9 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         if owned_bits is not None and len(owned_bits) * 8 != 16384:
             raise ValueError(f"ownership bitmap of {len(owned_bits)} bytes, not 2048")
         self.owned_bits = owned_bits
-        self.owned = NULL if owned_bits is None else <const unsigned char*>owned_bits
+        self.owned = NULL
+        if owned_bits is not None:
+            self.owned = <const unsigned char*>owned_bits
         self.owns_global = owns_global
 
     cdef int owns_key(self, str key) except -1:
