@@ -16,13 +16,10 @@ from typing import Any, NamedTuple, TypeVar
 
 from .errors import BeavaError, ServerError
 from .messages import register_body
-from .opcodes import CT_JSON
+from .opcodes import CT_JSON, OP_CLUSTER_FENCE, OP_CLUSTER_MAP
 from .shard_routes import Routes
 from .slots import Shard, ShardMap, slot
 from .urls import parse_url
-
-OP_SHARD_MAP = 0x0043
-OP_FENCE = 0x0044
 
 WRONG_SHARD = "wrong_shard"
 SHARD_FENCED = "shard_fenced"
@@ -222,13 +219,14 @@ class ShardedBase:
         """The request answering the shard map (to ``url``, else to a shard)."""
         if parse_url(url).is_http if url is not None else self._http:
             return Call("request", ("GET", "/cluster/map"))
-        return Call("request", (OP_SHARD_MAP,), {"expect_op": OP_SHARD_MAP})
+        return Call("request", (OP_CLUSTER_MAP,), {"expect_op": OP_CLUSTER_MAP})
 
     def fence_call(self, fenced: bool) -> Call:
         body = {"fenced": fenced, "epoch": self._map().epoch}
         if self._http:
             return Call("request", ("POST", "/cluster/fence", body), {"safe": False})
-        return Call("request", (OP_FENCE, body), {"ct": CT_JSON, "expect_op": OP_FENCE})
+        return Call("request", (OP_CLUSTER_FENCE, body), {"ct": CT_JSON,
+                                                        "expect_op": OP_CLUSTER_FENCE})
 
     def newer_map(self, reply: Any) -> ShardMap:
         """The map a shard answered, unless it is older than the one held."""

@@ -11,9 +11,9 @@ import pytest
 
 from beava.dsl.compiler import compile_register_payload
 from beava_client import ServerError
+from beava_client.opcodes import OP_CLUSTER_FENCE
 from beava_client.shard_routes import Routes
 from beava_client.sharded_base import (
-    OP_FENCE,
     REFRESH_MAP,
     REFRESH_ROUTES,
     Call,
@@ -179,7 +179,7 @@ def _register_reply(fail: dict[tuple[str, str], str]) -> tuple[Reply, list[tuple
     def reply(sid: str, call: Call) -> Any:
         if call.method == "request":
             kind = "fence" if call.args[1]["fenced"] else "unfence"
-            assert call.args[0] == OP_FENCE
+            assert call.args[0] == OP_CLUSTER_FENCE
         elif call.method == "register":
             kind = "dry_run" if call.kwargs.get("dry_run") else "register"
         else:
