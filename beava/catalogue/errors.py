@@ -67,6 +67,7 @@ HTTP_STATUS: dict[str, int] = {
     "backfill_wal_reclaimed": 409,
     "backfill_tail_unapplicable": 409,
     "backfill_would_drop": 409,
+    "backfill_parts_overlap": 409,
     "backfill_too_large": 413,
     "aggregation_field_not_numeric": 400,  # extension: a numeric operator over a str field
     # extensions: connection limits (docs/limits.md)

@@ -3,7 +3,9 @@
 A backfill brings one table to what it would be had the server received the history and
 its own live pushes in time order: the entity state as of ``until_ms`` is computed
 elsewhere (the Spark connector replays the history through this engine) and handed over
-as a ``TableState.dump()``; :class:`Install` then:
+as ``TableState.dump()`` of one or more key-disjoint parts (each the state of the entities
+of its keys, computed alone), joined by :func:`join_part` into one new table state;
+:class:`Install` then:
 
 1. makes every accepted push durable and applied (the durability log's barrier), reads
    from the WAL the pushes the server received after ``until_ms`` whose event feeds the
@@ -26,6 +28,7 @@ final state (tail included), so it replaces the table exactly as the live instal
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +51,8 @@ from beava.engine.state.tables import TableState
 if TYPE_CHECKING:
     from beava.engine.store import FeatureStore
 
-__all__ = ["Install", "feeding_events", "load_table", "replay_record", "table_spec"]
+__all__ = ["Install", "feeding_events", "join_part", "load_table", "replay_record",
+           "table_spec"]
 
 FIRST_DROPPED_KEYS = 5  # the dropped entities a refusal names
 _ROWS_PER_STEP = 1024  # entities compared between two looks at the deadline
@@ -107,6 +111,30 @@ def load_table(spec: TableSpec, state: Any) -> TableState:
         raise BeavaError("invalid_backfill", path="state",
                          message=f"the table state does not load: {reason[:300]}") from None
     return table
+
+
+def join_part(table: TableState, part: TableState, starts: list[int]) -> None:
+    """Append ``part``, the next of a table's key-disjoint parts, to ``table`` (the parts
+    before it joined); ``starts`` holds the first slot of each part joined so far and gets
+    ``part``'s. BeavaError ``backfill_parts_overlap`` (the table unchanged) when a key of
+    ``part`` is in an earlier one: it names the key and the two parts."""
+    start = table.entity_count
+    try:
+        table.absorb(part)
+    except KeyError as exc:
+        key = exc.args[0]
+        slot = table.slot(key)
+        assert slot is not None
+        earlier = bisect.bisect_right(starts, slot) - 1
+        spec = table.spec
+        shown = decode_key(spec)(key)
+        text = " ".join(f"{k}={_short(v)}" for k, v in shown.items()) or "its row"
+        raise BeavaError(
+            "backfill_parts_overlap", table=spec.name, key=shown, parts=[earlier, len(starts)],
+            message=f"parts {earlier} and {len(starts)} of table {spec.name} both hold the "
+                    f"entity {text}: the parts of a table must hold disjoint keys (split the "
+                    f"history by the table's key)") from None
+    starts.append(start)
 
 
 def _short(value: Any) -> str:

@@ -485,3 +485,65 @@ def test_a_table_without_keys_names_its_row_when_it_would_drop(
         assert "would drop 1 entities of table AllVisits that hold state now and would " \
                "hold none after it (its row)" in error["message"]
         assert c.get("AllVisits") == {"visits": 1}
+
+
+def backfill_parts(client: Any, parts: list[bytes], until_ms: int) -> dict[str, Any]:
+    """One upload of key-disjoint parts, each opened and sent on its own, then a commit."""
+    def call(body: dict[str, Any]) -> dict[str, Any]:
+        if hasattr(client, "encode_request"):
+            reply: dict[str, Any] = client.request(OP_BACKFILL, body, ct=CT_MSGPACK)
+            return reply
+        if isinstance(body.get("data"), bytes):
+            body = {**body, "data": base64.b64encode(body["data"]).decode()}
+        reply = client.request("POST", "/admin/backfill", body, safe=False)
+        return reply
+
+    upload = call({"action": "begin", "table": "Visits", "until_ms": until_ms,
+                   "parts": len(parts), "nodes": NODES})["upload"]
+    for index, data in enumerate(parts):
+        call({"action": "part", "upload": upload, "part": index, "size": len(data)})
+        for offset in range(0, len(data), 100):
+            call({"action": "chunk", "upload": upload, "part": index, "offset": offset,
+                  "data": data[offset:offset + 100]})
+    return call({"action": "commit", "upload": upload})
+
+
+@pytest.mark.parametrize("transport", ["tcp", "http"])
+def test_a_table_installed_from_key_disjoint_parts(tmp_path: Path, transport: str) -> None:
+    """The history split by user into parts, each state computed alone, installs as the
+    whole history's state does (the WAL tail on top, across a restart); parts sharing a
+    user are refused, naming it, and change nothing."""
+    server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    users = ["u0", "u1", "u2", "u3", "nobody"]
+    by_part = [["u0", "u2"], ["nobody"], ["u1"]]  # the second part holds no history
+    try:
+        url = f"tcp://{server.addrs['tcp']}" if transport == "tcp" else server.http_url
+        with client_for_url(url) as live:
+            live.register({"nodes": NODES})
+            for at, user, ms in LIVE:
+                live.test_clock(at)
+                live.push("Visit", {"user_id": user, "ms": ms})
+            overlapping = [state_of([p for p in HISTORY if p[1] in ("u0", "u1")]),
+                           state_of([p for p in HISTORY if p[1] in ("u1", "u2")])]
+            error = error_of(lambda: backfill_parts(live, overlapping, UNTIL))
+            assert (error["code"], error["key"], error["parts"]) == (
+                "backfill_parts_overlap", {"user_id": "u1"}, [0, 1])
+            live.test_clock(T0 + 70 * MIN)
+            before = rows(live, users)
+            assert backfill(live, state_of(HISTORY), UNTIL, dry_run=True)["changed"] == 3
+            assert rows(live, users) == before  # the refusal changed nothing
+            done = backfill_parts(live, [state_of([p for p in HISTORY if p[1] in part])
+                                         for part in by_part], UNTIL)
+            assert done["entities"] == 4 and done["lsn"] > 0
+            assert done["tail_events"] == sum(1 for p in LIVE if p[0] > UNTIL)
+            live.test_clock(T0 + 70 * MIN)
+            got = rows(live, users)
+            backfill(live, state_of(HISTORY), UNTIL)  # one part: the same rows
+            assert rows(live, users) == got and got["u0"]["visits"] > 10
+        server.terminate()
+        server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+        with client_for_url(f"tcp://{server.addrs['tcp']}") as again:
+            again.test_clock(T0 + 70 * MIN)
+            assert rows(again, users) == got
+    finally:
+        server.terminate()

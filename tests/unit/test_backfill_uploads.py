@@ -18,6 +18,7 @@ from beava.engine.store import FeatureStore
 from beava.server.backfill_uploads import (
     IDLE_SECONDS,
     MAX_CHUNK_BYTES,
+    MAX_PARTS,
     MAX_STAGED_BYTES,
     MAX_UPLOADS,
     BackfillUploads,
@@ -76,6 +77,88 @@ def test_idle_uploads_are_dropped_when_another_begins() -> None:
     with pytest.raises(BeavaError) as info:
         area.handle({"action": "commit", "upload": first})
     assert info.value.code == "backfill_upload_not_found"
+
+
+# -- an upload of key-disjoint parts --------------------------------------------------------
+
+
+def host_state(*hosts: str) -> bytes:
+    """The ByHost state (MessagePack dump) after a ping of each host."""
+    store = FeatureStore(clock=lambda: 1_700_000_000_000, memory_governance_enforce=False)
+    assert store.register(json.dumps({"nodes": NODES}).encode())[0] == 200
+    for host in hosts:
+        store.push("Ping", {"host": host})
+    return bytes(msgspec.msgpack.encode(store.table("ByHost").dump()))
+
+
+def stage_parts(area: BackfillUploads, parts: list[bytes]) -> str:
+    begun = area.handle({"action": "begin", "table": "ByHost", "until_ms": 0,
+                         "parts": len(parts), "nodes": NODES})
+    assert begun["parts"] == len(parts)
+    for index, data in reversed(list(enumerate(parts))):  # in any order
+        assert area.handle({"action": "part", "upload": begun["upload"], "part": index,
+                            "size": len(data)}) == {"part": index, "size": len(data)}
+        area.handle({"action": "chunk", "upload": begun["upload"], "part": index,
+                     "offset": 0, "data": data})
+    upload: str = begun["upload"]
+    return upload
+
+
+def test_disjoint_parts_reach_the_install_and_overlapping_ones_are_refused() -> None:
+    area, _ = uploads()
+    upload = stage_parts(area, [host_state("a", "b"), host_state("c"), host_state()])
+    job = area.handle({"action": "commit", "upload": upload})
+    assert isinstance(job, Commit)
+    with pytest.raises(BeavaError) as info:  # joined, then refused by the memory-only store
+        job.run(None)
+    assert info.value.code == "backfill_wal_required"
+    assert job.table is not None and job.table.slot_keys(0, 9) == ["a", "b", "c"]
+    upload = stage_parts(area, [host_state("a", "b"), host_state("c"), host_state("b")])
+    job = area.handle({"action": "commit", "upload": upload})
+    with pytest.raises(BeavaError) as info:
+        job.run(None)
+    assert (info.value.code, info.value.status) == ("backfill_parts_overlap", 409)
+    assert (info.value.fields["key"], info.value.fields["parts"]) == ({"host": "b"}, [0, 2])
+    assert area.staged_bytes == 0
+
+
+def test_a_part_that_does_not_decode_is_named() -> None:
+    area, _ = uploads()
+    upload = stage_parts(area, [host_state("a"), b"\xc1"])
+    with pytest.raises(BeavaError) as info:
+        area.handle({"action": "commit", "upload": upload}).run(None)
+    assert (info.value.code, info.value.fields["part"]) == ("invalid_backfill", 1)
+
+
+def test_parts_are_checked_and_bounded() -> None:
+    area, _ = uploads()
+
+    def error(body: dict[str, Any]) -> dict[str, Any]:
+        with pytest.raises(BeavaError) as info:
+            area.handle(body)
+        return {"code": info.value.code, **info.value.fields}
+
+    begin = {"action": "begin", "table": "ByHost", "until_ms": 0, "nodes": NODES}
+    assert error({**begin, "parts": 0})["path"] == "parts"
+    assert error({**begin, "parts": MAX_PARTS + 1})["path"] == "parts"
+    assert error({**begin, "parts": 2, "size": 5})["path"] == "size"
+    assert error({**begin, "table": "AllPings", "parts": 2})["path"] == "parts"  # no key
+    upload = area.handle({**begin, "parts": 3})["upload"]
+    assert error({"action": "chunk", "upload": upload, "part": 1, "offset": 0,
+                  "data": b"x"})["path"] == "part"
+    assert error({"action": "part", "upload": upload, "part": 3, "size": 1})["path"] == "part"
+    area.handle({"action": "part", "upload": upload, "part": 1, "size": 4})
+    area.handle({"action": "chunk", "upload": upload, "part": 1, "offset": 0, "data": b"ab"})
+    refused = error({"action": "commit", "upload": upload})
+    assert (refused["path"], refused["parts"]) == ("upload", [0, 1, 2])
+    # a part opened again starts over, and only its new size counts
+    area.handle({"action": "part", "upload": upload, "part": 1, "size": 2})
+    assert area.handle({"action": "chunk", "upload": upload, "part": 1, "offset": 0,
+                        "data": b"ab"}) == {"received": 2}
+    assert area.staged_bytes == 2
+    assert error({"action": "part", "upload": upload, "part": 0,
+                  "size": MAX_STAGED_BYTES - 1})["code"] == "backfill_too_large"
+    assert area.staged_bytes == 2
 
 
 # -- what a committed state may hold (beava.engine.backfill_state) --------------------------

@@ -74,6 +74,16 @@ cdef class BlockColumn(Column):
                                  self.block_nbytes(self.blocks[slot]))
         return records
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        # a block holds all of its slot's state: its pointer moves
+        cdef BlockColumn src = <BlockColumn>other
+        cdef Py_ssize_t i
+        self.ensure(offset + n)
+        for i in range(n):
+            self.blocks[offset + i] = src.blocks[i]
+            src.blocks[i] = NULL
+        return 0
+
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef bytes records = state_bytes(state, f"{type(self).__name__} blocks")
         cdef const char* p = records

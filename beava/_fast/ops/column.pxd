@@ -52,3 +52,8 @@ cdef class Column:
     # when the state cannot be this column's; the caller then discards the column.
     cpdef object dump(self, Py_ssize_t nslots)
     cpdef load(self, object state, Py_ssize_t nslots)
+    # Parts of one table (a backfill from key-disjoint parts, TableKernel.absorb): move the
+    # state of slots [0, n) of ``other``, a column of the same class built from the same
+    # feature, into slots [offset, offset + n) of this one, which hold nothing. ``other`` is
+    # discarded afterwards: it keeps nothing that its release would free twice.
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1

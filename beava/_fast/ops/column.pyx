@@ -49,6 +49,9 @@ cdef class Column:
     cpdef load(self, object state, Py_ssize_t nslots):
         raise NotImplementedError(type(self).__name__)
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        raise NotImplementedError(type(self).__name__)
+
     # Python-level access for tests and for the table layer (one call each, not per event).
     def py_ensure(self, Py_ssize_t capacity):
         self.ensure(capacity)

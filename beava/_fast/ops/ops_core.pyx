@@ -552,6 +552,35 @@ cdef class BucketArena(Column):
             self.clear(slot)
         self.merge_state(state, nslots, None, True)
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        # an arena of the same members: each slot's records are copied into a block of
+        # this pool, the values of their min/max cells into this arena's object table
+        cdef BucketArena src = <BucketArena>other
+        cdef SlotBlock* s
+        cdef SlotBlock* b
+        cdef Py_ssize_t i, e
+        cdef int k
+        cdef char* rec
+        cdef ExtremeCell* c
+        self.ensure(offset + n)
+        for i in range(n):
+            s = &src.blocks[i]
+            if s.n == 0:
+                continue
+            b = &self.blocks[offset + i]
+            b.off = self.alloc_block(s.cls)
+            b.cls = s.cls
+            b.n = s.n
+            rec = self.block_base(b)
+            memcpy(rec, src.block_base(s), s.n * self.rsize)
+            for k in range(s.n):
+                for e in range(self.nextreme):
+                    c = <ExtremeCell*>(rec + k * self.rsize + self.extreme_offs[e])
+                    if c.tag == TAG_OBJ:
+                        c.v.handle = self.objs.put(src.objs.get(c.v.handle))
+        self.c_slot = -1
+        return 0
+
     cdef object dump_members(self, Py_ssize_t nslots, tuple members):
         """Buckets of slots [0, nslots) restricted to ``members``, as plain data: per slot a
         bucket count (one byte each in ``counts``), then in ``records`` the slot's records
@@ -811,6 +840,22 @@ cdef class CoreColumn(Column):
         nslots = min(nslots, self.capacity)
         return {"cells": (<char*>self.data)[:nslots * self.csize] if nslots else b"",
                 "objs": self.objs.snapshot()}
+
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        # lifetime cells (a windowed column's cells move with its arena, the state column);
+        # a min/max cell's value goes into this column's object table
+        cdef CoreColumn src = <CoreColumn>other
+        cdef Py_ssize_t slot
+        cdef ExtremeCell* c
+        self.ensure(offset + n)
+        if n:
+            memcpy(self.data + offset * self.csize, src.data, n * self.csize)
+        if self.kind == K_MIN or self.kind == K_MAX:
+            for slot in range(offset, offset + n):
+                c = <ExtremeCell*>(self.data + slot * self.csize)
+                if c.tag == TAG_OBJ:
+                    c.v.handle = self.objs.put(src.objs.get(c.v.handle))
+        return 0
 
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef Py_ssize_t slot

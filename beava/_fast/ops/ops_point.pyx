@@ -77,6 +77,17 @@ cdef class ValueColumn(Column):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return value_decode(self.tags[slot], self.values[slot])
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        # an object payload's reference moves with it: the source slot is left empty
+        cdef ValueColumn src = <ValueColumn>other
+        cdef Py_ssize_t i
+        self.ensure(offset + n)
+        for i in range(n):
+            self.tags[offset + i] = src.tags[i]
+            self.values[offset + i] = src.values[i]
+            src.tags[i] = TAG_EMPTY
+        return 0
+
     cpdef object dump(self, Py_ssize_t nslots):
         # [tags, payloads, objects]: the payload of a TAG_OBJ slot is zero and its value is
         # the next item of `objects` (slot order).

@@ -10,7 +10,7 @@ not reordered); elapsed-time reads clamp at 0.
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.column cimport Column, prefetch_line
@@ -86,6 +86,13 @@ cdef class WordsColumn(Column):
     cpdef load(self, object state, Py_ssize_t nslots):
         self.ensure(nslots)
         load_bytes(self.words, state, nslots * self.width * sizeof(int64_t))
+
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        self.ensure(offset + n)
+        if n:
+            memcpy(self.words + offset * self.width, (<WordsColumn>other).words,
+                   n * self.width * sizeof(int64_t))
+        return 0
 
 
 cdef class TimeColumn(WordsColumn):
@@ -241,6 +248,12 @@ cdef class HasSeenColumn(Column):
         self.ensure(nslots)
         load_bytes(self.flags, state, nslots)
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        self.ensure(offset + n)
+        if n:
+            memcpy(self.flags + offset, (<HasSeenColumn>other).flags, n)
+        return 0
+
 
 # A ring of the last n matched times of one slot: RingHead, then int64 times[cap]. It
 # grows 2, 4, ... up to n, so a slot with two events holds two times.
@@ -271,8 +284,12 @@ cdef class TimeSinceLastNColumn(BlockColumn):
         cdef int32_t cap
         if not matched:
             return 0
+        # the times not held yet are zero: a snapshot holds the whole ring, and equal
+        # states dump equal bytes
         if r == NULL:
-            r = ring_head_alloc(ring_next_cap(NULL, self.n), sizeof(int64_t))
+            cap = ring_next_cap(NULL, self.n)
+            r = ring_head_alloc(cap, sizeof(int64_t))
+            memset(ring_times(r), 0, cap * sizeof(int64_t))
             self.blocks[slot] = r
         if r.held < self.n:
             if r.held == r.cap:
@@ -281,6 +298,7 @@ cdef class TimeSinceLastNColumn(BlockColumn):
                 if grown == NULL:
                     raise MemoryError()
                 r = grown
+                memset(ring_times(r) + r.cap, 0, (cap - r.cap) * sizeof(int64_t))
                 r.cap = cap
                 self.blocks[slot] = r
             ring_times(r)[r.held] = now

@@ -118,6 +118,19 @@ cdef class StructColumn(Column):
                 out = record_put(out, slot, self.blocks[slot], self.block_size(slot))
         return [structs, records]
 
+    cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
+        # the structs are plain bytes; a side block's pointer moves
+        cdef StructColumn src = <StructColumn>other
+        cdef Py_ssize_t i
+        self.ensure(offset + n)
+        if n:
+            memcpy(self.buf + offset * self.itemsize, src.buf, n * self.itemsize)
+        if self.blocks != NULL:
+            for i in range(n):
+                self.blocks[offset + i] = src.blocks[i]
+                src.blocks[i] = NULL
+        return 0
+
     cpdef load(self, object state, Py_ssize_t nslots):
         """Restore slots [0, nslots) from ``dump`` output of the same op and params."""
         cdef Py_ssize_t slot

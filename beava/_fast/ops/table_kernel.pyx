@@ -23,7 +23,7 @@ from beava._fast.wire.number_text cimport repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
 
-from beava._fast.ops.ops_core import share_windows
+from beava._fast.ops.ops_core import BucketArena, share_windows
 
 
 cdef extern from "Python.h":
@@ -93,6 +93,18 @@ cpdef object group_key(dict row, tuple key_fields):
 def key_slot(str text) -> int:
     """The hash slot of a canonical key string, as the ownership check computes it."""
     return text_slot(text)
+
+
+cdef tuple kernel_layout(TableKernel kernel):
+    """The key fields and, per state column in order, its class and feature names (what
+    two kernels built from the same spec share)."""
+    cols = []
+    for col in kernel.state_cols:
+        if isinstance(col, BucketArena):
+            cols.append((type(col), col.window, tuple((m.name, type(m)) for m in col.members)))
+        else:
+            cols.append((type(col), (<Column>col).name))
+    return (kernel.key_fields, tuple(cols))
 
 
 @cython.final
@@ -356,6 +368,29 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             self.grow(previous.capacity)
             if self.touch != NULL and previous.touch != NULL:
                 memcpy(self.touch, previous.touch, previous.capacity * sizeof(int64_t))
+
+    def absorb(self, TableKernel other) -> None:
+        """Append the entities of ``other``, a kernel built from the same spec, after this
+        kernel's own, in ``other``'s slot order, with their last-touch times (a backfill
+        installs a table from key-disjoint parts this way). ``other`` gives its state up and
+        is discarded afterwards. Raises KeyError(key) for a key both hold, ValueError for a
+        kernel of another layout, before anything changes."""
+        cdef Py_ssize_t n = len(self.keys.names), m = len(other.keys.names)
+        cdef Py_ssize_t i
+        if kernel_layout(self) != kernel_layout(other):
+            raise ValueError("a kernel of another layout")
+        for key in other.keys.names:
+            if self.keys.lookup(<str>key) >= 0:
+                raise KeyError(key)
+        if n + m > self.capacity:
+            self.grow(n + m)
+        for key in other.keys.names:
+            self.keys.insert(<str>key)
+        if self.touch != NULL and m:
+            memcpy(self.touch + n, other.touch, m * sizeof(int64_t))
+        for i in range(len(self.state_cols)):
+            (<Column>self.state_cols[i]).take_slots(<Column>other.state_cols[i], n, m)
+        other.keys = KeyMap()
 
     def dump(self) -> dict:
         """State of every entity as plain data (column.pxd): keys in slot order, last-touch

@@ -211,6 +211,12 @@ class TableState:
         when it does not fit)."""
         self._kernel.load(state)
 
+    def absorb(self, other: TableState) -> None:
+        """Append the entities of ``other`` (a table of the same spec, discarded afterwards)
+        after this table's own: a backfill installs a table from key-disjoint parts. Raises
+        KeyError(key) for a key both hold, before anything changes."""
+        self._kernel.absorb(other._kernel)
+
     def stored_columns(self) -> tuple[dict[str, Column], list[BucketArena]]:
         """The columns whose state a ``dump()`` holds under ``columns``, by feature name, and
         the bucket arenas it holds under ``arenas`` (in that order). Meant for a new table:
