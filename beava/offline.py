@@ -11,18 +11,24 @@ so what they compute is what the server computes, and the engine may change behi
 - :class:`Replay` is one feature store with a settable clock: ``push`` an event at its time
   (validated, deduplicated and applied as a live push), ``get`` a row at a time, ``state``
   of a table as the backfill operation uploads it, ``key_of`` the entity key an event lands
-  on in a table.
+  on in a table, and ``replay_batch``: the events and reads of one Arrow batch applied in
+  one C loop (``beava._fast.intake.replay_batch``), the fast path of a long history.
+- :func:`gc_paused` keeps the garbage collector away from the long-lived state a replay
+  builds (a collection would walk all of it, again and again, for nothing).
 """
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from beava._fast.intake.replay_batch import NO_READ, READ, replay_rows
 from beava._fast.ops.table_kernel import group_key
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import lookup
@@ -33,11 +39,12 @@ from beava.engine.state.push_validation import validate_push
 from beava.engine.state.reads import get
 from beava.engine.store import FeatureStore
 
-__all__ = ["EventSpec", "FeatureInfo", "Pipeline", "Replay", "ReplayRefused", "TableInfo",
-           "float_key"]
+__all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
+           "ReplayRefused", "TableInfo", "float_key", "gc_paused"]
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _encode_msgpack = msgspec.msgpack.Encoder().encode
+_decode_json = msgspec.json.Decoder().decode
 
 # What a feature's value is in a GET row: long, double, boolean, string, or json (a list
 # or map, or a value whose type depends on the data). Catalogue output -> kind;
@@ -51,11 +58,13 @@ _FIELD_KINDS = {"i64": "long", "f64": "double", "bool": "boolean", "str": "strin
 class ReplayRefused(ValueError):
     """A push the server would refuse: ``code`` is its error code (spec/wire.md §5.2)."""
 
-    def __init__(self, event: str, time_ms: int, code: str) -> None:
+    def __init__(self, event: str, time_ms: int | None, code: str, row: int | None = None
+                 ) -> None:
         super().__init__(f"a push of {event} at {time_ms} ms is refused ({code})")
         self.event = event
         self.time_ms = time_ms
         self.code = code
+        self.row = row  # its index in the batch (Replay.replay_batch), else None
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,21 @@ class Pipeline:
         return TableInfo(name, spec.source, spec.keys, bool(spec.chain), feeding,
                          tuple(features), _encode_json({"nodes": self._nodes_for(name)}))
 
+    def payload(self, tables: Sequence[str]) -> bytes:
+        """Register payload of every event source and ``tables`` (with the derivations
+        they read from): one store that computes them together."""
+        needed: dict[str, Mapping[str, Any]] = {}
+        for table in tables:
+            for node in self._nodes_for(table):
+                needed.setdefault(node["name"], node)
+        return _encode_json({"nodes": [n for n in self.nodes if n["name"] in needed]})
+
+    def upstreams(self, table: str) -> tuple[str, ...]:
+        """The nodes ``table`` reads from (an event source, or the derivation whose chain
+        it follows)."""
+        node = next(n for n in self.nodes if n["name"] == table)
+        return tuple(node.get("upstreams") or ())
+
     def events_payload(self) -> bytes:
         """Register payload of the event sources alone (dedupe needs no table)."""
         return _encode_json({"nodes": [n for n in self.nodes if n.get("kind") == "event"]})
@@ -186,6 +210,28 @@ class Replay:
         except BeavaError:
             return {}
 
+    def replay_batch(self, batch: Any, events: tuple[str, ...], tables: Sequence[str]
+                     ) -> list[tuple[int, list[dict[str, Any] | None]]]:
+        """Apply the rows of an Arrow batch in order, in one C loop (no :meth:`push` per
+        row). ``batch``: any object with ``__arrow_c_array__`` (a ``pyarrow.RecordBatch``)
+        holding four columns: ``code`` (int32: an index into ``events``, or :data:`READ`,
+        or :data:`NO_READ` for a row that reads nothing), ``time`` (int64 epoch ms), ``body``
+        (text: the event's JSON body), ``key`` (text: a read's canonical key). Rows must be
+        in time order. Each event is checked exactly as a live push and applied to the
+        store's tables at its own time; dedupe is not applied (remove replays first, over
+        the whole history). Each read gives ``(row index, [the GET row of each of
+        ``tables`` at the row's time, or None where the key has no row])``. Raises
+        :class:`ReplayRefused` (with ``row``) at the first event the server would refuse;
+        the events before it are applied."""
+        reads: list[tuple[int, list[dict[str, Any] | None]]] = []
+        states = [self._store.table(name) for name in tables]
+        refused = replay_rows(batch, self._store.engine.routes, self._store.checkers,
+                              events, _decode_json, states, reads)
+        if refused is not None:
+            row, event, time_ms, code = refused
+            raise ReplayRefused(event, time_ms, code, row)
+        return reads
+
     def state(self, table: str) -> bytes:
         """The table's whole state as the backfill operation uploads it (MessagePack)."""
         return bytes(_encode_msgpack(self._store.table(table).dump()))
@@ -209,6 +255,20 @@ class Replay:
             raise ReplayRefused(event, time_ms, err.code) from None
         out = chain(dict(row)) if chain is not None else row
         return group_key(out, spec.keys) if out is not None else None
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage collection inside the block (restored after, as it was): a replay's
+    state is long-lived, and each collection would walk all of it; the reference
+    cycles made inside it wait for the first collection after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def float_key(value: float | None) -> str | None:

@@ -26,22 +26,22 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .errors import BeavaSparkError
-from .historical import (
-    _B,
-    _E,
-    _O,
-    _S,
-    _T,
+from .historical import HistoricalReplayError
+from .replay_exchange import (
     PREFIX,
-    _at,
-    _check_event_names,
-    _event_stream,
-    _pipeline,
-    _push,
-    _replay,
-    _table_names,
-    _time_ms,
-    _union,
+    B,
+    E,
+    O,
+    S,
+    T,
+    check_event_names,
+    compile_pipeline,
+    event_codes,
+    event_stream,
+    new_replay,
+    refusal,
+    table_names,
+    time_ms,
 )
 
 if TYPE_CHECKING:
@@ -141,9 +141,9 @@ def backfill(
     arguments before any job runs, BackfillError when the server refuses a step.
     """
     started = time.monotonic()
-    pipeline = _pipeline(registry)
-    plans = [pipeline.table(name) for name in _table_names(pipeline, tables)]
-    _check_event_names(pipeline, events)
+    pipeline = compile_pipeline(registry)
+    plans = [pipeline.table(name) for name in table_names(pipeline, tables)]
+    check_event_names(pipeline, events)
     for plan in plans:
         for event in plan.events:
             if event not in events:
@@ -190,7 +190,7 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
     newest: int | None = None
     for event in needed:
         df = events[event]
-        value = df.select(f.max(_time_ms(df, time_col, f"events[{event!r}]"))).first()
+        value = df.select(f.max(time_ms(df, time_col, f"events[{event!r}]"))).first()
         if value is not None and value[0] is not None:
             newest = value[0] if newest is None else max(newest, value[0])
     if newest is None:
@@ -209,20 +209,24 @@ def _table_states(events: Mapping[str, DataFrame], pipeline: Pipeline,
     streams = {}
     for event in needed:
         df = events[event]
-        time_ms = _time_ms(df, time_col, f"events[{event!r}]")
+        at = time_ms(df, time_col, f"events[{event!r}]")
         # null times stay: the replay refuses them, as historical_features does
-        kept = df.where(time_ms.isNull() | (time_ms <= f.lit(until_ms)))
-        streams[event] = _event_stream(kept, pipeline, event, time_col, order_col, set())[0]
-    base = [_T, _O, _E, _S, _B]
+        kept = df.where(at.isNull() | (at <= f.lit(until_ms)))
+        streams[event] = event_stream(kept, pipeline, event, time_col, order_col, set(),
+                                      HistoricalReplayError)[0]
+    base = [T, O, E, S, B]
     tags = _partition_tags(len(plans))
-    rows = _union([streams[e].select(*base).withColumn(_TB, f.lit(i))
-                   .withColumn(_PT, f.lit(tags[i]))
-                   for i, plan in enumerate(plans) for e in plan.events])
+    parts = [streams[e].select(*base).withColumn(_TB, f.lit(i)).withColumn(_PT, f.lit(tags[i]))
+             for i, plan in enumerate(plans) for e in plan.events]
+    rows = functools.reduce(lambda a, b: a.unionByName(b), parts)
     # one partition per table: table i's rows carry a tag that hashes to partition i
     ordered = (rows.repartition(len(plans), _PT).drop(_PT)
-               .sortWithinPartitions(_TB, _T, _O, _E, _S))
+               .sortWithinPartitions(_TB, T, O, E, S))
     task = functools.partial(_state_task, payloads=tuple(p.payload for p in plans),
-                             names=tuple(p.name for p in plans), at=_at(ordered),
+                             names=tuple(p.name for p in plans),
+                             events=event_codes(pipeline),
+                             at=(ordered.columns.index(T), ordered.columns.index(E),
+                                 ordered.columns.index(B)),
                              table_at=ordered.columns.index(_TB))
     from pyspark import StorageLevel
 
@@ -257,7 +261,7 @@ def _partition_tags(n: int) -> list[int]:
 
 
 def _empty_state(plan: TableInfo) -> bytes:
-    return _replay(plan.payload).state(plan.name)
+    return new_replay(plan.payload, HistoricalReplayError).state(plan.name)
 
 
 def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +313,7 @@ def _install(client: Any, plan: TableInfo, count: int, data: bytes, until_ms: in
 
 
 def _state_task(rows: Iterable[Any], *, payloads: tuple[bytes, ...], names: tuple[str, ...],
-                at: tuple[int, int, int], table_at: int
+                events: tuple[str, ...], at: tuple[int, int, int], table_at: int
                 ) -> Iterator[tuple[int, int, int, bytes | None]]:
     """Replay each table's events (rows sorted by table, then time) into a fresh replay and
     yield its state: ``(table, seq, 0, chunk)`` rows, then ``(table, -1, events, None)``."""
@@ -322,13 +326,26 @@ def _state_task(rows: Iterable[Any], *, payloads: tuple[bytes, ...], names: tupl
         if index != current:
             if replay is not None:
                 yield from _state_rows(replay, names[current], current, count)
-            replay = _replay(payloads[index])
+            replay = new_replay(payloads[index], HistoricalReplayError)
             current, count = index, 0
         assert replay is not None
-        _push(replay, row[e], row[t], row[b])
+        _push(replay, events[row[e]], row[t], row[b])
         count += 1
     if replay is not None:
         yield from _state_rows(replay, names[current], current, count)
+
+
+def _push(replay: Replay, event: str, time: int | None, body: str) -> None:
+    """Push one event row at its time (HistoricalReplayError for a row the server would
+    refuse, or one without a time)."""
+    from beava.offline import ReplayRefused
+
+    if time is None:
+        raise HistoricalReplayError(refusal(event, None, body, "null_time"))
+    try:
+        replay.push(event, time, _decode_json(body))
+    except ReplayRefused as err:
+        raise HistoricalReplayError(refusal(event, time, body, err.code)) from None
 
 
 def _state_rows(replay: Replay, name: str, index: int, count: int

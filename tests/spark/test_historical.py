@@ -384,3 +384,65 @@ def test_errors_name_the_problem(spark: Any) -> None:
     with pytest.raises(Exception, match=r"event Tap at 1700000000000 ms is refused .*"
                        r"invalid_event"):
         historical_features(spine, {"Tap": bad}, reg).collect()
+
+
+@bv.event
+class Visit:
+    user_id: str
+    page: str
+    region: str
+    device: str
+    host: str
+    ms: float
+
+
+@bv.table(key="user_id")
+def VisitsByUser(v: Visit) -> bv.Table:
+    return v.group_by("user_id").agg(user_visits=bv.count())
+
+
+@bv.table(key="page")
+def VisitsByPage(v: Visit) -> bv.Table:
+    return v.group_by("page").agg(page_visits=bv.count())
+
+
+@bv.table(key="region")
+def VisitsByRegion(v: Visit) -> bv.Table:
+    return v.group_by("region").agg(region_ms=bv.sum("ms"))
+
+
+@bv.table(key="device")
+def VisitsByDevice(v: Visit) -> bv.Table:
+    return v.group_by("device").agg(device_visits=bv.count())
+
+
+@bv.table(key="host")
+def VisitsByHost(v: Visit) -> bv.Table:
+    return v.group_by("host").agg(host_ms=bv.max("ms"))
+
+
+VISIT_TABLES = [VisitsByUser, VisitsByPage, VisitsByRegion, VisitsByDevice, VisitsByHost]
+
+
+def test_one_exchange_whatever_the_number_of_tables(spark: Any) -> None:
+    """Every table's events go through one shuffle (and the features of a spine row are
+    joined back through one more): the plan does not grow with the tables asked."""
+    visits = spark.createDataFrame(
+        [("u1", "p1", "r1", "d1", "h1", 3.0, T0), ("u2", "p1", "r2", "d1", "h2", 4.0, T0 + 1)],
+        "user_id string, page string, region string, device string, host string, ms double, "
+        "ts long")
+    spine = visits.select("user_id", "page", "region", "device", "host",
+                          (visits.ts + 10).alias("ts"))
+
+    def exchanges(tables: list[Any]) -> int:
+        out = historical_features(spine, {"Visit": visits}, [Visit, *VISIT_TABLES],
+                                  tables=tables)
+        plan = out._jdf.queryExecution().executedPlan().toString()
+        return sum(line.lstrip(" +-:").startswith("Exchange ") for line in plan.splitlines())
+
+    assert exchanges(VISIT_TABLES[:1]) == 1
+    assert exchanges(VISIT_TABLES[:2]) == exchanges(VISIT_TABLES) == 2
+    out = historical_features(spine, {"Visit": visits}, [Visit, *VISIT_TABLES])
+    got = {r["user_id"]: (r["user_visits"], r["page_visits"], r["region_ms"],
+                          r["device_visits"], r["host_ms"]) for r in out.collect()}
+    assert got == {"u1": (1, 2, 3.0, 2, 3.0), "u2": (1, 2, 4.0, 2, 4.0)}

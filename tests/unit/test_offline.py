@@ -124,3 +124,60 @@ def test_the_spark_connector_enters_the_engine_through_beava_offline_only() -> N
                 names = [alias.name for alias in node.names]
             reached.update(n for n in names if n == "beava" or n.startswith("beava."))
     assert reached == {"beava.offline"}
+
+
+def _batch(rows: list[tuple[int, int | None, str | None, str | None]]) -> object:
+    pa = pytest.importorskip("pyarrow")
+    codes, times, bodies, keys = zip(*rows, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(codes, pa.int32()), pa.array(times, pa.int64()),
+         pa.array(bodies, pa.string()), pa.array(keys, pa.large_string())],
+        names=["code", "time", "body", "key"])
+
+
+def test_replay_batch_applies_events_at_their_times_and_reads_as_get() -> None:
+    from beava.offline import NO_READ, READ
+
+    pipeline = Pipeline([Pay, PayUser, BigCard])
+    payload = pipeline.payload(["PayUser", "BigCard"])
+    pushes = [(1_000, _pay("a", amount=150.0)), (2_000, _pay("b", amount=5.0)),
+              (HOUR + 1_500, _pay("c", user="u2", amount=300.0))]
+    body = msgspec.json.encode
+    rows: list[tuple[int, int | None, str | None, str | None]] = [
+        (0, t, body(p).decode(), None) for t, p in pushes[:2]]
+    rows += [(READ, 2_000, None, "u1"), (READ, HOUR + 1_000, None, "c1"),
+             (0, *(pushes[2][0], body(pushes[2][1]).decode()), None),
+             (READ, HOUR + 1_500, None, "u1"), (NO_READ, HOUR + 2_000, None, "u2"),
+             (READ, HOUR + 2_000, None, None)]
+    replay = Replay(payload)
+    reads = replay.replay_batch(_batch(rows), ("Pay",), ["PayUser", "BigCard"])
+    # the same history through the server's push and GET, one at a time
+    live = Replay(payload)
+    for t, p in pushes[:2]:
+        live.push("Pay", t, p)
+    first = [live.get("PayUser", ["u1"], 2_000), live.get("BigCard", ["u1"], 2_000)]
+    second = [live.get("PayUser", ["c1"], HOUR + 1_000), live.get("BigCard", ["c1"], HOUR + 1_000)]
+    live.push("Pay", *pushes[2])
+    third = [live.get("PayUser", ["u1"], HOUR + 1_500), live.get("BigCard", ["u1"], HOUR + 1_500)]
+    assert [i for i, _ in reads] == [2, 3, 5, 6, 7]
+    assert [[r or {} for r in found] for _, found in reads[:3]] == [first, second, third]
+    assert first[0]["n_1h"] == 2 and second[1]["n"] == 1 and third[0]["n_1h"] == 0
+    assert reads[3][1] == [None, None] and reads[4][1] == [None, None]  # nothing read
+
+
+def test_replay_batch_refuses_what_the_server_refuses() -> None:
+    replay = Replay(Pipeline([Pay, PayUser]).table("PayUser").payload)
+    good = msgspec.json.encode(_pay("a")).decode()
+    bad = msgspec.json.encode({**_pay("b"), "amount": "lots"}).decode()
+    with pytest.raises(ReplayRefused) as info:
+        replay.replay_batch(_batch([(0, 1_000, good, None), (0, 2_000, bad, None)]),
+                            ("Pay",), ["PayUser"])
+    assert (info.value.row, info.value.event, info.value.time_ms) == (1, "Pay", 2_000)
+    with pytest.raises(ReplayRefused) as live:  # the code a live push answers
+        Replay(Pipeline([Pay, PayUser]).table("PayUser").payload).push(
+            "Pay", 2_000, msgspec.json.decode(bad))
+    assert info.value.code == live.value.code
+    assert replay.get("PayUser", ["u1"], 2_000)["spend"] == 10.0  # the row before applied
+    with pytest.raises(ReplayRefused) as info:
+        replay.replay_batch(_batch([(0, None, good, None)]), ("Pay",), ["PayUser"])
+    assert (info.value.row, info.value.time_ms, info.value.code) == (0, None, "null_time")

@@ -1,0 +1,389 @@
+"""The one exchange of an offline replay: every table's events in one stream, partitioned
+once by (key group, key bucket) and sorted once into push order.
+
+A **key group** is the set of requested tables whose rows an event reaches under the same
+entity key: tables with the same key fields and no chain (whatever event feeds them), or
+chained tables that follow the same derivation with the same keys. One store replays a
+group's tables together (``KeyGroup.payload``). An event is exploded once per group it
+feeds, with the group id, the group's canonical key (computed in Spark SQL; by the
+engine's own key function, in a Python task, for a chain or a key Spark cannot spell) and
+its bucket, ``pmod(xxhash64(key), buckets)``: all events of one entity meet in one
+(group, bucket), and (group, bucket) parts are key-disjoint.
+
+``replay_stream`` unions the exploded rows (and any read rows, such as a spine's), then
+``repartition(buckets, group, bucket)`` and ``sortWithinPartitions(group, time, phase,
+order, event, seq)``: a task meets each group's rows in push order, the events of one
+millisecond in the documented order (``order_col``, then event name, then input order).
+The number of stages does not grow with the number of tables. A task reads the stream as
+Arrow batches and hands each to ``beava.offline.Replay.replay_batch``
+(:mod:`beava_spark.replay_task`).
+
+Stream columns (the ``__bv_`` prefix is reserved): ``G`` group id, ``BK`` bucket, ``K``
+canonical key, ``T`` time (epoch ms), ``P`` phase within a millisecond, ``O`` order_col
+value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ`` for read rows),
+``S`` input position of the event (a read's row id), ``B`` JSON body (null for reads).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .conversion import quoted
+from .driver import plan_for
+from .event_schema import EventSchema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from beava.offline import Pipeline, Replay, TableInfo
+
+__all__ = ["KeyGroup", "bucket_count", "check_event_names", "compile_pipeline", "event_codes",
+           "event_rows", "event_stream", "key_groups", "new_replay", "refusal",
+           "replay_stream", "row_key", "spark_key", "table_names", "time_ms"]
+
+PREFIX = "__bv_"
+G = PREFIX + "g"
+BK = PREFIX + "bk"
+K = PREFIX + "k"
+T = PREFIX + "t"
+P = PREFIX + "p"
+O = PREFIX + "o"  # noqa: E741 - the order column
+E = PREFIX + "e"
+S = PREFIX + "s"
+B = PREFIX + "b"
+_D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
+FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
+
+# bytes of input per bucket when Spark knows the input's size; at least one bucket per
+# core (spark.default.parallelism), at most 16 per core
+_BUCKET_BYTES = 128 << 20
+_BUCKETS_PER_CORE = 16
+
+_decode_json = msgspec.json.Decoder().decode
+
+# the caller's exception for a row it cannot replay, from its message
+Refused = Callable[[str], Exception]
+
+
+@dataclass(frozen=True)
+class KeyGroup:
+    """Tables replayed together: same key, same chain (module docstring)."""
+
+    id: int
+    keys: tuple[str, ...]
+    tables: tuple[TableInfo, ...]
+    events: tuple[str, ...]  # every event whose pushes reach one of its tables
+    chained: bool
+    payload: bytes  # register payload of every event source and these tables
+
+
+def key_groups(pipeline: Pipeline, plans: Sequence[TableInfo]) -> list[KeyGroup]:
+    """The key groups of ``plans`` (in the order their first table is asked)."""
+    found: dict[tuple[Any, ...], list[TableInfo]] = {}
+    for plan in plans:
+        chain = pipeline.upstreams(plan.name) if plan.chained else ()
+        found.setdefault((plan.keys, plan.chained, chain), []).append(plan)
+    groups = []
+    for number, ((keys, chained, _), tables) in enumerate(found.items()):
+        events = tuple(e for e in pipeline.events if any(e in t.events for t in tables))
+        groups.append(KeyGroup(number, keys, tuple(tables), events, chained,
+                               pipeline.payload([t.name for t in tables])))
+    return groups
+
+
+def compile_pipeline(registry: Any) -> Pipeline:
+    """The registry compiled as the server compiles it (ValueError with the server's error
+    when it would not register)."""
+    from beava.offline import Pipeline
+
+    return Pipeline(registry)
+
+
+def table_names(pipeline: Pipeline, tables: Sequence[Any] | None) -> list[str]:
+    """The names of ``tables`` (names or @bv.table descriptors; None: every table), each
+    once, in the order given (ValueError naming an unknown one)."""
+    known = pipeline.table_names
+    if tables is None:
+        if not known:
+            raise ValueError("the registry has no table")
+        return known
+    if isinstance(tables, str):
+        tables = [tables]
+    names = []
+    for table in tables:
+        name = table if isinstance(table, str) else getattr(table, "_name", None)
+        if not isinstance(name, str) or name not in known:
+            raise ValueError(f"unknown table {name if isinstance(name, str) else table!r}; "
+                             f"tables: {', '.join(known) or 'none'}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def check_event_names(pipeline: Pipeline, events: Mapping[str, Any]) -> None:
+    """ValueError when ``events`` names an event the registry does not declare."""
+    unknown = sorted(set(events) - set(pipeline.events))
+    if unknown:
+        raise ValueError(f"events names {', '.join(map(repr, unknown))}, which the registry "
+                         f"does not declare (events: {', '.join(pipeline.events)})")
+
+
+def event_codes(pipeline: Pipeline) -> tuple[str, ...]:
+    """Event names by code: sorted, so that ordering by code is ordering by name."""
+    return tuple(sorted(pipeline.events))
+
+
+def _time_family(df: DataFrame, column: str, what: str) -> str:
+    from pyspark.sql import types as t
+
+    if column not in df.columns:
+        raise ValueError(f"{what} has no time column {column!r} (columns: "
+                         f"{', '.join(df.columns)}); name it with time_col=")
+    data_type = df.schema[column].dataType
+    if isinstance(data_type, t.IntegralType):
+        return "ms"
+    if isinstance(data_type, (t.TimestampType, t.TimestampNTZType)):
+        return "timestamp"
+    raise ValueError(f"{what}: time column {column!r} is {data_type.simpleString()}; it "
+                     f"must hold epoch milliseconds (an integral type) or a timestamp")
+
+
+def time_ms(df: DataFrame, column: str, what: str) -> Column:
+    """``column`` of ``df`` as epoch milliseconds (ValueError naming ``what`` when it is
+    missing or neither integral nor a timestamp)."""
+    from pyspark.sql import functions as f
+
+    col = f.col(quoted(column))
+    if _time_family(df, column, what) == "ms":
+        return col.cast("long")
+    return f.unix_millis(col)
+
+
+def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
+                 order_col: str | None, key_fields: set[str], refused: Refused
+                 ) -> tuple[DataFrame, dict[str, str]]:
+    """The rows of ``event`` as ``(T, O, E, S, B)`` plus the converted values of
+    ``key_fields`` (``FIELD`` + name, for keys computed in Spark), dedupe replays removed
+    (one pass over the whole event, partitioned by the dedupe value, as the server
+    recognises replays across entities); and the wire type of each field column."""
+    from pyspark.sql import functions as f
+
+    spec = pipeline.events[event]
+    what = f"events[{spec.name!r}]"
+    time = time_ms(df, time_col, what)
+    if order_col is not None and order_col not in df.columns:
+        raise ValueError(f"{what} has no order column {order_col!r}")
+    declared = set(spec.fields) | set(spec.optional)
+    field_cols = [c for c in df.columns if c in declared]
+    known = EventSchema(spec.name, dict(spec.fields), spec.optional,
+                        frozenset(spec.defaults), spec.dedupe_key)
+    plan = plan_for(df.select(*[quoted(c) for c in field_cols]).schema, None, known)
+    converted = plan.columns()
+    body = (f.to_json(f.struct(*converted)) if converted else f.lit("{}"))
+    columns = [time.alias(T),
+               (f.col(quoted(order_col)) if order_col is not None
+                else f.lit(None).cast("long")).alias(O),
+               f.lit(event_codes(pipeline).index(event)).alias(E),
+               f.monotonically_increasing_id().alias(S),
+               body.alias(B)]
+    wire = plan.wire_types()
+    for conv in plan.fields:
+        if conv.name in key_fields or conv.name == spec.dedupe_key:
+            columns.append(conv.column().alias(FIELD + conv.name))
+    stream = df.select(*columns)
+    dedupe = FIELD + (spec.dedupe_key or "")
+    if spec.dedupe_key is None or dedupe not in stream.columns:
+        return stream, wire  # no dedupe key, or no row has a value to dedupe by
+    keyed = stream.withColumn(_D, f.col(quoted(dedupe)).cast("string"))
+    ordered = keyed.repartition(_D).sortWithinPartitions(T, O, S).drop(_D)
+    task = functools.partial(_dedupe_task, payload=pipeline.events_payload(), event=event,
+                             at=(ordered.columns.index(T), ordered.columns.index(B)),
+                             refused=refused)
+    return _frame(ordered.rdd.mapPartitions(task), ordered.schema), wire
+
+
+def event_rows(stream: DataFrame, wire: Mapping[str, str], group: KeyGroup, event: str,
+               pipeline: Pipeline, phase: int, refused: Refused) -> DataFrame:
+    """``stream`` (of ``event_stream``) as rows of ``group``'s part of the exchange:
+    ``(G, K, T, P, O, E, S, B)``, only the events that reach a row of it when the key is
+    the engine's to compute (a chain filter or a null key skips them)."""
+    from pyspark.sql import functions as f
+    from pyspark.sql import types as t
+
+    source = pipeline.events[event]
+    base = [T, O, E, S, B]
+    fast = (not group.chained and all(k not in source.defaults for k in group.keys)
+            and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys))
+    if fast:
+        parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
+        # a null key reaches no row; such events still go to the replay, whose checks
+        # refuse them when the server would
+        keyed = stream.select(*base, _join_key(parts).alias(K))
+    else:
+        table = next(t.name for t in group.tables if event in t.events)
+        rows = stream.select(*base)
+        task = functools.partial(_key_task, payload=group.payload, table=table,
+                                 event=event, refused=refused)
+        keyed = _frame(rows.rdd.mapPartitions(task), rows.schema.add(K, t.StringType()))
+    return keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O, E, S, B)
+
+
+def spark_key(col: Column, wire_type: str) -> Column:
+    """keystr of a str, i64 or bool value in Spark SQL (null stays null)."""
+    from pyspark.sql import functions as f
+
+    if wire_type == "str":
+        return col
+    if wire_type == "i64":
+        return col.cast("long").cast("string")
+    return f.when(col, f.lit("true")).when(~col, f.lit("false"))
+
+
+def _join_key(parts: Sequence[Column]) -> Column:
+    """The canonical key of several keystr parts (each ``|`` escaped), null if any is."""
+    from pyspark.sql import functions as f
+
+    if not parts:
+        return f.lit("")
+    if len(parts) == 1:
+        return parts[0]
+    pieces: list[Column] = []
+    for i, part in enumerate(parts):
+        if i:
+            pieces.append(f.lit("|"))
+        pieces.append(f.replace(part, f.lit("|"), f.lit("%7C")))
+    return f.concat(*pieces)
+
+
+def row_key(df: DataFrame, keys: Sequence[str]) -> Column:
+    """The canonical key of the key columns ``keys`` of ``df`` (a spine), null when a part
+    is null (or a non-finite float: no row has it)."""
+    from pyspark.sql import functions as f
+    from pyspark.sql import types as t
+
+    parts = []
+    for key in keys:
+        data_type = df.schema[key].dataType
+        col = f.col(quoted(key))
+        if isinstance(data_type, t.StringType):
+            parts.append(col)
+        elif isinstance(data_type, t.IntegralType):
+            parts.append(spark_key(col, "i64"))
+        elif isinstance(data_type, t.BooleanType):
+            parts.append(spark_key(col, "bool"))
+        else:
+            from beava.offline import float_key
+
+            parts.append(f.udf(float_key, t.StringType())(col))
+    return _join_key(parts)
+
+
+def bucket_count(frames: Sequence[DataFrame]) -> int:
+    """Buckets (and partitions) of the exchange: one per ``_BUCKET_BYTES`` of input when
+    Spark's plan knows its size, at least ``spark.default.parallelism``, at most
+    ``_BUCKETS_PER_CORE`` times that."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    size = 0
+    for frame in frames:
+        try:
+            size += int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+                        .toString())
+        except Exception:  # no JVM plan (Spark Connect): go by the cores alone
+            return cores
+    return min(cores * _BUCKETS_PER_CORE, max(cores, math.ceil(size / _BUCKET_BYTES)))
+
+
+def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
+    """``rows`` (each ``(G, K, T, P, O, E, S, B, ...)``, same columns) in one stream with
+    ``BK``, repartitioned once by (group, bucket) into ``buckets`` partitions, each sorted
+    by (group, time, phase, order, event, seq)."""
+    from pyspark.sql import functions as f
+
+    out = rows[0]
+    for frame in rows[1:]:
+        out = out.unionByName(frame)
+    out = out.withColumn(BK, f.pmod(f.xxhash64(K), f.lit(buckets)).cast("int"))
+    return out.repartition(buckets, G, BK).sortWithinPartitions(G, T, P, O, E, S)
+
+
+def _frame(rdd: Any, schema: Any) -> DataFrame:
+    """A DataFrame of the tuples a task yields (Spark's classic API: no pandas needed)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return spark.createDataFrame(rdd, schema, verifySchema=False)
+
+
+# -- task side --------------------------------------------------------------------------------
+
+
+def refusal(event: str, time: int | None, body: str, code: str) -> str:
+    """The message of an event row that cannot be replayed: the server's error code and
+    the row (its body cut at 500 characters)."""
+    if time is None:
+        return f"an event {event} has a null time: {body[:500]}"
+    shown = body if len(body) <= 500 else body[:500] + "..."
+    return (f"event {event} at {time} ms is refused as the server would refuse its push "
+            f"({code}): {shown}")
+
+
+def new_replay(payload: bytes, refused: Refused) -> Replay:
+    """A ``beava.offline.Replay`` of ``payload`` in a task."""
+    from beava.offline import Replay
+
+    try:
+        return Replay(payload)
+    except ValueError as err:
+        raise refused(f"in the task: {err}") from None
+
+
+def _dedupe_task(rows: Iterable[Any], *, payload: bytes, event: str, at: tuple[int, int],
+                 refused: Refused) -> Iterator[Any]:
+    """Drop the events the server answers as dedupe replays (rows in push order)."""
+    from beava.offline import ReplayRefused
+
+    replay = new_replay(payload, refused)
+    t, b = at
+    seen = 0
+    for row in rows:
+        time, body = row[t], row[b]
+        if time is None:
+            raise refused(refusal(event, None, body, "null_time"))
+        try:
+            replayed = replay.push(event, time, _decode_json(body))
+        except ReplayRefused as err:
+            raise refused(refusal(event, time, body, err.code)) from None
+        if not replayed:
+            yield row
+        seen += 1
+        if seen >= 100_000:  # forget the entries whose window has passed
+            replay.sweep_dedupe()
+            seen = 0
+
+
+def _key_task(rows: Iterable[Any], *, payload: bytes, table: str, event: str,
+              refused: Refused) -> Iterator[Any]:
+    """Append ``K`` to each ``(T, O, E, S, B)`` of ``event``: the table's chain and key
+    function applied to the event (the engine's own); drop the events the table skips."""
+    from beava.offline import ReplayRefused
+
+    replay = new_replay(payload, refused)
+    for row in rows:
+        time, body = row[0], row[4]
+        try:
+            key = replay.key_of(table, event, time, _decode_json(body))
+        except ReplayRefused as err:
+            raise refused(refusal(event, time, body, err.code)) from None
+        if key is not None:
+            yield (*row, key)

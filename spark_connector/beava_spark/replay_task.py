@@ -1,0 +1,171 @@
+"""The task side of an offline replay: Arrow batches of the exchange's stream
+(:mod:`beava_spark.replay_exchange`) in, Arrow batches of feature rows out.
+
+One ``beava.offline.Replay`` per key group replays the group's rows batch by batch through
+``Replay.replay_batch`` (one C loop: each event checked as a live push and applied at its
+time, each read row answered as a GET at its time), with the garbage collector paused.
+A read row comes out as its row id, the columns it carries (``R``, passed through), and
+the features of its group's tables; other groups' features are null.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .replay_exchange import B, E, G, K, Refused, T, new_replay, refusal
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from beava.offline import FeatureInfo
+
+__all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
+
+_encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
+
+
+@dataclass(frozen=True)
+class ReplayGroup:
+    """What a task needs of a key group: its store's payload, its tables (in feature
+    order) and the features of each."""
+
+    payload: bytes
+    tables: tuple[str, ...]
+    features: tuple[tuple[FeatureInfo, ...], ...]  # by table
+
+
+@dataclass(frozen=True)
+class ReplayOutput:
+    """The output rows: the read rows' id column, a pass-through column (or None) and the
+    feature columns of every group, in order."""
+
+    row_id: str
+    carried: str | None
+    features: tuple[FeatureInfo, ...]
+
+
+_ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string",
+                "json": "string"}
+
+
+def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup],
+              events: tuple[str, ...], output: ReplayOutput, refused: Refused
+              ) -> Iterator[pa.RecordBatch]:
+    """Replay a partition of the stream (sorted by group, then push order) and yield the
+    read rows (``mapInArrow``'s function)."""
+    import pyarrow as pa
+
+    from beava.offline import ReplayRefused, gc_paused
+
+    types = [getattr(pa, _ARROW_TYPES[f.kind])() for f in output.features]
+    current: tuple[int, Any] = (-1, None)
+    with gc_paused():
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for start, stop, number in _runs(batch.column(G)):
+                if number != current[0]:  # sorted by group: the previous one is done
+                    current = (number, new_replay(groups[number].payload, refused))
+                replay = current[1]
+                part = batch.slice(start, stop - start)
+                columns = pa.RecordBatch.from_arrays(
+                    [part.column(E), part.column(T), part.column(B), part.column(K)],
+                    names=["code", "time", "body", "key"])
+                try:
+                    reads = replay.replay_batch(columns, events, groups[number].tables)
+                except ReplayRefused as err:
+                    body = part.column(B)[err.row].as_py() or ""
+                    raise refused(refusal(err.event, err.time_ms, body, err.code)) from None
+                if reads:
+                    yield _rows(part, reads, groups[number], output, types)
+
+
+def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
+    """``(start, stop, group)`` of each run of one group in a sorted batch."""
+    n = len(groups)
+    head, tail = groups[0].as_py(), groups[n - 1].as_py()
+    if head == tail:
+        yield 0, n, head
+        return
+    values = groups.to_pylist()
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or values[i] != values[start]:
+            yield start, i, values[start]
+            start = i
+
+
+def _rows(part: pa.RecordBatch, reads: list[tuple[int, list[dict[str, Any] | None]]],
+          group: ReplayGroup, output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    n = len(reads)
+    index = pa.array([i for i, _ in reads], pa.int64())
+    arrays = [part.column(output.row_id).take(index)]
+    names = [output.row_id]
+    if output.carried is not None:
+        arrays.append(part.column(output.carried).take(index))
+        names.append(output.carried)
+    mine: dict[str, list[Any]] = {}  # this group's features (names are unique)
+    for table, features in enumerate(group.features):
+        for feature in features:
+            convert = _CONVERT[feature.kind]
+            name = feature.name
+            mine[name] = [None if (row := rows[table]) is None else convert(name, row.get(name))
+                          for _, rows in reads]
+    for i, feature in enumerate(output.features):
+        values = mine.get(feature.name)
+        arrays.append(pa.nulls(n, types[i]) if values is None
+                      else pa.array(values, types[i]))
+        names.append(feature.name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+class FeatureValueError(ValueError):
+    """A feature value that is not of its declared kind (an engine bug)."""
+
+
+def _as_long(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise FeatureValueError(f"feature {name}: value {value!r} is not an integer")
+
+
+def _as_double(name: str, value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    if isinstance(value, (int, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    raise FeatureValueError(f"feature {name}: value {value!r} is not a number")
+
+
+def _as_bool(name: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise FeatureValueError(f"feature {name}: value {value!r} is not a boolean")
+
+
+def _as_string(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise FeatureValueError(f"feature {name}: value {value!r} is not a string")
+
+
+def _as_json(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    return _encode_json(value).decode()
+
+
+_CONVERT = {"long": _as_long, "double": _as_double, "boolean": _as_bool,
+            "string": _as_string, "json": _as_json}
