@@ -247,10 +247,14 @@ export class App {
     return await this.call(OP.PING, ["POST", "/ping"], {}, CT_JSON) as Record<string, unknown>;
   }
 
-  /** Drop every registered descriptor and all state (test mode only); the clock returns to the wall clock. */
-  async reset(): Promise<void> {
-    await this.call(OP.RESET, ["POST", "/reset"], {}, CT_JSON);
+  /**
+   * Drop every registered descriptor and all state (test mode only); the clock returns to the
+   * wall clock. Resolves with the server's reply, `{reset: true, registry_version}`.
+   */
+  async reset(): Promise<Record<string, unknown>> {
+    const reply = await this.call(OP.RESET, ["POST", "/reset"], {}, CT_JSON) as Record<string, unknown>;
     this.pinnedMs = undefined;
+    return reply;
   }
 
   /** Pin the server's clock (test mode only) at epoch ms or a Date; null returns to the wall clock. */

@@ -8,7 +8,7 @@
 import { decode, encode } from "@msgpack/msgpack";
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
-import { TransportError } from "./errors.js";
+import { serverError, TransportError } from "./errors.js";
 
 export const OP = {
   PING: 0x0000, REGISTER: 0x0001, AUTH: 0x0002, PUSH: 0x0010, PUSH_MANY: 0x0012, GET: 0x0020,
@@ -92,33 +92,45 @@ export class TcpConnection {
 
   private open(): Promise<Socket> {
     if (this.ready) return this.ready;
-    this.ready = new Promise<Socket>((resolve, reject) => {
-      const { tls, ca } = this.options;
+    const ready = new Promise<Socket>((resolve, reject) => {
+      const { tls, ca, token } = this.options;
       const socket = tls
         ? tlsConnect({ host: this.host, port: this.port, servername: this.host, ...(ca ? { ca } : {}) })
         : netConnect({ host: this.host, port: this.port });
       socket.setNoDelay(true);
       const onError = (err: Error): void => {
-        this.fail(new TransportError("connection_failed", `cannot reach ${this.host}:${this.port}: ${err.message}`, { cause: err }));
-        reject(new TransportError("connection_failed", `cannot reach ${this.host}:${this.port}: ${err.message}`, { cause: err }));
+        const failure = new TransportError("connection_failed", `cannot reach ${this.host}:${this.port}: ${err.message}`, { cause: err });
+        if (this.ready === ready) this.fail(failure);
+        reject(failure);
       };
       socket.once("error", onError);
       socket.once(tls ? "secureConnect" : "connect", () => {
         socket.off("error", onError);
-        socket.on("error", (err) => this.fail(new TransportError("connection_lost", `connection to ${this.host}:${this.port} failed: ${err.message}`, { cause: err })));
-        socket.on("close", () => this.fail(new TransportError("connection_closed", `connection to ${this.host}:${this.port} closed with ${this.inFlight} request(s) in flight`)));
-        socket.on("data", (data: Buffer) => this.receive(data));
+        // Events of a connection already given up (a timeout, a refused token) must not touch
+        // the one the next request opened, hence the identity checks.
+        socket.on("error", (err) => {
+          if (this.socket === socket) this.fail(new TransportError("connection_lost", `connection to ${this.host}:${this.port} failed: ${err.message}`, { cause: err }));
+        });
+        socket.on("close", () => {
+          if (this.socket === socket) this.fail(new TransportError("connection_closed", `connection to ${this.host}:${this.port} closed with ${this.inFlight} request(s) in flight`));
+        });
+        socket.on("data", (data: Buffer) => {
+          if (this.socket === socket) this.receive(data);
+        });
         this.socket = socket;
+        if (token !== undefined) {
+          // OP_AUTH is the connection's first frame; the requests waiting for this connection
+          // are written right behind it. A refused token closes the connection on the server
+          // (nothing after it is answered), so every request in flight gets the server's error.
+          this.enqueue({ op: OP.AUTH, resolve: (reply) => { if (!reply.ok) this.fail(serverError(reply.body)); }, reject: () => undefined });
+          socket.write(frame(OP.AUTH, CT_JSON, encodeBody({ token }, CT_JSON)));
+        }
         resolve(socket);
       });
     });
-    this.ready.catch(() => undefined);
-    if (this.options.token !== undefined) {
-      // OP_AUTH first; its failure (an invalid token) rejects this request and closes nothing.
-      const token = this.options.token;
-      void this.ready.then(() => this.send(OP.AUTH, CT_JSON, encodeBody({ token }, CT_JSON))).catch(() => undefined);
-    }
-    return this.ready;
+    ready.catch(() => undefined);
+    this.ready = ready;
+    return ready;
   }
 
   /** Send one request; resolves with its reply (an error frame resolves with `ok` false). */
@@ -163,6 +175,7 @@ export class TcpConnection {
   }
 
   private receive(data: Buffer): void {
+    const socket = this.socket;
     this.chunks.push(data);
     this.buffered += data.length;
     let buf = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks, this.buffered);
@@ -196,6 +209,7 @@ export class TcpConnection {
       }
       const body = decodePayload(payload, ct);
       waiting.resolve({ ok: op !== OP.ERROR && op === (REPLY_OP[waiting.op] ?? op), body });
+      if (this.socket !== socket) return; // the reply failed the connection (a refused token)
     }
     buf = buf.subarray(pos);
     this.chunks = buf.length ? [buf] : [];
