@@ -129,6 +129,14 @@ class Routes:
     def knows_event(self, event: str) -> bool:
         return event in self._events
 
+    def fed_tables(self, event: str) -> list[tuple[str, tuple[str, ...]]]:
+        """``(table, key fields)`` of every table ``event`` feeds (global: no fields)."""
+        return [(t.name, t.keys) for t in self._events.get(event, ())]
+
+    def defaults(self, event: str) -> dict[str, Any]:
+        """The values the server fills for ``event``'s absent fields."""
+        return dict(self._defaults.get(event) or {})
+
     def check_routable(self) -> None:
         """RoutingError for the first keyed table a client cannot place."""
         for tables in self._events.values():

@@ -4,18 +4,22 @@ Spark hands a Python data source writer the rows as Arrow record batches; each c
 converted to its wire values with Arrow compute kernels (the same values as the Spark
 expressions of ``beava_spark.conversion``), then each row is encoded as one JSON object
 with msgspec (null fields left out). With several servers, each row goes to the server of
-its key (``beava_spark.routing``) and each task keeps one connection per server.
+its key (``beava_spark.routing``), or with a shard map to the owner of each of its tables'
+keys (``beava_spark.shards``), and each task keeps one connection per server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .conversion import MS_PER_DAY, FieldConversion
 from .routing import canonical_key, shard_for_key
+
+if TYPE_CHECKING:
+    from .shards import ShardRouting
 
 Chunk = tuple[int, list[bytes]]
 
@@ -72,10 +76,12 @@ def _epoch_millis(array: Any) -> Any:
 class BodyEncoder:
     """Turns record batches into ``(server, bodies)`` chunks of at most ``batch_size``
     rows. ``key_fields`` (with ``servers`` > 1) routes each row by its key values as
-    sent."""
+    sent; ``routing`` (a shard map) sends each row to the owner of each of its tables'
+    keys."""
 
     def __init__(self, fields: tuple[FieldConversion, ...], batch_size: int,
-                 servers: int = 1, key_fields: tuple[str, ...] | None = None) -> None:
+                 servers: int = 1, key_fields: tuple[str, ...] | None = None,
+                 routing: ShardRouting | None = None) -> None:
         self.fields = fields
         self.batch_size = batch_size
         self.servers = servers
@@ -88,6 +94,10 @@ class BodyEncoder:
         positions = {f.name: i for i, f in enumerate(fields)}
         self._key_positions = (tuple(positions[k] for k in key_fields)
                                if key_fields and servers > 1 else None)
+        self._routing = routing
+        # the sent fields any table is keyed by, with their positions
+        self._routing_fields = tuple((name, positions[name]) for name in sorted(
+            routing.key_fields & positions.keys())) if routing is not None else ()
 
     def chunks(self, batches: Iterable[Any]) -> Iterator[Chunk]:
         buffers: list[list[bytes]] = [[] for _ in range(self.servers)]
@@ -98,8 +108,10 @@ class BodyEncoder:
             columns = [wire_array(batch.column(f.name), f).to_pylist() for f in self.fields]
             body, encode = self._body, self._encode
             bodies = [encode(body(*values)) for values in zip(*columns, strict=True)]
-            if self._key_positions is None:
-                routed: Iterable[tuple[int, list[bytes]]] = ((0, bodies),)
+            if self._routing is not None:
+                routed: Iterable[tuple[int, list[bytes]]] = self._route_shards(bodies, columns)
+            elif self._key_positions is None:
+                routed = ((0, bodies),)
             else:
                 routed = self._route(bodies, columns)
             for server, rows in routed:
@@ -122,3 +134,16 @@ class BodyEncoder:
             key = canonical_key([values[index] for values in keys])
             per_server[shard_for_key(key, servers)].append(body)
         return list(enumerate(per_server))
+
+    def _route_shards(self, bodies: list[bytes], columns: list[list[Any]]
+                      ) -> list[tuple[int, list[bytes]]]:
+        routing = self._routing
+        assert routing is not None
+        per_shard: list[list[bytes]] = [[] for _ in range(self.servers)]
+        fields = [(name, columns[p]) for name, p in self._routing_fields]
+        for index, body in enumerate(bodies):
+            row = {name: values[index] for name, values in fields
+                   if values[index] is not None}
+            for shard in routing.owners(row):
+                per_shard[shard].append(body)
+        return list(enumerate(per_shard))

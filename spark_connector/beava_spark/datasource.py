@@ -57,6 +57,7 @@ from .driver import (
     raise_for_rejections,
     resolve_event,
     urls_of,
+    write_targets,
 )
 from .reader import (
     Column,
@@ -67,6 +68,7 @@ from .reader import (
     spark_schema,
     table_columns,
 )
+from .shards import ShardRouting
 from .totals import PushTotals
 from .writer import DEFAULT_SCHEMA_CHECK_ROWS, PartitionWriter, WriterConfig, task_attempt
 
@@ -80,7 +82,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 FORMAT = "beava"
-OPTIONS = ("url", "event", "key", "on_error", "batch_size", "max_in_flight", "timeout",
+OPTIONS = ("url", "shard_map", "event", "key", "on_error", "batch_size", "max_in_flight", "timeout",
            "schema", "event_schema", "schema_check_rows", "token", "ca")
 
 _results_dir: Path | None = None
@@ -161,6 +163,7 @@ class WriteOptions:
     on_error: str
     plan: ConversionPlan
     config: WriterConfig
+    routing: ShardRouting | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> WriteOptions:
@@ -173,11 +176,18 @@ class WriteOptions:
             if close:
                 raise ValueError(f"format('beava'): unknown option {name!r}; did you mean "
                                  f"{ours[close[0]]!r}? (options: {', '.join(OPTIONS)})")
-        if not opts.get("url") or not opts.get("event"):
+        if not (opts.get("url") or opts.get(_normal("shard_map"))) or not opts.get("event"):
             raise ValueError("format('beava') needs the options url (tcp://host:port, "
-                             "comma-separated for several) and event")
-        urls = urls_of([u.strip() for u in opts["url"].split(",") if u.strip()])
+                             "comma-separated for several) or shard_map, and event")
         key = opts.get("key")
+        timeout = float(opts.get("timeout", DEFAULT_TIMEOUT))
+        access = Access.resolve(opts.get("token"), opts.get("ca"))
+        name, known = resolve_event(opts["event"], opts.get(_normal("event_schema")))
+        url_list = [u.strip() for u in opts["url"].split(",") if u.strip()] \
+            if opts.get("url") else None
+        targets, routing = write_targets(opts.get(_normal("shard_map")), url_list, key, name,
+                                         access, timeout)
+        urls = urls_of(targets)
         key_fields = tuple(k.strip() for k in key.split(",")) if key else None
         columns = [f.name for f in schema.fields]
         if key_fields:
@@ -187,21 +197,18 @@ class WriteOptions:
                                  f"(columns: {', '.join(columns)})")
         batch_size = _int(opts, "batch_size", DEFAULT_BATCH_SIZE)
         max_in_flight = _int(opts, "max_in_flight", DEFAULT_MAX_IN_FLIGHT)
-        timeout = float(opts.get("timeout", DEFAULT_TIMEOUT))
         on_error = opts.get(_normal("on_error"), "raise")
         check_rows = _int(opts, "schema_check_rows", DEFAULT_SCHEMA_CHECK_ROWS)
-        name, known = resolve_event(opts["event"], opts.get(_normal("event_schema")))
         check_options(name, list(urls), key_fields, batch_size, max_in_flight, on_error,
-                      None, timeout, check_rows)
+                      None, timeout, check_rows, routing is not None)
         overrides = _pairs(opts.get("schema", ""))
-        access = Access.resolve(opts.get("token"), opts.get("ca"))
         plan, push_many = check_before_sending(schema, overrides, name, known, urls, timeout,
-                                               access)
+                                               access, key_fields)
         config = WriterConfig(event=name, urls=tuple(urls), push_many=push_many,
                               batch_size=batch_size, max_in_flight=max_in_flight,
                               stop_on_rejection=on_error == "raise", timeout=timeout,
                               schema_check_rows=check_rows, access=access)
-        return cls(name, tuple(urls), key_fields, on_error, plan, config)
+        return cls(name, tuple(urls), key_fields, on_error, plan, config, routing)
 
 
 class BeavaDataSource(DataSource):
@@ -240,7 +247,7 @@ class _Writing:
         options = self.options
         _, attempt = task_attempt()
         encoder = BodyEncoder(options.plan.fields, options.config.batch_size,
-                              len(options.urls), options.key_fields)
+                              len(options.urls), options.key_fields, options.routing)
         writer = PartitionWriter(options.config, attempt)
         started = time.time()
         totals = writer.run_chunks(encoder.chunks(iterator))

@@ -1,6 +1,7 @@
 """The driver API: ``push_dataframe`` converts a DataFrame to event bodies, checks the
-servers, routes rows by key when there are several servers, runs the partition writers
-with ``foreachPartition`` and returns the totals gathered by an accumulator."""
+servers, routes rows to the owners of their tables' keys (a shard map) or by one key
+(several servers), runs the partition writers with ``foreachPartition`` and returns the
+totals gathered by an accumulator."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .errors import (
 from .event_schema import EventSchema, schema_hint
 from .progress import Progress, ProgressListener
 from .routing import LineRouter
+from .shards import ShardRouting, routed_lines, warn_single_key
 from .totals import PushTotals, TotalsAccumulatorParam
 from .writer import DEFAULT_SCHEMA_CHECK_ROWS, WriterConfig, write_partition
 
@@ -46,8 +48,9 @@ ON_ERROR = ("raise", "collect")
 def push_dataframe(
     df: DataFrame,
     event: str | Any,
-    url: str | Sequence[str],
+    url: str | Sequence[str] | None = None,
     *,
+    shard_map: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     key: str | Sequence[str] | None = None,
@@ -75,7 +78,11 @@ def push_dataframe(
       several, ``key`` is required: rows are routed by jump consistent hash of the key
       (``beava_spark.routing``) and repartitioned so that each partition task talks to one server
       (``partitions_per_server`` tasks each; default: the DataFrame's partition count
-      divided by the number of servers, at least 1).
+      divided by the number of servers, at least 1). Exact only when every table the
+      event feeds is keyed by ``key`` (a warning says when not).
+    - ``shard_map`` instead of ``url``: a sharded deployment's map file or any shard's URL
+      (docs/sharding.md): each row goes to the owners of every table's key it feeds,
+      computed in Spark SQL, and is repartitioned so that each task talks to one shard.
     - ``key``: the column (or columns, for a composite key) holding the entity key.
     - ``schema``: ``{column: beava type}`` overriding the default conversion of a column
       (``beava_spark.conversion``); every column of ``df`` is pushed.
@@ -101,18 +108,24 @@ def push_dataframe(
     registered) before anything is sent; PushFailedError (with the totals so far) when the
     Spark job fails.
     """
-    urls = _urls(url)
-    key_fields = _key_fields(key, df.columns)
     name, known = resolve_event(event, event_schema)
-    check_options(name, urls, key_fields, batch_size, max_in_flight, on_error,
-                  partitions_per_server, timeout, schema_check_rows)
     access = Access.resolve(token, ca)
+    urls, routing = write_targets(shard_map, url, key, name, access, timeout)
+    key_fields = _key_fields(key, df.columns)
+    check_options(name, urls, key_fields, batch_size, max_in_flight, on_error,
+                  partitions_per_server, timeout, schema_check_rows, routing is not None)
     plan, push_many = check_before_sending(df.schema, schema, name, known, urls, timeout,
-                                           access)
+                                           access, key_fields)
     sc = df.sparkSession.sparkContext
     ensure_worker_python(sc)
-    lines = json_lines(plan.bodies(df))
-    if len(urls) > 1:
+    bodies = plan.bodies(df)
+    if routing is not None:
+        per_server = partitions_per_server or max(
+            1, bodies.rdd.getNumPartitions() // len(urls))
+        lines = routed_lines(bodies, routing, per_server)
+    else:
+        lines = json_lines(bodies)
+    if len(urls) > 1 and routing is None:
         assert key_fields is not None
         per_server = partitions_per_server or max(1, lines.getNumPartitions() // len(urls))
         router = LineRouter(key_fields, len(urls), per_server)
@@ -163,15 +176,44 @@ def resolve_event(event: str | Any, event_schema: Mapping[str, str] | str | None
     raise ValueError(f"event: give the event name or its @bv.event class, got {event!r}")
 
 
+def write_targets(shard_map: str | None, url: str | Sequence[str] | None,
+                  key: str | Sequence[str] | None, event: str, access: Access,
+                  timeout: float) -> tuple[list[str], ShardRouting | None]:
+    """The servers a write goes to, and its routing with ``shard_map`` (None without
+    one); ValueError when ``url`` or ``key`` is given with it, or neither ``url`` nor
+    ``shard_map``."""
+    if shard_map is None:
+        if url is None:
+            raise ValueError("url: give the server's tcp:// URL (or shard_map for a sharded "
+                             "deployment)")
+        return _urls(url), None
+    if url is not None:
+        raise ValueError("give url (servers) or shard_map (a sharded deployment), not both")
+    if key is not None:
+        raise ValueError("key: not with shard_map (each row goes to the owners of its "
+                         "tables' own keys)")
+    routing = ShardRouting.load(shard_map, event, access, timeout)
+    return list(routing.urls), routing
+
+
 def check_before_sending(schema: StructType, overrides: Mapping[str, str] | None, event: str,
                          known: EventSchema | None, urls: Sequence[str], timeout: float,
-                         access: Access) -> tuple[ConversionPlan, tuple[bool, ...]]:
+                         access: Access, key_fields: Sequence[str] | None = None
+                         ) -> tuple[ConversionPlan, tuple[bool, ...]]:
     """The conversion plan and, per server, whether it has OP_PUSH_MANY: the columns are
     checked (ConversionError), then the servers (ServerCheckError); with no schema given,
-    the columns are checked again against the event the first server has registered."""
+    the columns are checked again against the event the first server has registered.
+    Routing by ``key_fields`` over several servers warns when the event feeds a table
+    keyed otherwise (``warn_single_key``)."""
     plan = plan_for(schema, overrides, known)
-    first, registered = _probe(urls[0], event, timeout, access, known is None)
+    single_key = key_fields is not None and len(urls) > 1
+    first, doc = _probe(urls[0], event, timeout, access, known is None or single_key)
     push_many = (first, *(check_server(u, event, timeout, access) for u in urls[1:]))
+    if doc is not None and single_key:
+        assert key_fields is not None
+        warn_single_key(doc, event, key_fields)
+    registered = EventSchema.of_describe(doc, event) if doc is not None and known is None \
+        else None
     if registered is not None:
         plan = plan_for(schema, overrides, registered,
                         source=f" (as registered on {urls[0]})")
@@ -286,11 +328,12 @@ def _key_fields(key: str | Sequence[str] | None, columns: Sequence[str]
 def check_options(event: str, urls: list[str], key_fields: tuple[str, ...] | None,
                   batch_size: int, max_in_flight: int, on_error: str,
                   partitions_per_server: int | None, timeout: float,
-                  schema_check_rows: int = DEFAULT_SCHEMA_CHECK_ROWS) -> None:
+                  schema_check_rows: int = DEFAULT_SCHEMA_CHECK_ROWS,
+                  sharded: bool = False) -> None:
     """Raise ValueError for a bad option."""
     if not isinstance(event, str) or not event:
         raise ValueError("event: give the event name")
-    if len(urls) > 1 and key_fields is None:
+    if len(urls) > 1 and key_fields is None and not sharded:
         raise ValueError("key: required with several servers (rows are routed by key)")
     if not 1 <= batch_size <= PUSH_MANY_MAX_BODIES:
         raise ValueError(f"batch_size must be in [1, {PUSH_MANY_MAX_BODIES}], got {batch_size}")
@@ -313,10 +356,10 @@ def check_server(url: str, event: str, timeout: float, access: Access | None = N
 
 
 def _probe(url: str, event: str, timeout: float, access: Access | None, describe: bool
-           ) -> tuple[bool, EventSchema | None]:
-    """``check_server``'s answer and, with ``describe``, ``event``'s schema as the server
-    has registered it (its describe request, scope ``read``, on the same connection; None
-    when the server does not answer it: a token without ``read``, an older server)."""
+           ) -> tuple[bool, dict[str, Any] | None]:
+    """``check_server``'s answer and, with ``describe``, the server's registry (its
+    describe request, scope ``read``, on the same connection; None when the server does
+    not answer it: a token without ``read``, an older server)."""
     endpoint = parse_url(url)
     kwargs = (access or Access()).client_kwargs(url)
     push_many = True
@@ -344,7 +387,7 @@ def _probe(url: str, event: str, timeout: float, access: Access | None, describe
         raise ServerCheckError(f"{url} refused the check request: {exc}") from exc
     except TransportError as exc:
         raise ServerCheckError(f"cannot reach {url}: {exc}") from exc
-    return push_many, EventSchema.of_describe(doc, event)
+    return push_many, doc
 
 
 def _progress_host(sc: Any) -> tuple[str, str]:

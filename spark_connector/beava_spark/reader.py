@@ -9,8 +9,9 @@ returns it. The schema comes from the server (the first page of a scan names eve
 with its beava type); the driver asks each server for ``partitions`` cursors that divide
 its table into slot ranges, and each Spark task reads one range page by page
 (``page_size`` rows per request). Entities created after planning are read by the last
-range of each server. With several URLs (a sharded deployment) the rows of every server
-are read: each entity lives on one server.
+range of each server. With several URLs, or ``shard_map`` (a sharded deployment's map
+file or any shard's URL, docs/sharding.md), the rows of every server are read: each
+entity lives on one server.
 
 Column types:
 
@@ -40,12 +41,13 @@ from beava_client.urls import parse_url
 
 from .access import Access
 from .errors import ServerCheckError
+from .shards import load_shard_map
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
-READ_OPTIONS = ("url", "table", "page_size", "partitions", "timeout", "token", "ca")
+READ_OPTIONS = ("url", "shard_map", "table", "page_size", "partitions", "timeout", "token", "ca")
 DEFAULT_PAGE_SIZE = 1_000
 MAX_PAGE_SIZE = 10_000  # the server's largest scan page (docs/limits.md)
 DEFAULT_PARTITIONS = 4
@@ -95,11 +97,14 @@ class ReadOptions:
             if close:
                 raise ValueError(f"format('beava') read: unknown option {name!r}; did you "
                                  f"mean {ours[close[0]]!r}? (options: {', '.join(READ_OPTIONS)})")
-        if not opts.get("url") or not opts.get("table"):
+        shard_map = opts.get(_normal("shard_map"))
+        if not (opts.get("url") or shard_map) or not opts.get("table"):
             raise ValueError("spark.read.format('beava') needs the options url (tcp://host:port "
-                             "or http://host:port, comma-separated for several servers) and "
-                             "table")
-        urls = tuple(u.strip() for u in opts["url"].split(",") if u.strip())
+                             "or http://host:port, comma-separated for several servers) or "
+                             "shard_map, and table")
+        if opts.get("url") and shard_map:
+            raise ValueError("give url (servers) or shard_map (a sharded deployment), not both")
+        urls = tuple(u.strip() for u in (opts.get("url") or "").split(",") if u.strip())
         for url in urls:
             try:
                 parse_url(url)
@@ -116,8 +121,10 @@ class ReadOptions:
                 from None
         if not timeout > 0:
             raise ValueError("option timeout: must be > 0 seconds")
-        return cls(urls, opts["table"], page_size, partitions, timeout,
-                   Access.resolve(opts.get("token"), opts.get("ca")))
+        access = Access.resolve(opts.get("token"), opts.get("ca"))
+        if shard_map:
+            urls = load_shard_map(shard_map, access, timeout)
+        return cls(urls, opts["table"], page_size, partitions, timeout, access)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""Spark writes and reads with ``shard_map`` (docs/sharding.md): the owners computed in the
+JVM are the client's, a write reaches every table's owner and reads back as one server's,
+a read covers every shard, and routing by one key warns when it splits a table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
+
+import beava as bv  # noqa: E402
+import beava_spark  # noqa: E402
+from beava.dsl.compiler import compile_register_payload  # noqa: E402
+from beava_client import ShardedClient, TcpClient  # noqa: E402
+from beava_client.shard_routes import Routes  # noqa: E402
+from beava_client.slots import SLOTS, Shard, ShardMap, split_slots  # noqa: E402
+from beava_spark.shards import ShardRouting  # noqa: E402
+from tests.support import BeavaProcess  # noqa: E402
+
+
+@bv.event
+class Pay:
+    user_id: str
+    card: str | None
+    merchant: str
+    n: int
+    ok: bool
+    amount: float
+    channel: str = "web"
+
+
+@bv.table(key="user_id")
+def PayUser(p: Pay) -> bv.Table:  # noqa: N802
+    return p.group_by("user_id").agg(spend=bv.sum("amount"), user_count=bv.count())
+
+
+@bv.table(key="card")
+def PayCard(p: Pay) -> bv.Table:  # noqa: N802
+    return p.filter(bv.col("amount") > 1).group_by("card").agg(card_count=bv.count())
+
+
+@bv.table(key=["user_id", "merchant", "n", "ok", "channel"])
+def PayPlace(p: Pay) -> bv.Table:  # noqa: N802
+    return p.group_by("user_id", "merchant", "n", "ok", "channel").agg(place_count=bv.count())
+
+
+@bv.table
+def PayAll(p: Pay) -> bv.Table:  # noqa: N802
+    return p.agg(all_count=bv.count(), total=bv.sum("amount"))
+
+
+@bv.event
+class Visit:
+    user_id: str
+    page: str
+
+
+@bv.table(key="user_id")
+def VisitUser(v: Visit) -> bv.Table:  # noqa: N802
+    return v.group_by("user_id").agg(visits=bv.count())
+
+
+PIPELINE = (Pay, PayUser, PayCard, PayPlace, PayAll, Visit, VisitUser)
+USERS = ["u1", "é|ü", "", "漢字", "a%7Cb", "x|y|z"]
+
+
+def pays(spark: Any, rows: int = 300) -> Any:
+    data = [(USERS[i % 6], None if i % 7 == 0 else f"c{i % 11}", f"m|{i % 4}", i % 3 - 1,
+             i % 2 == 0, float(i % 13)) for i in range(rows)]
+    return spark.createDataFrame(
+        data, "user_id string, card string, merchant string, n long, ok boolean, "
+              "amount double").repartition(3)
+
+
+def _routing(urls: tuple[str, ...]) -> ShardRouting:
+    shard_map = ShardMap(1, [Shard(f"s{i}", (r,), u.removeprefix("tcp://"), "http://x")
+                             for i, (u, r) in enumerate(zip(urls, split_slots(len(urls)),
+                                                            strict=True))])
+    owners = bytes(int(shard_map.owner(s).id[1:]) for s in range(SLOTS))
+    return ShardRouting("Pay", urls, owners,
+                        Routes(compile_register_payload(*PIPELINE)["nodes"]))
+
+
+def test_the_jvm_places_each_row_where_the_client_does(spark: Any) -> None:
+    routing = _routing(("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3",
+                        "tcp://127.0.0.1:4"))
+    df = pays(spark, 400)
+    rows = df.withColumn("owners", routing.owner_column(df.schema)).collect()
+    for row in rows:
+        fields = {k: v for k, v in row.asDict().items() if k != "owners" and v is not None}
+        assert row["owners"] == routing.owners(fields), fields
+    assert {len(row["owners"]) for row in rows} >= {2, 3}
+
+
+@pytest.fixture(scope="module")
+def shards() -> Iterator[list[BeavaProcess]]:
+    """Three servers as the shards of a map, and a fourth as the reference."""
+    procs: list[BeavaProcess] = []
+    try:
+        for _ in range(4):
+            procs.append(BeavaProcess())
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+
+
+@pytest.fixture
+def shard_map(shards: list[BeavaProcess], tmp_path: Path, spark: Any) -> str:
+    payload = compile_register_payload(*PIPELINE)
+    for proc in shards:
+        with TcpClient(*proc.tcp) as client:
+            client.reset()
+            client.register(payload)
+    path = tmp_path / "cluster.json"
+    path.write_text(ShardMap(1, [
+        Shard(f"s{i}", (r,), p.addrs["tcp"], p.http_url)
+        for i, (p, r) in enumerate(zip(shards, split_slots(3), strict=False))]).to_json())
+    beava_spark.register(spark)
+    return str(path)
+
+
+READS: list[tuple[str, Any]] = [("PayUser", u) for u in USERS] + [
+    ("PayCard", f"c{i}") for i in range(11)] + [("PayAll", None)] + [
+    ("PayPlace", [u, f"m|{m}", n, ok, "web"]) for u in USERS for m in range(4)
+    for n in (-1, 0, 1) for ok in (True, False)]
+
+
+def test_a_sharded_write_reads_back_as_one_server(spark: Any, shards: list[BeavaProcess],
+                                                  shard_map: str) -> None:
+    reference = f"tcp://{shards[-1].addrs['tcp']}"
+    totals = beava_spark.push_dataframe(pays(spark), "Pay", shard_map=shard_map,
+                                        partitions_per_server=2)
+    assert totals.rejected == 0 and totals.rows > 300  # rows sent to several owners
+    (pays(spark).write.format("beava").option("shard_map", shard_map).option("event", "Pay")
+     .mode("append").save())
+    beava_spark.push_dataframe(pays(spark), "Pay", reference)
+    beava_spark.push_dataframe(pays(spark), "Pay", reference)
+    with ShardedClient(shard_map) as sharded, TcpClient(*shards[-1].tcp) as ref:
+        expected = ref.batch_get(READS)
+        assert sharded.batch_get(READS) == expected
+        assert expected[0]["user_count"] == 100
+
+
+def test_a_read_covers_every_shard(spark: Any, shards: list[BeavaProcess],
+                                   shard_map: str) -> None:
+    visits = spark.createDataFrame([(f"u{i % 50}", "p") for i in range(200)],
+                                   "user_id string, page string")
+    beava_spark.push_dataframe(visits, "Visit", shard_map=shard_map)
+    read = (spark.read.format("beava").option("shard_map", shard_map)
+            .option("table", "VisitUser").load().collect())
+    assert sorted((r["user_id"], r["visits"]) for r in read) == sorted(
+        (f"u{i}", 4) for i in range(50))
+    with pytest.raises(ValueError, match="not both"):
+        beava_spark.push_dataframe(visits, "Visit", "tcp://127.0.0.1:1", shard_map=shard_map)
+
+
+def test_routing_by_one_key_warns_when_it_splits_a_table(
+        spark: Any, shards: list[BeavaProcess], shard_map: str) -> None:
+    urls = [f"tcp://{p.addrs['tcp']}" for p in shards[:2]]
+    # PayPlace, keyed by user_id and more, stays whole on one server
+    with pytest.warns(UserWarning, match=r"splits the tables keyed otherwise \(PayAll by "
+                                         r"no key, PayCard by \['card'\]\): their rows"):
+        beava_spark.push_dataframe(pays(spark, 10), "Pay", urls, key="user_id")
