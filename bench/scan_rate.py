@@ -1,14 +1,19 @@
-"""Rows/s of a table scan (docs/wire.md "Table scan") on a workload's widest table, and
-how long one page holds the server (a push waits at most that long behind a scan).
+"""Rows/s and server CPU per row of a table scan (docs/wire.md "Table scan") on a
+workload's widest table, how long one page holds the server (a push waits at most that long
+behind a scan), and optionally the rate of ``spark.read.format("beava")``.
 
-A memory-only server is started and registered with the workload, ``events`` events are
-pushed with ``keys`` distinct key sets (bench/workloads.py), then the table fed by the
-bench event with the most features is scanned ``repeat`` times per page size and content
-type, by ``scan_rows`` of one framed-TCP client. Reported: rows/s (median of the repeats)
-and the slowest page round trip. ``--spark`` also reads the table with
-``spark.read.format("beava")`` on ``local[2]`` (Spark start-up not timed).
+``measure(server, table)`` takes the figures on a running server whose table is already
+filled (``python -m bench offline`` calls it on its own server); ``main`` starts a
+memory-only server, registers the workload, pushes ``events`` events over ``keys`` distinct
+key sets (bench/workloads.py) and measures the table fed by the bench event with the most
+features, per page size and content type. A full scan by one framed-TCP client is repeated
+``repeat`` times: rows/s is the median, server CPU per row the median of the server's CPU
+time over the scan (every thread, bench/process_usage.py) divided by its rows. ``--spark``
+also reads the table with ``spark.read.format("beava")`` on ``local[2]`` into Spark's
+``noop`` sink (every column of every row converted into Spark's rows; Spark start-up and a
+warm-up read not timed).
 
-    python -m bench.scan_rate --workload fraud-team --events 200000 --keys 50000
+    python -m bench.scan_rate --workload fraud-team --events 200000 --keys 50000 --spark
 """
 
 from __future__ import annotations
@@ -17,12 +22,40 @@ import argparse
 import statistics
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from beava_client import TcpClient
 from bench import workloads
 from bench.engine_bench import register
+from bench.process_usage import cpu_seconds
 from bench.server_process import BenchServer
+
+
+@dataclass(frozen=True)
+class ScanFigures:
+    """One table's scan figures: ``rows`` per full scan, its ``columns`` (key columns
+    included); ``rows_per_s`` of one framed-TCP client reading pages of ``page`` rows in
+    ``content_type``, ``server_us_per_row`` the server's CPU time per row over that scan,
+    ``slowest_page_ms`` the longest page round trip; ``spark_rows_per_s`` the rate of
+    ``spark.read.format("beava")`` on ``local[2]`` (None when not measured)."""
+
+    table: str
+    rows: int
+    columns: int
+    page: int
+    content_type: str
+    rows_per_s: float
+    server_us_per_row: float
+    slowest_page_ms: float
+    spark_rows_per_s: float | None = None
+
+    def summary(self) -> str:
+        text = (f"page {self.page:>6,}  {self.content_type:<7}  {self.rows_per_s:>10,.0f} rows/s"
+                f"  {self.server_us_per_row:6.1f} us server CPU/row  (slowest page "
+                f"{self.slowest_page_ms:.1f} ms)")
+        if self.spark_rows_per_s is not None:
+            text += f"\n  spark.read.format('beava') local[2]: {self.spark_rows_per_s:,.0f} rows/s"
+        return text
 
 
 def widest_table(wl: workloads.Workload) -> str:
@@ -40,11 +73,13 @@ def load(client: TcpClient, wl: workloads.Workload, events: int, keys: int) -> N
         raise RuntimeError(f"pushes rejected: {result['errors'][:3]}")
 
 
-def time_scan(client: TcpClient, table: str, page: int) -> tuple[int, float, float]:
-    """(rows, seconds, slowest page seconds) of one full scan."""
+def time_scan(client: TcpClient, table: str, page: int, pid: int
+              ) -> tuple[int, float, float, float]:
+    """(rows, seconds, server CPU seconds, slowest page seconds) of one full scan."""
     rows = 0
     slowest = 0.0
     cursor = None
+    cpu = cpu_seconds(pid)
     started = time.perf_counter()
     while True:
         before = time.perf_counter()
@@ -53,10 +88,12 @@ def time_scan(client: TcpClient, table: str, page: int) -> tuple[int, float, flo
         rows += len(reply["rows"])
         cursor = reply["cursor"]
         if cursor is None:
-            return rows, time.perf_counter() - started, slowest
+            return rows, time.perf_counter() - started, cpu_seconds(pid) - cpu, slowest
 
 
-def spark_read(url: str, table: str, page: int, repeat: int) -> list[float]:
+def spark_read(url: str, table: str, rows: int, page: int, repeat: int) -> list[float]:
+    """Rows/s of ``repeat`` reads of ``table`` (``rows`` entities) into the noop sink, after
+    one untimed read that starts the Python workers."""
     from bench.spark_ingest import session
 
     spark = session("local[2]")
@@ -64,14 +101,38 @@ def spark_read(url: str, table: str, page: int, repeat: int) -> list[float]:
 
     beava_spark.register(spark)
     rates = []
-    for _ in range(repeat + 1):  # the first read warms the Python workers
-        started = time.perf_counter()
-        df = (spark.read.format("beava").option("url", url).option("table", table)
-              .option("page_size", str(page)).option("partitions", "2").load())
-        rows = df.rdd.mapPartitions(lambda it: [sum(1 for _ in it)]).sum()
-        rates.append(rows / (time.perf_counter() - started))
-    spark.stop()
+    try:
+        for _ in range(repeat + 1):
+            started = time.perf_counter()
+            (spark.read.format("beava").option("url", url).option("table", table)
+             .option("page_size", str(page)).option("partitions", "2").load()
+             .write.format("noop").mode("overwrite").save())
+            rates.append(rows / (time.perf_counter() - started))
+    finally:
+        spark.stop()
     return rates[1:]
+
+
+def measure(server: BenchServer, table: str, *, page: int = 1_000,
+            content_type: str = "msgpack", repeat: int = 3, spark: bool = False,
+            spark_repeat: int = 2) -> ScanFigures:
+    """The scan figures of ``table`` on ``server`` (filled, and not written to while this
+    runs: the server's CPU time is counted whole)."""
+    with TcpClient(*server.tcp(), content_type=content_type) as client:
+        first = client.scan(table, limit=0)
+        runs = [time_scan(client, table, page, server.pid()) for _ in range(repeat)]
+    rows = runs[0][0]
+    spark_rate = None
+    if spark:
+        url = f"tcp://{server.addrs['tcp']}"
+        spark_rate = statistics.median(spark_read(url, table, rows, page, spark_repeat))
+    return ScanFigures(
+        table=table, rows=rows, columns=len(first["columns"]), page=page,
+        content_type=content_type,
+        rows_per_s=statistics.median(n / seconds for n, seconds, _, _ in runs),
+        server_us_per_row=statistics.median(cpu / n * 1e6 for n, _, cpu, _ in runs),
+        slowest_page_ms=max(slowest for _, _, _, slowest in runs) * 1000,
+        spark_rows_per_s=spark_rate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,24 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     server = BenchServer("--memory-only")
     try:
         register(server.addrs["http"], wl.register)
-        with TcpClient(*server.tcp()) as json_client, \
-                TcpClient(*server.tcp(), content_type="msgpack") as mp_client:
-            load(json_client, wl, args.events, args.keys)
-            first = json_client.scan(table, limit=0)
-            print(f"{wl.name}: table {table}, {first['entities']:,} entities, "
-                  f"{len(first['columns'])} columns", flush=True)
-            for page in (int(p) for p in args.pages.split(",")):
-                for name, client in (("json", json_client), ("msgpack", mp_client)):
-                    runs: list[Any] = [time_scan(client, table, page) for _ in range(args.repeat)]
-                    rates = [rows / seconds for rows, seconds, _ in runs]
-                    slowest = max(s for _, _, s in runs)
-                    print(f"  page {page:>6,}  {name:<7}  {statistics.median(rates):>10,.0f} "
-                          f"rows/s  (slowest page {slowest * 1000:.1f} ms)", flush=True)
-            if args.spark:
-                url = f"tcp://{server.addrs['tcp']}"
-                rates = spark_read(url, table, 1000, args.repeat)
-                print(f"  spark.read.format('beava') local[2], page 1,000: "
-                      f"{statistics.median(rates):,.0f} rows/s", flush=True)
+        with TcpClient(*server.tcp()) as client:
+            load(client, wl, args.events, args.keys)
+        pages = [int(p) for p in args.pages.split(",")]
+        for page in pages:
+            for content_type in ("json", "msgpack"):
+                figures = measure(server, table, page=page, content_type=content_type,
+                                  repeat=args.repeat,
+                                  spark=args.spark and content_type == "msgpack"
+                                  and page == pages[0])
+                if page == pages[0] and content_type == "json":
+                    print(f"{wl.name}: table {table}, {figures.rows:,} entities, "
+                          f"{figures.columns} columns", flush=True)
+                print("  " + figures.summary(), flush=True)
     finally:
         server.stop()
     return 0

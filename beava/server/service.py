@@ -18,7 +18,8 @@ both transports. The others have a handler per transport here, for their shapes 
   path) and cannot carry the legacy request shapes;
 - batch_get and backfill are served in slices across loop iterations (a reply slot
   filled later); backfill and scan answer an undecodable body with their own error;
-- scan's rows are encoded one by one in the reply's content type as they are read;
+- scan's rows are encoded one by one in the reply's content type as they are read (a
+  MessagePack row written from the table's columns);
 - auth belongs to the per-connection gate (``beava.protocol.auth``).
 """
 
@@ -35,7 +36,6 @@ from beava._fast.intake.intake import STRICT
 from beava._fast.intake.push_pass import PushPass
 from beava._fast.wire.frame_splitter import encode_frame
 from beava._fast.wire.json_items import JsonItems
-from beava._fast.wire.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
@@ -96,10 +96,6 @@ def _decode_scan(ct: int, payload: bytes, version: int) -> Any:
     except (*messages.DECODE_ERRORS, RecursionError) as exc:
         raise BeavaError("invalid_scan", path="", message=f"undecodable body: {exc}",
                          top={"registry_version": version}) from None
-
-
-def _encode_msgpack_row(row: dict[str, Any]) -> bytes:
-    return messages.encode_msgpack(finite_or_none(row))
 
 
 def _msgpack_count(small: int, count: int) -> bytes:
@@ -460,8 +456,8 @@ class Service:
         store = self.store
         version = store.registry_version
         request, table = scan.parse_scan(body, store.table, version)
-        encode = _encode_msgpack_row if msgpack else _encode
-        page = scan.scan_page(table, request, version, store.query_time(), encode)
+        page = scan.scan_page(table, request, version, store.query_time(),
+                              None if msgpack else _encode)
         head: dict[str, Any] = {"cursor": page.cursor, "entities": page.entities,
                                 "registry_version": version}
         if request.first:

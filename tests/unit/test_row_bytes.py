@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from beava._fast.wire.msgpack_out import packb
 from beava._fast.wire.reply_values import finite_or_none
-from beava.engine.state import reads
+from beava.engine.state import reads, scan
 from beava.engine.store import FeatureStore
 from beava.protocol.messages import encode_json, encode_msgpack
 from tests.unit.test_snapshots import HOUR, USERS, Clock, every_op_store, push_range
@@ -159,3 +159,59 @@ def test_bucket_histograms_write_their_json_as_the_encoder() -> None:
     for feature in ("repeated", "many", "one"):
         assert encode_json(table.row_json("u", clock.now, [feature])) == encode_json(
             table.row("u", clock.now, [feature]))
+
+
+def _dict_built_page(table, rows: int, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+    """A scan page's rows as they were encoded before they were written from the columns:
+    a dict of the key columns and the features per row, then the reply encoder."""
+    key_columns = scan.decode_key(table.spec)
+    out = []
+    for slot, key in enumerate(table.slot_keys(0, rows)):
+        row = key_columns(key)
+        row.update(table.read_slot(slot, T))
+        out.append(reply_bytes(row))
+    return out
+
+
+def _msgpack_page(table, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+    request = scan.ScanRequest(table.spec.name, 0, None, scan.MAX_SCAN_LIMIT, None, True)
+    page = scan.scan_page(table, request, 1, T, None)
+    assert page.cursor is None
+    return page.rows
+
+
+def test_every_operator_scan_row_is_the_dict_built_row(every_op) -> None:
+    store, clock = every_op
+    for T in (clock.now, clock.now + 5 * 60_000, clock.now + 2 * HOUR):
+        for name in ("L", "W", "G"):
+            table = store.table(name)
+            rows = _msgpack_page(table, T)
+            assert len(rows) == table.entity_count >= 1
+            assert rows == _dict_built_page(table, len(rows), T), (name, T)
+
+
+def test_scan_rows_of_every_key_kind_are_the_dict_built_rows() -> None:
+    """Several key columns (str, i64 holding floats too, bool; names sorted among the
+    features'), the ``%7C`` escape, text that is not ASCII, non-finite feature values."""
+    clock = Clock()
+    store = FeatureStore(clock=clock)
+    status, body = store.register(msgspec.json.encode({"nodes": [
+        {"kind": "event", "name": "Ev", "schema": {"fields": {
+            "user": "str", "n": "i64", "x": "f64", "b": "bool"}}},
+        {"kind": "derivation", "name": "K", "upstreams": ["Ev"], "key": ["user", "n", "b"],
+         "agg": {"c": {"op": "last", "params": {"field": "x"}},
+                 "a": {"op": "count", "params": {}},
+                 "s": {"op": "sum", "params": {"field": "x"}},  # infinite for one user
+                 "z": {"op": "last_n", "params": {"field": "x", "n": 3}}}}]}))
+    assert status == 200, body
+    for i, (user, n) in enumerate([("a|b%7C", 5), ("é€😀", 2.5), ("y", 1e16), ("", -3)]):
+        for x in ((1.5e308, 1.5e308) if i == 1 else (i * 0.5 - 1, i * 1e300)):
+            store.push("Ev", {"user": user, "n": n, "x": x, "b": i % 2 == 0})
+    table = store.table("K")
+    rows = _msgpack_page(table, clock.now)
+    assert len(rows) == table.entity_count == 4
+    assert rows == _dict_built_page(table, len(rows), clock.now)
+    decoded = msgspec.msgpack.decode(_msgpack_page(store.table("K"), clock.now)[0])
+    assert decoded == {"a": 2, "b": True, "c": 0.0, "n": 5, "s": -1.0, "user": "a|b|",
+                       "z": [-1.0, 0.0]}
+    assert msgspec.msgpack.decode(rows[1])["s"] is None  # an infinite sum

@@ -117,3 +117,18 @@ def test_splits_are_even_and_never_empty() -> None:
     request = scan.ScanRequest("T", 0, None, 0, 50, True)
     result = scan.scan_page(state, request, version, 0, encode_json)
     assert result.splits == [scan.make_cursor("T", version, p) for p in range(10)]
+
+
+def test_msgpack_pages_keep_the_byte_and_time_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    recent = {"op": "most_recent_n", "params": {"field": "s", "n": 50}}
+    store = store_with(table("T", ["u"], {"r": recent}))
+    for i in range(50):
+        for u in range(30):
+            store.push("E", {"u": f"u{u}", "n": i, "b": True, "s": f"{i:03d}" + "y" * 2000})
+    state = store.table("T")
+    request = scan.ScanRequest("T", 0, None, 1000, None, True)
+    monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 60.0)
+    sizes = [len(r) for r in scan.scan_page(state, request, 1, store.query_time(), None).rows]
+    assert sum(sizes) >= scan.SCAN_PAGE_BYTES > sum(sizes[:-1])
+    monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 0.0)
+    assert len(scan.scan_page(state, request, 1, store.query_time(), None).rows) == 1

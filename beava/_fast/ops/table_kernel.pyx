@@ -8,17 +8,28 @@ distinct ``where`` evaluated once, then every column updated through cdef calls.
 """
 
 cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_ITEM
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 from beava._fast.ops.column cimport Column, prefetch_line, row_key
 from beava._fast.ops.key_map cimport KeyMap
 from beava._fast.ops.slot_hash cimport text_slot
-from beava._fast.wire.msgpack_out cimport Writer, as_bytes, put_map_header, put_str, release
+from beava._fast.timing.clocks cimport monotonic
+from beava._fast.wire.msgpack_out cimport (
+    Writer,
+    as_bytes,
+    put_map_header,
+    put_raw,
+    put_str,
+    put_value,
+    release,
+)
 from beava._fast.wire.number_text cimport repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
@@ -105,6 +116,10 @@ cdef tuple kernel_layout(TableKernel kernel):
         else:
             cols.append((type(col), (<Column>col).name))
     return (kernel.key_fields, tuple(cols))
+
+
+DEF SCAN_AHEAD = 4  # slots between a scan's prefetch of a slot's state and its reading
+DEF SCAN_CLOCK_EVERY = 8  # rows of a scan page between two reads of the clock
 
 
 @cython.final
@@ -324,6 +339,82 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             return as_bytes(&out)
         finally:
             release(&out)
+
+    def scan_msgpack(self, Py_ssize_t start, Py_ssize_t stop, int64_t T, tuple layout,
+                     tuple key_parts, object split, Py_ssize_t max_bytes, double seconds
+                     ) -> list:
+        """Rows of the slots ``start`` to ``stop - 1`` at query time ``T``, each the
+        MessagePack map a reply carries (bytes per row), written from the columns: a page
+        of a table scan (beava.engine.state.scan). ``layout`` lists the row's entries in
+        the order they are written, ``(name as MessagePack, feature column or None, key
+        part index)``; ``key_parts`` has, per key column, a callable that turns its text into
+        the value written (None: the text itself); ``split`` turns a stored key into its
+        key column texts when there are several. The page ends after the row that takes its
+        bytes to ``max_bytes``, or once ``seconds`` have passed since the start (the clock
+        is read after the first row and every 8th), with one row at least."""
+        cdef Py_ssize_t n = len(layout), nparts = len(key_parts), i, slot, begin
+        cdef Py_ssize_t last = min(stop, len(self.keys.names))
+        cdef list names = self.keys.names
+        cdef list rows = []
+        cdef Writer out = Writer(NULL, 0, 0)
+        cdef double deadline = monotonic() + seconds
+        cdef PyObject** cols = <PyObject**>malloc((n + 1) * sizeof(PyObject*))
+        cdef int* part_of = <int*>malloc((n + 1) * sizeof(int))
+        cdef list packed = [entry[0] for entry in layout]
+        cdef bytes name
+        cdef object convert
+        cdef list texts
+        if cols == NULL or part_of == NULL:
+            free(cols)
+            free(part_of)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                column = layout[i][1]
+                if column is not None and not isinstance(column, Column):
+                    raise TypeError(f"scan layout entry {i}: not a Column")
+                cols[i] = <PyObject*>column if column is not None else NULL
+                part_of[i] = layout[i][2]
+                if column is None and not 0 <= part_of[i] < nparts:
+                    raise ValueError(f"scan layout entry {i}: no key part {part_of[i]}")
+            texts = [None] * nparts
+            for slot in range(start, last):
+                # the state of a later slot is asked for, so its cache misses overlap
+                # this slot's writing (the cells, then what they point to)
+                if slot + 2 * SCAN_AHEAD < last:
+                    for column in self.state_cols:
+                        (<Column>column).prefetch(slot + 2 * SCAN_AHEAD, 0)
+                if slot + SCAN_AHEAD < last:
+                    for column in self.state_cols:
+                        (<Column>column).prefetch(slot + SCAN_AHEAD, 1)
+                begin = out.size
+                if nparts == 1:
+                    texts[0] = names[slot]
+                elif nparts:
+                    texts = split(names[slot])
+                put_map_header(&out, n)
+                for i in range(n):
+                    name = <bytes>PyList_GET_ITEM(packed, i)
+                    put_raw(&out, name, len(name))
+                    if cols[i] != NULL:
+                        (<Column>cols[i]).put_msgpack(&out, slot, T)
+                        continue
+                    convert = key_parts[part_of[i]]
+                    if convert is None:
+                        put_str(&out, <str>texts[part_of[i]])
+                    else:
+                        put_value(&out, convert(texts[part_of[i]]))
+                rows.append(PyBytes_FromStringAndSize(out.data + begin, out.size - begin))
+                # the clock after the first row, then every few rows (a read of it costs
+                # as much as a small feature)
+                if out.size >= max_bytes or (
+                        (slot - start) % SCAN_CLOCK_EVERY == 0 and monotonic() >= deadline):
+                    break
+            return rows
+        finally:
+            release(&out)
+            free(cols)
+            free(part_of)
 
     def column(self, str name):
         """The column of feature ``name``."""

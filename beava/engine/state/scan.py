@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from beava._fast.wire.msgpack_out import packb
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import CATALOGUE
 from beava.engine.expressions.chain_ops import chain_output_schema
 
 if TYPE_CHECKING:
+    from beava._fast.ops.column import Column
     from beava.engine.registry import TableSpec
     from beava.engine.state.tables import TableState
 
@@ -160,13 +162,14 @@ def parse_scan(body: Any, tables: Callable[[str], TableState | None], version: i
     return ScanRequest(name, position, stop, limit, splits, cursor is None), table
 
 
-def _key_part(kind: str) -> Callable[[str], Any]:
-    """Stored key text -> the key column's value (the text a push's value keyed as)."""
+def _key_part(kind: str) -> Callable[[str], Any] | None:
+    """Stored key text -> the key column's value (the text a push's value keyed as); None
+    when that value is the text itself."""
     if kind == "bool":
         return lambda text: text == "true" if text in ("true", "false") else text
     if kind in ("i64", "f64"):
         return _number
-    return str
+    return None
 
 
 def _number(text: str) -> Any:
@@ -180,28 +183,37 @@ def _number(text: str) -> Any:
         return text
 
 
+def _key_parts(spec: TableSpec) -> list[Callable[[str], Any] | None]:
+    """The :func:`_key_part` of each of ``spec``'s key columns."""
+    schema = chain_output_schema(spec.chain, spec.input_schema)
+    return [_key_part(schema.get(name, "str")) for name in spec.keys]
+
+
+def _key_texts(key: str, count: int) -> list[str]:
+    """The texts of a stored key of ``count`` (at least 2) key columns: ``|`` separates
+    them, ``%7C`` in one is ``|``. Not ``count`` of them is not possible for a key the
+    kernel built."""
+    texts = key.split("|")
+    if len(texts) != count:
+        raise ValueError(f"stored key {key!r} does not have {count} parts")
+    return [text.replace("%7C", "|") for text in texts]
+
+
 def decode_key(spec: TableSpec) -> Callable[[str], dict[str, Any]]:
     """Stored key -> ``{key column: value}`` for ``spec``'s key columns: a number column
     gives the integer or float that was pushed (its text as keys store it: ``5``, ``5.0``,
     ``1e16``), a bool column true/false, every other column the key text. Sending those
     values back as a GET key (an array for several columns) addresses the same entity."""
     names = spec.keys
+    parts = [(name, part or str) for name, part in zip(names, _key_parts(spec), strict=True)]
     if not names:
         return lambda key: {}
-    schema = chain_output_schema(spec.chain, spec.input_schema)
-    parts = [_key_part(schema.get(name, "str")) for name in names]
     if len(names) == 1:
-        (name,), (part,) = names, parts
+        ((name, part),) = parts
         return lambda key: {name: part(key)}
     count = len(names)
-
-    def split(key: str) -> dict[str, Any]:
-        texts = key.split("|")
-        if len(texts) != count:  # not possible for a key the kernel built
-            return {}
-        return {n: p(t.replace("%7C", "|")) for n, p, t in zip(names, parts, texts, strict=True)}
-
-    return split
+    return lambda key: {n: p(t) for (n, p), t in zip(parts, _key_texts(key, count),
+                                                      strict=True)}
 
 
 def scan_columns(spec: TableSpec) -> list[dict[str, Any]]:
@@ -218,15 +230,55 @@ def scan_columns(spec: TableSpec) -> list[dict[str, Any]]:
     return columns
 
 
+def _msgpack_layout(table: TableState) -> tuple[tuple[bytes, Column | None, int], ...]:
+    """The entries of a scan row as ``TableKernel.scan_msgpack`` writes them: every key
+    column and feature by name in sorted order, as the reply encoder sorts a map's keys (a
+    feature cannot take a key column's name: the registry refuses it)."""
+    entries: list[tuple[str, Column | None, int]] = [
+        (name, None, index) for index, name in enumerate(table.spec.keys)]
+    entries.extend((name, table.column(name), -1) for name in table.feature_names)
+    return tuple((packb(name), column, index) for name, column, index in sorted(entries))
+
+
 def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
-              encode: Callable[[dict[str, Any]], bytes]) -> ScanPage:
-    """Read one page of ``request`` at query time ``T``, each row encoded by ``encode``."""
+              encode: Callable[[dict[str, Any]], bytes] | None) -> ScanPage:
+    """Read one page of ``request`` at query time ``T``: each row a JSON map encoded by
+    ``encode``, or (None) a MessagePack map written from the table's columns, as the read
+    fast path writes a GET's row."""
     entities = table.entity_count
     stop = entities if request.until is None else min(request.until, entities)
     position = request.position
-    keys = table.slot_keys(position, min(stop, position + request.limit))
+    end = min(stop, position + request.limit)
+    rows: list[bytes]
+    if encode is None:
+        spec = table.spec
+        count = len(spec.keys)
+        rows = table.scan_msgpack(
+            position, end, T, _msgpack_layout(table), tuple(_key_parts(spec)),
+            (lambda key: _key_texts(key, count)) if count > 1 else None,
+            SCAN_PAGE_BYTES, SCAN_PAGE_SECONDS)
+    else:
+        rows = _json_rows(table, table.slot_keys(position, end), position, T, encode)
+    position += len(rows)
+    name = request.table
+    cursor = make_cursor(name, version, position) if position < stop else None
+    splits = None
+    if request.splits is not None:
+        count = request.splits
+        starts = sorted({request.position + (stop - request.position) * i // count
+                         for i in range(count)} if stop > request.position
+                        else {request.position})
+        splits = [make_cursor(name, version, start) for start in starts]
+    return ScanPage(rows, cursor, entities, splits)
+
+
+def _json_rows(table: TableState, keys: list[str], position: int, T: int,
+               encode: Callable[[dict[str, Any]], bytes]) -> list[bytes]:
+    """The JSON rows of the slots from ``position`` with stored ``keys``: each a map of its
+    key columns and its features as a JSON GET reads them (TableState.row_json), until the
+    page's byte or time budget is spent."""
     key_columns = decode_key(table.spec)
-    read = table.read_slot
+    read = table.read_slot_json
     rows: list[bytes] = []
     size = 0
     clock = time.perf_counter
@@ -239,14 +291,4 @@ def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
         size += len(data)
         if size >= SCAN_PAGE_BYTES or clock() >= deadline:
             break
-    position += len(rows)
-    name = request.table
-    cursor = make_cursor(name, version, position) if position < stop else None
-    splits = None
-    if request.splits is not None:
-        count = request.splits
-        starts = sorted({request.position + (stop - request.position) * i // count
-                         for i in range(count)} if stop > request.position
-                        else {request.position})
-        splits = [make_cursor(name, version, start) for start in starts]
-    return ScanPage(rows, cursor, entities, splits)
+    return rows
