@@ -8,8 +8,9 @@ order), the operator reference's table (`docs/hooks/reference.py`: one feature p
 operator) and `bench/workloads/*.json` (rebuilt with the DSL from the nodes the file
 describes, as the TypeScript test rebuilds them).
 
-Canonical JSON: keys sorted, no spaces, integral floats written as integers (JavaScript has
-one number type; `3.0` and `3` are the same value there), as JSON.stringify writes them.
+The text is the payload's JSON with its keys sorted and no spaces, numbers as Python writes
+them: a float keeps its fraction (`3.0`), as the TypeScript SDK writes a parameter the
+catalogue types as a float, so the two texts are compared as they are.
 Run: `python sdk/typescript/scripts/python_payloads.py` prints `{pipeline: text}`.
 """
 
@@ -33,16 +34,7 @@ _BLOCK = re.compile(r"^(<!-- sample: [a-z]+ -->\n)?```python\n(?P<code>.*?)^```$
 
 
 def canonical(value: Any) -> str:
-    def norm(v: Any) -> Any:
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [norm(x) for x in v]
-        return v
-
-    return json.dumps(norm(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def is_descriptor(obj: Any) -> bool:

@@ -7,7 +7,8 @@
  */
 import { compile, type RegisterOptions, type RegisterPayload } from "./compile.js";
 import { readFileSync } from "node:fs";
-import { type Json, serverError } from "./errors.js";
+import { serverError } from "./errors.js";
+import type { Json } from "./json.js";
 import { HttpConnection } from "./http.js";
 import { EventSource, type EventFields, type FieldSpec, type RowOf, Table } from "./pipeline.js";
 import { CT_JSON, CT_MSGPACK, encodeBody, OP, type Reply, TcpConnection } from "./tcp.js";

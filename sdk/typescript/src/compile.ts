@@ -1,5 +1,6 @@
 /** The register payload compiler (spec/sdk.md §7): descriptors -> `{"nodes": [...]}`. */
-import { type Json, RegistrationError } from "./errors.js";
+import { RegistrationError } from "./errors.js";
+import { cloneJson, type Json } from "./json.js";
 import { EventSource, Stream, Table } from "./pipeline.js";
 
 /** What `compile` and `App.register` take: event sources, named derived events, tables, node dicts. */
@@ -68,7 +69,7 @@ export function compile(descriptors: readonly unknown[], options: RegisterOption
         name: obj.name as string,
         output_kind: "event",
         upstreams: [obj.root.name as string],
-        ops: structuredClone([...obj.steps]) as Json,
+        ops: cloneJson([...obj.steps]) as Json,
         schema: { fields: { ...obj.columns }, optional_fields: [] },
       });
     }

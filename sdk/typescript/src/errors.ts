@@ -5,7 +5,7 @@
  * a DSL argument out of its allowed values (Python's ValueError; wrong types are TypeError).
  */
 
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type { Json } from "./json.js";
 
 /** A DSL argument with the right type and a value it does not allow. */
 export class ValueError extends Error {

@@ -6,6 +6,7 @@
 import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { TransportError } from "./errors.js";
+import { jsonText } from "./json.js";
 import type { Reply } from "./tcp.js";
 
 export interface HttpOptions {
@@ -26,7 +27,7 @@ export class HttpConnection {
 
   /** One request; resolves with the decoded JSON reply (`ok` false for a status other than 200). */
   request(method: "GET" | "POST", path: string, body?: unknown): Promise<Reply> {
-    const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const data = body === undefined ? undefined : Buffer.from(jsonText(body));
     const headers: Record<string, string> = { accept: "application/json" };
     if (data !== undefined) {
       headers["content-type"] = "application/json";

@@ -18,4 +18,5 @@ export {
   type Json,
 } from "./errors.js";
 export { CATALOGUE } from "./catalogue.js";
+export { F64, jsonText } from "./json.js";
 export { App, encodeKey, type AppOptions, type Key, type Row, type BatchRequest, type PushAck, type PushManyResult } from "./app.js";

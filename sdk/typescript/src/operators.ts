@@ -7,7 +7,8 @@
  * type, so that rows read back are typed).
  */
 import { CATALOGUE, contains, lookup, type Bounds, type OperatorSpec, type ParamSpec } from "./catalogue.js";
-import { type Json, RegistrationError, ValueError } from "./errors.js";
+import { RegistrationError, ValueError } from "./errors.js";
+import { F64, type Json } from "./json.js";
 import { Expr } from "./expressions.js";
 
 /** A scalar a field may hold. */
@@ -130,7 +131,7 @@ function param(op: string, spec: OperatorSpec, name: string, value: unknown): Js
       if (!isNumber(value)) throw new TypeError(`bv.${op}(): ${name} must be a number, got ${shown(value)}`);
       if (!Number.isFinite(value)) throw new ValueError(`bv.${op}(): ${name} must be finite, got ${value}`);
       checkRange(op, name, value, bounds);
-      return value;
+      return new F64(value);
     case "numbers": {
       const list = buckets(op, name, value);
       checkItems(op, p, list);
@@ -238,7 +239,7 @@ export function feature<T>(fn: string, args: Readonly<Record<string, unknown>>):
   if (spec.name === "bloom_member") {
     const problem = bloomProblem(
       (extras["expected_n"] as number | undefined) ?? CATALOGUE.bloom.default_expected_n,
-      (extras["target_fpr"] as number | undefined) ?? CATALOGUE.bloom.default_target_fpr,
+      (extras["target_fpr"] as F64 | undefined)?.value ?? CATALOGUE.bloom.default_target_fpr,
     );
     if (problem !== undefined) throw new ValueError(`bv.bloom_member(): ${problem}`);
   }

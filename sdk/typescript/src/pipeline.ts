@@ -8,7 +8,8 @@
  *       Txn.groupBy("user_id").agg({ spend_1h: bv.sum("amount", { window: "1h" }) }));
  */
 import { CATALOGUE, lookup } from "./catalogue.js";
-import { DescriptorError, type Json, ValueError } from "./errors.js";
+import { DescriptorError, ValueError } from "./errors.js";
+import { cloneJson, type Json } from "./json.js";
 import { castTarget, CAST_TARGETS, type CastTarget, Expr, type Operand, operand } from "./expressions.js";
 import { checkDuration, durationMs, Feature, type ValueOf } from "./operators.js";
 
@@ -394,7 +395,7 @@ export class Aggregation<C extends Columns, K extends keyof C & string, F extend
 
   /** @internal The wire step `{"op": "group_by", "keys", "agg"}`. */
   groupByStep(): Step {
-    return { op: "group_by", keys: [...this.keys], agg: structuredClone(this.agg) as Json };
+    return { op: "group_by", keys: [...this.keys], agg: cloneJson(this.agg) as Json };
   }
 
   /** @internal Key columns (tracked types), then the features. */
@@ -425,7 +426,7 @@ export class Table<Row = Record<string, unknown>> {
       name: this.name,
       output_kind: "table",
       upstreams: [agg.source.root.name as string],
-      ops: structuredClone([...agg.source.steps, agg.groupByStep()]) as Json,
+      ops: cloneJson([...agg.source.steps, agg.groupByStep()]) as Json,
       schema: { fields: agg.outputSchema(), optional_fields: [] },
       table_primary_key: [...this.keys],
     };

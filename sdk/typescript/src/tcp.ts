@@ -9,6 +9,7 @@ import { decode, encode } from "@msgpack/msgpack";
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { serverError, TransportError } from "./errors.js";
+import { jsonText } from "./json.js";
 
 export const OP = {
   PING: 0x0000, REGISTER: 0x0001, AUTH: 0x0002, PUSH: 0x0010, PUSH_MANY: 0x0012, GET: 0x0020,
@@ -50,7 +51,7 @@ export interface TcpOptions {
 }
 
 export function encodeBody(body: unknown, ct: number): Uint8Array {
-  return ct === CT_MSGPACK ? encode(body) : Buffer.from(JSON.stringify(body));
+  return ct === CT_MSGPACK ? encode(body) : Buffer.from(jsonText(body));
 }
 
 export function frame(op: number, ct: number, payload: Uint8Array): Buffer {

@@ -8,6 +8,7 @@ import { existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { jsonText } from "../src/json.js";
 
 /** The repository root (this file is sdk/typescript/[dist/]test/server.{ts,js}). */
 export const REPO = (() => {
@@ -68,10 +69,7 @@ export async function startServer(args: string[] = [], env: Record<string, strin
   };
 }
 
-/** `value` as canonical JSON: keys sorted at every level, no spaces. */
+/** `value` as the SDK writes it, keys sorted at every level (no spaces). */
 export function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (v === null || typeof v !== "object" || Array.isArray(v)) return v;
-    return Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-  });
+  return jsonText(value, { sortKeys: true });
 }
