@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from beava.launcher import ServerProcess, installed_server_command, split_addr
+from beava_client.slots import ShardMap
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -85,6 +90,44 @@ class BeavaProcess:
 
     def kill(self) -> None:
         self.server.kill()
+
+
+class BeavaCluster:
+    """``beava cluster up --test-mode`` on ``data_dir`` (durable): ``ready`` is its
+    ``cluster.ready`` line, ``map`` the shard map, ``map_file`` the map's file."""
+
+    def __init__(self, data_dir: Path, shards: int = 3) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "beava", "cluster", "up", "--shards", str(shards),
+             "--data-dir", str(data_dir), "--test-mode"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert self.proc.stdout is not None
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()))
+        reader.start()
+        reader.join(120)
+        assert line and line[0], self.proc.stderr.read().decode() if self.proc.poll() else ""
+        self.ready: dict[str, Any] = json.loads(line[0])
+        self.map = ShardMap.from_dict(self.ready["map"])
+        self.map_file = data_dir / "cluster.json"
+
+    def http(self, shard_id: str) -> tuple[str, int]:
+        return split_addr(self.map.shard(shard_id).http.removeprefix("http://"))
+
+    def owner(self, user: str) -> tuple[str, int]:
+        return self.http(self.map.owner_of(user).id)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def kill_shards(self) -> int:
+        """SIGKILL every shard at once; ``cluster up`` notices and exits (its code)."""
+        for shard in self.ready["shards"]:
+            os.kill(shard["pid"], signal.SIGKILL)
+        return self.proc.wait(60)
 
 
 # framed TCP ------------------------------------------------------------------------------

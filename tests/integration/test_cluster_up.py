@@ -8,16 +8,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
-from typing import Any
 
-from beava.launcher import split_addr
-from beava_client.slots import SLOTS, ShardMap
+from beava_client.slots import SLOTS
 from tests.register_payloads import table_node
-from tests.support import http_request
+from tests.support import BeavaCluster, http_request
 
 REGISTER = json.dumps({"nodes": [
     {"kind": "event", "name": "E", "schema": {"fields": {"user": "str"}}},
@@ -25,34 +20,6 @@ REGISTER = json.dumps({"nodes": [
 ]}).encode()
 JSON = {"Content-Type": "application/json"}
 USERS = [f"u{i}" for i in range(30)]
-
-
-class Cluster:
-    def __init__(self, data_dir: Path, shards: int = 3) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "beava", "cluster", "up", "--shards", str(shards),
-             "--data-dir", str(data_dir), "--test-mode"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        assert self.proc.stdout is not None
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()))
-        reader.start()
-        reader.join(120)
-        assert line and line[0], self.proc.stderr.read().decode() if self.proc.poll() else ""
-        self.ready: dict[str, Any] = json.loads(line[0])
-        self.map = ShardMap.from_dict(self.ready["map"])
-
-    def http(self, shard_id: str) -> tuple[str, int]:
-        return split_addr(self.map.shard(shard_id).http.removeprefix("http://"))
-
-    def owner(self, user: str) -> tuple[str, int]:
-        return self.http(self.map.owner_of(user).id)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
 
 
 def _alive(pid: int) -> bool:
@@ -66,7 +33,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_cluster_up_serves_restarts_and_recovers(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
+    cluster = BeavaCluster(tmp_path)
     try:
         ready = cluster.ready
         assert ready["kind"] == "cluster.ready"
@@ -91,7 +58,7 @@ def test_cluster_up_serves_restarts_and_recovers(tmp_path: Path) -> None:
         assert cluster.proc.wait(60) == 1
     finally:
         cluster.stop()
-    again = Cluster(tmp_path)
+    again = BeavaCluster(tmp_path)
     try:
         assert again.ready["map"] == cluster.ready["map"]  # the same map, ports reused
         for user in USERS:
