@@ -93,6 +93,12 @@ def main() -> None:
     soak.add_argument("--no-disk-full", action="store_true", help="skip the full WAL disk")
     soak.add_argument("--data-dir", help="an empty directory to use (default: a new "
                                          "temporary one, removed unless a check failed)")
+    shards = sub.add_parser("shards", help="fraud-team to one server and to N shards: "
+                                           "summed server CPU per event, exact features")
+    shards.add_argument("--shards", type=int, nargs="+", default=[1, 4], metavar="N")
+    shards.add_argument("--events", type=int, default=100_000)
+    shards.add_argument("--depth", type=int, default=1024)
+    shards.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if getattr(args, "chart", None):
         problem = chart_problem()
@@ -177,6 +183,12 @@ def main() -> None:
             minutes=args.minutes, rounds=args.rounds, seed=args.seed,
             connections=args.connections, keys=args.keys, kill_min=args.kill_min,
             kill_max=args.kill_max, disk_full=not args.no_disk_full, data_dir=args.data_dir)))
+    elif args.what == "shards":
+        from bench.shards import main as run_shards
+
+        if min(args.shards) < 1 or args.events < 1:
+            parser.error("shards needs --shards N >= 1 and --events >= 1")
+        run_shards(args.shards, events=args.events, depth=args.depth, as_json=args.json)
     elif args.what == "spark":
         from bench.spark_ingest import main as run_spark
 

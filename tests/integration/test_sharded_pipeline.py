@@ -6,6 +6,7 @@ one key instead, the tables keyed otherwise come out wrong."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,8 @@ import pytest
 
 import beava as bv
 from beava.dsl.compiler import compile_register_payload
-from beava_client import TcpClient
-from beava_client.slots import Shard, ShardMap, split_slots
+from beava_client import ShardedClient, TcpClient
+from beava_client.slots import SLOTS, Shard, ShardMap, split_slots
 from tests.support import BeavaCluster, BeavaProcess
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -158,6 +159,35 @@ def test_a_key_a_chain_computes_is_refused_before_any_shard_changes(tmp_path: Pa
             assert "'Buckets' is keyed by ['bucket'] after a 'with_columns' step" in str(
                 caught.value)
             assert {s["registry_version"] for s in app.ping()["shards"].values()} == {version}
+    finally:
+        cluster.stop()
+
+
+def test_the_map_comes_from_any_shards_url(tmp_path: Path) -> None:
+    """tcp:// and http:// URLs of any shard, sync and asyncio; a wrong_shard answer (a
+    client whose map is stale) refreshes the map and retries."""
+    cluster = BeavaCluster(tmp_path / "cluster")
+    try:
+        shard = cluster.map.shards[1]
+        with bv.App(shard_map=f"tcp://{shard.tcp}") as app:
+            app.register(*pipeline())
+            app.push_many("Txn", txns(0, 30))
+            want = app.batch_get(READS)
+            assert app.get("CardUse", "c3") == want[READS.index(("CardUse", "c3"))] != {}
+
+        async def over_http() -> list[Any]:
+            async with bv.AsyncApp(shard_map=shard.http) as aapp:
+                return await aapp.batch_get(READS)
+
+        assert asyncio.run(over_http()) == want
+        # a map whose every slot is s0's: each push and read s0 does not own comes back
+        # wrong_shard, and the client reads the real map from s0 and goes on
+        s0 = cluster.map.shards[0]
+        stale = ShardMap(1, [Shard("s0", ((0, SLOTS),), s0.tcp, s0.http)])
+        with ShardedClient(stale) as client:
+            assert client.batch_get(READS) == want
+            client.push("Txn", txns(30, 1)[0])
+            assert client.map == cluster.map
     finally:
         cluster.stop()
 
