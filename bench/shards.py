@@ -163,7 +163,8 @@ def _sharded(count: int, wl: workloads.Workload, bodies: list[dict[str, Any]],
             assert routes is not None  # described by the register
             per_shard: dict[str, list[bytes]] = {s["id"]: [] for s in shards}
             updates = dict.fromkeys(per_shard, 0)
-            owner = client._map().owner_of
+            assert client.map is not None  # fetched by the register
+            owner = client.map.owner_of
             for body, data in zip(bodies, frames, strict=True):
                 for shard_id in client.push_owners(routes, wl.event, body):
                     per_shard[shard_id].append(data)

@@ -4,6 +4,7 @@ a read covers every shard, and routing by one key warns when it splits a table."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,24 @@ def test_a_sharded_write_reads_back_as_one_server(spark: Any, shards: list[Beava
         expected = ref.batch_get(READS)
         assert sharded.batch_get(READS) == expected
         assert expected[0]["user_count"] == 100
+
+
+def test_a_streaming_write_with_a_shard_map(spark: Any, shards: list[BeavaProcess],
+                                            shard_map: str, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    with (source / "part-0.json").open("w") as fh:
+        for i in range(120):
+            fh.write(json.dumps({"user_id": f"u{i % 30}", "page": "p"}) + "\n")
+    query = (spark.readStream.schema("user_id string, page string").json(str(source))
+             .writeStream.format("beava").option("shard_map", shard_map)
+             .option("event", "Visit").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    with ShardedClient(shard_map) as sharded:
+        assert sharded.batch_get([("VisitUser", f"u{i}") for i in range(30)]) == \
+            [{"visits": 4}] * 30
 
 
 def test_a_read_covers_every_shard(spark: Any, shards: list[BeavaProcess],
