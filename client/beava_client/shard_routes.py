@@ -43,6 +43,18 @@ class _Table:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _EventPlan:
+    """What placing one event's push takes: its global tables, the distinct key-field
+    tuples of its keyed tables, the defaults of those fields, and whether a table's key
+    is one a step writes."""
+
+    global_tables: frozenset[str]
+    keyed: tuple[tuple[str, ...], ...]
+    defaults: dict[str, Any]
+    opaque: bool
+
+
 def _describe_form(node: Mapping[str, Any]) -> dict[str, Any]:
     """A node as ``describe`` lists it, from that form or from a register payload's."""
     if node.get("kind") == "event" or "ops" not in node:
@@ -99,6 +111,7 @@ class Routes:
         self._events: dict[str, tuple[_Table, ...]] = {
             event: tuple(self._fed(event, feeds)) for event in self._defaults
         }
+        self._plans = {event: self._plan(event, tables) for event, tables in self._events.items()}
 
     @classmethod
     def from_describe(cls, doc: Mapping[str, Any]) -> Routes:
@@ -150,21 +163,30 @@ class Routes:
                         "fields, or group by fields the steps keep unchanged",
                         path=table.name)
 
+    def _plan(self, event: str, tables: Sequence[_Table]) -> _EventPlan:
+        keyed = tuple(dict.fromkeys(t.keys for t in tables if t.keys))
+        fields = {f for keys in keyed for f in keys}
+        defaults = {k: v for k, v in self._defaults[event].items() if k in fields}
+        opaque = any(t.keys and t.opaque_step is not None for t in tables)
+        return _EventPlan(frozenset(t.name for t in tables if not t.keys), keyed, defaults,
+                          opaque)
+
     def push_texts(self, event: str, body: Mapping[str, Any]) -> set[str]:
         """The slot texts of every table ``event`` feeds for this body: each keyed table's
         canonical key, each global table's name; a table whose key the body lacks is
-        skipped by the server, and here. An event that feeds no table gives none."""
-        texts: set[str] = set()
-        defaults = self._defaults.get(event)
-        if defaults:
+        skipped by the server, and here. An event that feeds no table gives none. (Once
+        per pushed row: the work is planned per event in advance.)"""
+        plan = self._plans.get(event)
+        if plan is None:
+            return set()
+        if plan.opaque:
+            self.check_routable()
+        defaults = plan.defaults
+        if defaults and not defaults.keys() <= body.keys():
             body = {**defaults, **body}
-        for table in self._events.get(event, ()):
-            if not table.keys:
-                texts.add(table.name)
-                continue
-            if table.opaque_step is not None:
-                self.check_routable()
-            text = event_key(body, table.keys)
+        texts = set(plan.global_tables)
+        for keys in plan.keyed:
+            text = event_key(body, keys)
             if text is not None:
                 texts.add(text)
         return texts

@@ -30,6 +30,7 @@ FENCE_FIRST_DELAY = 0.01
 FENCE_MAX_DELAY = 0.5
 
 _SCHEMES = ("tcp", "tcps", "http", "https")
+OWNER_CACHE = 1 << 16
 
 T = TypeVar("T")
 
@@ -185,6 +186,8 @@ class ShardedBase:
     def __init__(self, shard_map: str | os.PathLike[str] | ShardMap, *,
                  transport: str | None = None, fence_wait: float = 30.0,
                  **client_options: Any) -> None:
+        self._owners: dict[str, str] = {}  # slot text -> owning shard id, for self.map
+        self._current: ShardMap | None = None
         self.map, self._source = map_source(shard_map)
         if transport is None:
             transport = parse_url(self._source).scheme if "://" in self._source else "tcp"
@@ -201,6 +204,17 @@ class ShardedBase:
         self.routes: Routes | None = None
 
     # -- the map ---------------------------------------------------------------------------
+
+    @property
+    def map(self) -> ShardMap | None:
+        """The shard map in use (None until fetched from a URL)."""
+        return self._current
+
+    @map.setter
+    def map(self, value: ShardMap | None) -> None:
+        if value is not self._current:
+            self._owners.clear()
+        self._current = value
 
     def shard_url(self, shard: Shard) -> str:
         """The URL of ``shard`` in this client's transport."""
@@ -250,12 +264,22 @@ class ShardedBase:
         """The shards a push of ``body`` goes to: the owners of each fed table's key (each
         global table's name); an event feeding no table (or none with a key in this body)
         goes to the owner of the event's name, which validates and counts it."""
-        owner = self._map().owner
-        return {owner(slot(text)).id for text in routes.push_texts(event, body) or (event,)}
+        owner = self._owner_id
+        return {owner(text) for text in routes.push_texts(event, body) or (event,)}
 
     def read_owner(self, routes: Routes, table: Any, key: Any) -> str:
-        text = routes.read_text(table, key) if isinstance(table, str) else ""
-        return self._map().owner(slot(text)).id
+        return self._owner_id(routes.read_text(table, key) if isinstance(table, str) else "")
+
+    def _owner_id(self, text: str) -> str:
+        """The shard owning a slot text. The slot is hashed in Python (about 5 µs), so the
+        owners of the last OWNER_CACHE texts are kept (keys recur: a user pushes often)."""
+        owners = self._owners
+        found = owners.get(text)
+        if found is None:
+            if len(owners) >= OWNER_CACHE:
+                owners.clear()
+            found = owners[text] = self._map().owner(slot(text)).id
+        return found
 
     # -- flows -----------------------------------------------------------------------------
 
