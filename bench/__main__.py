@@ -99,6 +99,8 @@ def main() -> None:
     shards.add_argument("--events", type=int, default=100_000)
     shards.add_argument("--depth", type=int, default=1024)
     shards.add_argument("--json", action="store_true")
+    shards.add_argument("--one-at-a-time", action="store_true",
+                        help="feed the shards one after another, each alone on the machine")
     args = parser.parse_args()
     if getattr(args, "chart", None):
         problem = chart_problem()
@@ -188,7 +190,8 @@ def main() -> None:
 
         if min(args.shards) < 1 or args.events < 1:
             parser.error("shards needs --shards N >= 1 and --events >= 1")
-        run_shards(args.shards, events=args.events, depth=args.depth, as_json=args.json)
+        run_shards(args.shards, events=args.events, depth=args.depth, as_json=args.json,
+                   together=not args.one_at_a_time)
     elif args.what == "spark":
         from bench.spark_ingest import main as run_spark
 

@@ -1,6 +1,9 @@
 """``python -m bench shards --shards N [N ...]``: the same pre-encoded ``fraud-team`` load
 (every table, every key) sent to one server and to N shards (``beava cluster up``), and
-the server CPU per event summed over every shard (docs/sharding.md). A shard receives an
+the server CPU per event summed over every shard (docs/sharding.md). ``--one-at-a-time``
+sends the shards their frames one after another: each shard then has the machine to
+itself (with the load generator), which separates what the fan-out costs from what
+sharing a few cores costs. A shard receives an
 event once however many of its tables it owns, and applies only those: its events per busy
 core-second count what it received, its table updates per busy core-second what it
 applied.
@@ -67,14 +70,14 @@ class Run:
 
 
 def _two_passes(targets: list[tuple[tuple[str, int], list[bytes]]], pids: list[int],
-                depth: int) -> tuple[float, list[float]]:
-    """Send each server its frames twice (in order, one connection each, all servers at
-    once); the second pass's wall time and each server's CPU time."""
+                depth: int, together: bool = True) -> tuple[float, list[float]]:
+    """Send each server its frames twice (in order, one connection each; the servers at
+    once, or one after another); the second pass's wall time and each server's CPU time."""
 
     async def one_pass() -> None:
-        results = await asyncio.gather(*(
-            loadgen.blast(addr, frames, connections=1, depth=depth, total=len(frames))
-            for addr, frames in targets if frames))
+        sends = [loadgen.blast(addr, frames, connections=1, depth=depth, total=len(frames))
+                 for addr, frames in targets if frames]
+        results = await asyncio.gather(*sends) if together else [await s for s in sends]
         errors = [r for r in results if r.errors]
         if errors:
             raise RuntimeError(f"{errors[0].errors} error replies, first: "
@@ -122,7 +125,7 @@ def _sample(wl: workloads.Workload, bodies: list[dict[str, Any]]) -> list[tuple[
 
 
 def main(shard_counts: list[int], events: int = 100_000, depth: int = 1024,
-         as_json: bool = False) -> list[dict[str, Any]]:
+         as_json: bool = False, together: bool = True) -> list[dict[str, Any]]:
     wl = workloads.load("fraud-team")
     bodies = workloads.events(wl, events)
     frames = loadgen.push_frames(wl.event, bodies)  # encoded once, for every run
@@ -138,13 +141,15 @@ def main(shard_counts: list[int], events: int = 100_000, depth: int = 1024,
         rows.append(Run("1 server", events, seconds, cpu, [events],
                         [events * len(wl.tables)]).row())
         for count in shard_counts:
-            rows.append(_sharded(count, wl, bodies, frames, reads, expected, depth).row())
+            rows.append(_sharded(count, wl, bodies, frames, reads, expected, depth,
+                                 together).row())
     finally:
         single.stop()
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"fraud-team, {events:,} events (second pass), {os.cpu_count()} CPUs")
+        print(f"fraud-team, {events:,} events (second pass), {os.cpu_count()} CPUs, shards "
+              + ("at once" if together else "one at a time"))
         for row in rows:
             print(json.dumps(row))
     return rows
@@ -152,7 +157,7 @@ def main(shard_counts: list[int], events: int = 100_000, depth: int = 1024,
 
 def _sharded(count: int, wl: workloads.Workload, bodies: list[dict[str, Any]],
              frames: list[bytes], reads: list[tuple[str, str]], expected: list[Any],
-             depth: int) -> Run:
+             depth: int, together: bool) -> Run:
     cluster = _Cluster(count)
     try:
         shards = cluster.ready["shards"]
@@ -171,7 +176,7 @@ def _sharded(count: int, wl: workloads.Workload, bodies: list[dict[str, Any]],
                 for text in routes.push_texts(wl.event, body):
                     updates[owner(text).id] += 1
             targets = [(split_addr(s["tcp"]), per_shard[s["id"]]) for s in shards]
-            seconds, cpu = _two_passes(targets, [s["pid"] for s in shards], depth)
+            seconds, cpu = _two_passes(targets, [s["pid"] for s in shards], depth, together)
             exact = client.batch_get(reads) == expected
     finally:
         cluster.stop()
