@@ -479,7 +479,7 @@ def main(reference: str | None, names: Sequence[str], modes: Sequence[str], *, r
     print(f"{when}: ours = {ours_version}, ref = {ref_version} ({ref}); {rounds} rounds, "
           f"{seconds:g} s timed after {WARM_UP_S:g} s warm-up, {connections} connections x "
           f"{depth} in flight, MessagePack; {samples} GETs idle and under load; "
-          f"the CPUs shared with the load generator")
+          f"{host.cores} CPUs shared with the load generator")
     print(f"machine: {host.summary()}")
     rows, runs = compare(ref, names, modes, rounds=rounds, seconds=seconds, samples=samples,
                          connections=connections, depth=depth, perf=perf)

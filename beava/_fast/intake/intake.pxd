@@ -4,6 +4,7 @@ from libc.stdint cimport int64_t, uint32_t
 
 from beava._fast.intake.push_check cimport EventChecker
 from beava._fast.intake.push_counts cimport PushCounts
+from beava._fast.ops.row cimport Row
 
 # durability modes (the durability log's ``mode``; read once, when the log is attached)
 cdef enum:
@@ -38,8 +39,11 @@ cdef class Intake:
     cdef void begin(self) except *
     cdef void end(self) except *
     cdef int take(self, object event, CheckerEntry entry, object fields, const char* raw,
-                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes) except -1
+                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes,
+                  Row* row) except -1
 
 
 cdef int feed(tuple pushes, object row, int64_t now) except -1
 cdef bint owns_any(object pushes, object row) except -1
+cdef bint takes_rows(tuple pushes) noexcept
+cdef int feed_row(tuple pushes, Row* row, int64_t now) except -1

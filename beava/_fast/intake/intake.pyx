@@ -24,6 +24,7 @@ from libc.stdint cimport uint64_t
 from beava._fast.intake.push_check cimport EventChecker
 from beava._fast.intake.push_counts cimport PushCounts
 from beava._fast.ops.slot_buffers cimport dict_get
+from beava._fast.ops.row cimport Row
 from beava._fast.ops.table_kernel cimport TableKernel
 from beava._fast.wal.wal_record cimport BODY_MSGPACK, RECORD_EVENT, append_to, close_body
 
@@ -102,6 +103,38 @@ cdef bint owns_any(object pushes, object row) except -1:
     return not keyed
 
 
+cdef bint takes_rows(tuple pushes) noexcept:
+    """Whether every table of a route can be fed a C row (feed_row)."""
+    for push in pushes:
+        if type(push) is not TableKernel or not (<TableKernel>push).takes_row:
+            return False
+    return True
+
+
+cdef int feed_row(tuple pushes, Row* row, int64_t now) except -1:
+    """``feed`` of a C row (row.pxd) to a route that ``takes_rows``, in the same steps."""
+    cdef Py_ssize_t n = len(pushes), i
+    cdef Py_ssize_t slots[MAX_STEPPED]
+    if n == 1:
+        (<TableKernel>pushes[0]).apply_row(row, now)
+        return 0
+    if n > MAX_STEPPED:
+        for push in pushes:
+            (<TableKernel>push).apply_row(row, now)
+        return 0
+    for push in pushes:
+        (<TableKernel>push).prefetch_row(row)
+    for i in range(n):
+        slots[i] = (<TableKernel>pushes[i]).find_row(row, now)
+    for i in range(n):
+        if slots[i] >= 0:
+            (<TableKernel>pushes[i]).follow(slots[i])
+    for i in range(n):
+        if slots[i] >= 0:
+            (<TableKernel>pushes[i]).touch_update_row(slots[i], row, now)
+    return 0
+
+
 cdef class Intake:
     """Accepted pushes of one store (module docstring). ``encode_into(row, buf, -1)``
     appends a row as MessagePack to ``buf`` (the body of a push record whose pushed bytes
@@ -173,12 +206,15 @@ cdef class Intake:
                 self.log.accepted()
 
     cdef int take(self, object event, CheckerEntry entry, object fields, const char* raw,
-                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes) except -1:
+                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes,
+                  Row* row) except -1:
         """Accept one checked push of ``event`` at time ``now``: its LSN (``last_lsn``
         after), its counts, its WAL record (its body: ``raw``, the pushed bytes, or
         ``fields`` encoded when ``raw`` is NULL), then apply it now (memory-only,
         periodic) or once its batch is durable (strict: from its record; ``fields`` may be
-        None then). Inside a bracket (``begin``). Nothing changes when it raises."""
+        None then). ``row`` (or NULL): the push as a C row, for a route that
+        ``takes_rows`` (``fields`` is None then and ``raw`` its bytes). Inside a bracket
+        (``begin``). Nothing changes when it raises."""
         cdef int64_t lsn = self.last_lsn + 1
         cdef Py_ssize_t start
         cdef bytes name
@@ -208,7 +244,10 @@ cdef class Intake:
             return 0
         found = dict_get(routes, event)
         if found is not NULL:
-            feed(<tuple>found, fields, now)
+            if row != NULL:
+                feed_row(<tuple>found, row, now)
+            else:
+                feed(<tuple>found, fields, now)
         self.applied_lsn = lsn
         if now > self.watermark_ms:
             self.watermark_ms = now
@@ -221,7 +260,7 @@ cdef class Intake:
         is, and its acknowledgement waits until ``applied_lsn`` reaches ``hold_lsn``."""
         self.begin()
         try:
-            self.take(event, entry, row, NULL, 0, now, version, routes)
+            self.take(event, entry, row, NULL, 0, now, version, routes, NULL)
             if self.mode == STRICT_MODE and on_durable is not None:
                 self.batch.waiters.append((len(self.b_events), on_durable))
         finally:

@@ -4,6 +4,7 @@
 from libc.stdint cimport uint8_t, uint64_t
 
 from beava._fast.intake.name_table cimport RawName
+from beava._fast.ops.row cimport Row
 
 
 cdef class EventChecker:
@@ -38,6 +39,10 @@ cdef class EventChecker:
     # the columns look them up with, so a lookup matches on identity).
     cdef dict row_msgpack(self, const char* p, Py_ssize_t n)
 
+    # The same body's values in a C row (row.pxd; its text views into the body's bytes):
+    # 1 when check_msgpack accepts it, 0 otherwise (``row`` then holds nothing of use).
+    cdef int fill_row(self, const char* p, Py_ssize_t n, Row* row) except -1
+
     cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
                                  Py_ssize_t size, Py_ssize_t i) noexcept
-    cdef object _settle(self, const char* p, Py_ssize_t n, bint build)
+    cdef object _settle(self, const char* p, Py_ssize_t n, bint build, Row* crow)

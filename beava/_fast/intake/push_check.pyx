@@ -30,6 +30,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from beava._fast.intake.name_table cimport RawName, add_name, find_name, same_name, table_slots
+from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_INT, ROW_TEXT, Row, RowField
 
 from sys import intern
 
@@ -317,11 +318,15 @@ cdef class EventChecker:
 
     cdef int check_msgpack(self, const char* p, Py_ssize_t n) except -1:
         """See push_check.pxd."""
-        return self._settle(p, n, False) is not None
+        return self._settle(p, n, False, NULL) is not None
 
     cdef dict row_msgpack(self, const char* p, Py_ssize_t n):
         """See push_check.pxd."""
-        return self._settle(p, n, True)
+        return self._settle(p, n, True, NULL)
+
+    cdef int fill_row(self, const char* p, Py_ssize_t n, Row* row) except -1:
+        """See push_check.pxd."""
+        return self._settle(p, n, False, row) is not None
 
     cdef const RawName* _name_at(self, const unsigned char* b, Py_ssize_t n, Py_ssize_t at,
                                  Py_ssize_t size, Py_ssize_t i) noexcept:
@@ -337,10 +342,11 @@ cdef class EventChecker:
             self.last_slots[i] = <uint8_t>(e - self.table)
         return e
 
-    cdef object _settle(self, const char* p, Py_ssize_t n, bint build):
+    cdef object _settle(self, const char* p, Py_ssize_t n, bint build, Row* crow):
         """When check() would accept the MessagePack body at ``p`` (``n`` bytes) unchanged
         (see check_msgpack): its row (``build``: its values under the declared names, in the
-        body's order), else True; None otherwise."""
+        body's order), else True (its values in ``crow`` too, when not NULL); None
+        otherwise."""
         cdef const unsigned char* b = <const unsigned char*>p
         cdef Py_ssize_t at, entries, size, i = 0
         cdef uint64_t seen = 0, typed = 0, bit, bits64
@@ -352,6 +358,8 @@ cdef class EventChecker:
         cdef const RawName* name
         cdef object value
         cdef dict row = None
+        cdef RowField* field = NULL
+        cdef bint decode = build or crow != NULL  # the values are read, not only checked
         if not self.takes_msgpack or n < 1:
             return None
         c = b[0]
@@ -365,6 +373,8 @@ cdef class EventChecker:
             return None
         if build:  # a body of more entries than names is refused below
             row = _PyDict_NewPresized(min(entries, <Py_ssize_t>MAX_RAW_NAMES))
+        if crow != NULL:
+            crow.n = 0
         while i < entries:
             # the key: a declared name without control characters, once (a name's bytes are
             # its UTF-8: no key matching one can be anything but that text)
@@ -381,17 +391,28 @@ cdef class EventChecker:
             if code & CONTROL or seen & bit:
                 return None
             seen |= bit
+            if crow != NULL:  # entries <= MAX_RAW_NAMES: each key is a distinct name
+                field = &crow.fields[crow.n]
+                crow.n += 1
+                field.name = name.object
+                field.hash = -1
             # the value: a finite number, a boolean or ASCII text without control characters
             if at >= n:
                 return None
             c = b[at]
             if c <= 0x7f or c >= 0xe0:  # positive and negative fixint
                 kind = T_NUM
+                if field != NULL:
+                    field.tag = ROW_INT
+                    field.i = <long>c if c <= 0x7f else <long>(<signed char>c)
                 if row is not None:
                     value = <long>c if c <= 0x7f else <long>(<signed char>c)
                 at += 1
             elif c == 0xc2 or c == 0xc3:
                 kind = T_BOOL
+                if field != NULL:
+                    field.tag = ROW_BOOL
+                    field.i = c == 0xc3
                 if row is not None:
                     value = c == 0xc3
                 at += 1
@@ -400,6 +421,10 @@ cdef class EventChecker:
                 if size < 0 or not _plain_ascii(b + at, size):
                     return None
                 kind = T_STR
+                if field != NULL:
+                    field.tag = ROW_TEXT
+                    field.text = p + at
+                    field.size = size
                 if row is not None:
                     value = PyUnicode_New(size, 127)
                     memcpy(PyUnicode_DATA(value), p + at, size)
@@ -412,26 +437,31 @@ cdef class EventChecker:
                 if c == 0xcf and bits64 >> 63:  # uint 64 beyond int64: widened by check()
                     return None
                 kind = T_NUM
-                if row is None:  # NaN and ±Infinity are refused by check() (§6.3)
+                if not decode:  # NaN and ±Infinity are refused by check() (§6.3)
                     if c <= 0xcb and _non_finite(c, b + at + 1):
                         return None
-                else:
+                elif c <= 0xcb:
                     if c == 0xca:
                         bits32 = <uint32_t>bits64
                         memcpy(&f32, &bits32, 4)
-                        if not isfinite(f32):  # refused by check() (§6.3)
-                            return None
-                        value = <double>f32
-                    elif c == 0xcb:
+                        f64 = f32
+                    else:
                         memcpy(&f64, &bits64, 8)
-                        if not isfinite(f64):
-                            return None
+                    if not isfinite(f64):  # refused by check() (§6.3)
+                        return None
+                    if field != NULL:
+                        field.tag = ROW_FLOAT
+                        field.f = f64
+                    if row is not None:
                         value = f64
-                    elif c <= 0xcf:  # uint 8..64
-                        value = <long long>bits64
-                    else:  # int 8..64: sign-extended from its size
-                        if size < 8 and bits64 >> (8 * size - 1):
-                            bits64 |= ~((<uint64_t>1 << (8 * size)) - 1)
+                else:
+                    if c >= 0xd0 and size < 8 and bits64 >> (8 * size - 1):
+                        # int 8..32: sign-extended from its size (uint 8..64: as it is)
+                        bits64 |= ~((<uint64_t>1 << (8 * size)) - 1)
+                    if field != NULL:
+                        field.tag = ROW_INT
+                        field.i = <long long>bits64
+                    if row is not None:
                         value = <long long>bits64
                 at += 1 + size
             else:  # nil, binary, extensions, arrays, maps, 0xc1

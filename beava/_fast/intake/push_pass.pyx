@@ -13,9 +13,13 @@ nothing, the WAL record's body is the pushed body's own bytes. When the event's 
 settle such a body from its bytes (a flat map of declared names to numbers, booleans and
 ASCII text), the checker builds its row in the same pass (``EventChecker.row_msgpack``: no
 decoder call); in strict mode the body is only checked at intake (``check_msgpack``) and its
-row built once, when its durable record is applied. No Python-level function runs per push
-on this path beyond the decoder of other bodies and the table kernels; the durability log
-hears of a call's records once, at its end (the intake's bracket).
+row built once, when its durable record is applied. When every table the event feeds can
+read a C row (``takes_rows``: beava._fast.ops.row), the row is that instead of a dict
+(``EventChecker.fill_row``: typed values, text as views into the body's bytes): such a push
+is checked, applied and acknowledged without a Python object of its own. No Python-level
+function runs per push on this path beyond the decoder of other bodies and the table
+kernels; the durability log hears of a call's records once, at its end (the intake's
+bracket).
 
 Anything unusual goes to the store's Python path before any state is touched: a body that
 does not decode or does not pass its checks (which answers the exact error), an event with
@@ -36,8 +40,17 @@ from beava._fast.wire.byte_buffers cimport resize_growing
 from beava._fast.timing.clocks cimport monotonic, wall_ms
 from beava._fast.intake.name_table cimport RawName, add_name, find_name, table_slots
 from beava._fast.wire.number_text cimport uint_text
-from beava._fast.intake.intake cimport STRICT_MODE, CheckerEntry, Intake, feed, owns_any
+from beava._fast.intake.intake cimport (
+    STRICT_MODE,
+    CheckerEntry,
+    Intake,
+    feed,
+    feed_row,
+    owns_any,
+    takes_rows,
+)
 from beava._fast.intake.push_check cimport EventChecker
+from beava._fast.ops.row cimport Row
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.wal.wal_record cimport event_record_at
 
@@ -84,6 +97,14 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     memcpy(PyByteArray_AS_STRING(out) + start, frame, p - frame)
 
 
+cdef dict row_routes(dict routes):
+    """The routes of ``routes`` whose tables all take C rows (takes_rows), by event."""
+    return {event: True for event, route in routes.items() if takes_rows(<tuple>route)}
+
+
+cdef Row _records_row  # apply_records' row (the event loop's thread only)
+
+
 def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ssize_t offset,
                   Py_ssize_t start, Py_ssize_t stop, double deadline, object decode_msgpack,
                   object decode_json):
@@ -93,8 +114,9 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
     decoded as recovery does (a body its event's checker settles from its bytes, as the
     push pass reads it: ``checkers`` are the store's), its time from the record; when
     ``deadline`` (a time.perf_counter() value; 0.0: none) passes, checked every
-    CHECK_EVERY pushes, stop early. Returns ``(the newest time applied, the offset after
-    the last push applied's record, the index after it)``."""
+    CHECK_EVERY pushes, stop early. A body whose tables all take C rows is applied from
+    one (EventChecker.fill_row). Returns ``(the newest time applied, the offset after the
+    last push applied's record, the index after it)``."""
     cdef Py_ssize_t i, at, size
     cdef PyObject* found
     cdef int64_t newest = 0, now
@@ -103,6 +125,7 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
     cdef EventChecker checker = None
     cdef object event, last = None  # the event of the push before (most are the same)
     cdef tuple route = None
+    cdef bint by_row = False
     for i in range(start, stop):
         if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
                 and monotonic() > deadline):
@@ -116,6 +139,13 @@ def apply_records(dict routes, dict checkers, list events, bytearray data, Py_ss
             checker = (<CheckerEntry?><object>found).checker if found is not NULL else None
             found = dict_get(routes, event)
             route = <tuple>found if found is not NULL else None
+            by_row = route is not None and checker is not None and takes_rows(route)
+        if (by_row and msgpack
+                and checker.fill_row(<const char*>raw, size, &_records_row)):
+            feed_row(route, &_records_row, now)
+            if now > newest:
+                newest = now
+            continue
         row = checker.row_msgpack(raw, size) if checker is not None and msgpack else None
         if row is None:
             body = PyBytes_FromStringAndSize(raw, size)
@@ -142,6 +172,9 @@ cdef class PushPass:
     cdef object wall_clock      # the store's clock when it is the wall clock
     cdef uint32_t reply_op
     cdef object names_for       # the checkers dict the event names below belong to
+    cdef object rows_for        # the routes dict ``by_row`` was made of
+    cdef dict by_row            # event -> True: its route takes C rows (row_routes)
+    cdef Row row                # the C row of the push at hand
     cdef RawName* event_table   # every registered event, found by its UTF-8 bytes
     cdef Py_ssize_t event_mask
     # set by _begin for one call
@@ -196,6 +229,9 @@ cdef class PushPass:
         self.intake = <Intake>store.intake
         self.checkers = store.checkers
         self.routes = store.engine.routes
+        if self.routes is not self.rows_for:
+            self.by_row = row_routes(self.routes)
+            self.rows_for = self.routes
         if self.checkers is not self.names_for:
             self._index_events()
         self.clock = store.clock
@@ -265,7 +301,7 @@ cdef class PushPass:
         if checker.changed:  # the pushed bytes are not the row any more
             raw = NULL
             raw_len = 0
-        self._take(event, entry, fields, raw, raw_len)
+        self._take(event, entry, fields, raw, raw_len, NULL)
         return 1
 
     cdef inline bint _owned(self, object event, object fields) except -1:
@@ -278,8 +314,9 @@ cdef class PushPass:
         return owns_any(<object>found if found is not NULL else None, fields)
 
     cdef inline void _take(self, object event, CheckerEntry entry, object fields,
-                           const char* raw, Py_ssize_t raw_len) except *:
-        """Hand an accepted push to the intake at the call's clock."""
+                           const char* raw, Py_ssize_t raw_len, Row* row) except *:
+        """Hand an accepted push to the intake at the call's clock (``row``: its C row, or
+        NULL)."""
         cdef int64_t now
         if not self.wall:
             now = self.clock()
@@ -289,7 +326,8 @@ cdef class PushPass:
                 self.wall_left = CHECK_EVERY
             self.wall_left -= 1
             now = self.wall_now
-        self.intake.take(event, entry, fields, raw, raw_len, now, self.version, self.routes)
+        self.intake.take(event, entry, fields, raw, raw_len, now, self.version, self.routes,
+                         row)
 
     def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
             double deadline=0.0):
@@ -304,6 +342,7 @@ cdef class PushPass:
         cdef Py_ssize_t body_at, raw_len
         cdef const char* raw
         cdef bint checked
+        cdef Row* row
         cdef CheckerEntry entry = None
         self._begin()
         try:
@@ -321,6 +360,7 @@ cdef class PushPass:
                 raw = NULL
                 raw_len = 0
                 checked = False
+                row = NULL
                 try:
                     event = None
                     if ct == CT_MSGPACK and type(payload) is bytes:
@@ -333,6 +373,11 @@ cdef class PushPass:
                         # strict: no row until applied (a shard's check reads the row)
                         if entry is not None and self.strict and not self.sharded:
                             checked = entry.checker.check_msgpack(raw, raw_len)
+                        elif (entry is not None and not self.sharded
+                              and dict_get(self.by_row, event) is not NULL):
+                            checked = entry.checker.fill_row(raw, raw_len, &self.row)
+                            if checked:  # the row without objects, read in one pass
+                                row = &self.row
                         elif entry is not None:  # the row read from the bytes, in one pass
                             fields = entry.checker.row_msgpack(raw, raw_len)
                             checked = fields is not None
@@ -353,11 +398,12 @@ cdef class PushPass:
                     raw = NULL
                     raw_len = 0
                     checked = False
+                    row = NULL
                 try:
                     if checked:  # check() would accept it unchanged: not asked
                         taken = self._owned(event, fields)
                         if taken:
-                            self._take(event, entry, fields, raw, raw_len)
+                            self._take(event, entry, fields, raw, raw_len, row)
                     else:
                         taken = self._accept(event, entry, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error

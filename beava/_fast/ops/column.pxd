@@ -1,6 +1,7 @@
 # Shared interface of every feature state column (DESIGN.md §3).
 from libc.stdint cimport int64_t
 
+from beava._fast.ops.row cimport Row
 from beava._fast.wire.msgpack_out cimport Writer
 
 cdef extern from *:
@@ -20,6 +21,7 @@ cdef class Column:
     cdef readonly object where    # compiled predicate (row -> bool) or None
     cdef readonly object window_ms  # int window length for windowed mode, None = lifetime
     cdef Py_ssize_t capacity      # slots [0, capacity) have storage
+    cdef readonly bint takes_row  # update_row is implemented: it can be fed a C row
 
     # Grow storage so slots [0, capacity) exist; new slots are in the empty state.
     cdef int ensure(self, Py_ssize_t capacity) except -1
@@ -28,6 +30,10 @@ cdef class Column:
     # Apply one event: ``row`` is the post-chain row, ``matched`` the where verdict,
     # ``now`` the event's now_ms (never read the clock here).
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1
+    # The same from a row without Python objects (row.pxd), for a column that
+    # ``takes_row``: the state it leaves is the one update() leaves for the same event.
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1
     # Before an update of an existing ``slot`` (the table calls it for every state column,
     # stage 0 then stage 1, so the cache misses of all its columns overlap): stage 0 asks
     # for the slot's cell, stage 1 for what the cell points to (it may read the cell). Only

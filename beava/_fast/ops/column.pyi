@@ -26,6 +26,9 @@ class Column:
     def where(self) -> Callable[[Mapping[str, Any]], bool] | None: ...
     @property
     def window_ms(self) -> int | None: ...
+    @property
+    def takes_row(self) -> bool:
+        """It implements the C-level ``update_row``: it can be fed a C row (row.pxd)."""
     # Snapshot state: plain data (None, bool, int, float, str, bytes, list, dict) whose
     # shape is private to each column class; load() raises ValueError on a bad shape.
     def dump(self, nslots: int) -> Any: ...

@@ -3,6 +3,7 @@
 
 from libc.stdint cimport int64_t
 
+from beava._fast.ops.row cimport Row
 from beava._fast.wire.msgpack_out cimport Writer, put_value
 
 from sys import intern
@@ -29,6 +30,10 @@ cdef class Column:
         raise NotImplementedError(type(self).__name__)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
         raise NotImplementedError(type(self).__name__)
 
     cdef object read(self, Py_ssize_t slot, int64_t T):

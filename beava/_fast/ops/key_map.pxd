@@ -23,5 +23,13 @@ cdef class KeyMap:
     cdef Py_ssize_t lookup(self, str key) except -2
     # Give ``key`` (not in the map) the next slot; returns it.
     cdef Py_ssize_t insert(self, str key) except -1
+    cdef Py_ssize_t _insert(self, str key, Py_hash_t h) except -1
     # Ask for the cache line where a lookup of ``key`` starts (a hint; hashes the key).
     cdef void prefetch(self, str key) noexcept
+    # The same for a key given by its ASCII bytes and their hash (row.pxd's text_hash, the
+    # hash of the key as a str): no str is built to find it.
+    cdef Py_ssize_t lookup_text(self, const char* text, Py_ssize_t size,
+                                Py_hash_t h) except -2
+    cdef Py_ssize_t insert_text(self, const char* text, Py_ssize_t size,
+                                Py_hash_t h) except -1
+    cdef void prefetch_hash(self, Py_hash_t h) noexcept

@@ -7,6 +7,10 @@ never the stored key object, which a ``dict[str, int]`` would (its entries point
 keys, so every hit compares against an object elsewhere in memory). Longer or non-ASCII
 keys are compared against the stored key in ``names`` (slot -> key, in slot order: slots
 are dense and handed out in insertion order). The table doubles when three quarters full.
+
+A key is found by its str or by its ASCII bytes where they lie (``lookup_text``: the push
+pass's rows, row.pxd), hashed as CPython hashes the str of those bytes, so both ways meet;
+the str of a key found by its bytes is built only when the key is new.
 """
 
 from cpython.object cimport PyObject_Hash
@@ -19,6 +23,7 @@ from beava._fast.ops.column cimport prefetch_line
 
 cdef extern from "Python.h":
     int PyUnicode_IS_ASCII(object o)
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void* PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
 
@@ -102,14 +107,46 @@ cdef class KeyMap:
         if self.entries != NULL:
             prefetch_line(&self.entries[<size_t>PyObject_Hash(key) & <size_t>self.mask])
 
+    cdef Py_ssize_t lookup_text(self, const char* text, Py_ssize_t size,
+                                Py_hash_t h) except -2:
+        """See key_map.pxd: ``text`` is ASCII, so only an ASCII key of ``size`` can match."""
+        if self.entries == NULL:
+            return -1
+        cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
+        cdef KeyEntry* e
+        while True:
+            e = &self.entries[i]
+            if e.slot < 0:
+                return -1
+            if e.hash == h and e.length == <uint32_t>size:
+                if size <= INLINE:
+                    if memcmp(e.text, text, size) == 0:
+                        return e.slot
+                elif memcmp(PyUnicode_DATA(self.names[e.slot]), text, size) == 0:
+                    return e.slot
+            i = (i + 1) & self.mask
+
+    cdef Py_ssize_t insert_text(self, const char* text, Py_ssize_t size,
+                                Py_hash_t h) except -1:
+        """Give the key of these ASCII bytes (not in the map) the next slot; returns it."""
+        key = PyUnicode_New(size, 127)
+        memcpy(PyUnicode_DATA(key), text, size)
+        return self._insert(<str>key, h)
+
+    cdef void prefetch_hash(self, Py_hash_t h) noexcept:
+        if self.entries != NULL:
+            prefetch_line(&self.entries[<size_t>h & <size_t>self.mask])
+
     cdef Py_ssize_t insert(self, str key) except -1:
         """Give ``key`` (not in the map) the next slot; returns it."""
+        return self._insert(key, PyObject_Hash(key))
+
+    cdef Py_ssize_t _insert(self, str key, Py_hash_t h) except -1:
         cdef Py_ssize_t slot = len(self.names)
         if slot >= 0x7FFFFFFF:
             raise OverflowError("a table holds at most 2^31 - 1 entities")
         if (slot + 1) * 4 > (self.mask + 1) * 3:
             self._resize(max(MIN_CAPACITY, (self.mask + 1) * 2))
-        cdef Py_hash_t h = PyObject_Hash(key)
         cdef uint32_t n = inline_len(key)
         cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
         while self.entries[i].slot >= 0:

@@ -27,6 +27,15 @@ from libc.string cimport memcpy, memmove, memset
 
 from beava._fast.ops.column cimport Column, prefetch_line
 from beava._fast.ops.moments cimport Moments, moments_add
+from beava._fast.ops.row cimport (
+    ROW_BOOL,
+    ROW_FLOAT,
+    ROW_INT,
+    Row,
+    RowField,
+    field_number,
+    row_field,
+)
 from beava._fast.ops.slot_buffers cimport grow_zeroed, row_number
 from beava._fast.ops.snapshot_state cimport state_buffer, state_bytes, state_dict, state_list
 from beava._fast.ops.window cimport MAX_BUCKETS, bucket_active, bucket_epoch, bucket_width
@@ -41,6 +50,10 @@ cdef extern from "Python.h":
     double float_value "PyFloat_AS_DOUBLE"(PyObject* o)
     long long long_as_i64 "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow) except? -1
     PyObject* dict_get "PyDict_GetItem"(object d, object key)
+    PyObject* Py_True
+    PyObject* Py_False
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void* PyUnicode_DATA(object o)
 
 
 # --- cells --------------------------------------------------------------------------------
@@ -187,34 +200,63 @@ cdef int extreme_feed(ExtremeCell* c, PyObject* v, bint is_max, ObjectTable objs
         cand.tag = TAG_OBJ if overflow else TAG_I64
     else:
         cand.tag = TAG_OBJ
-    if cand.tag == TAG_OBJ:
-        if c.tag == TAG_EMPTY:
-            c.v.handle = objs.put(<object>v)
-            c.tag = TAG_OBJ
-            return 0
-        if is_max:
-            replace = objects_less(extreme_value(c, objs), <object>v)
-        else:
-            replace = objects_less(<object>v, extreme_value(c, objs))
-        if replace:
-            if c.tag == TAG_OBJ:
-                objs.set(c.v.handle, <object>v)
-            else:
-                c.v.handle = objs.put(<object>v)
-                c.tag = TAG_OBJ
-        return 0
+    if cand.tag != TAG_OBJ:
+        return extreme_offer(c, &cand, is_max, objs)
     if c.tag == TAG_EMPTY:
-        c[0] = cand
+        c.v.handle = objs.put(<object>v)
+        c.tag = TAG_OBJ
         return 0
     if is_max:
-        replace = extreme_less(c, objs, &cand, objs)
+        replace = objects_less(extreme_value(c, objs), <object>v)
     else:
-        replace = extreme_less(&cand, objs, c, objs)
+        replace = objects_less(<object>v, extreme_value(c, objs))
+    if replace:
+        if c.tag == TAG_OBJ:
+            objs.set(c.v.handle, <object>v)
+        else:
+            c.v.handle = objs.put(<object>v)
+            c.tag = TAG_OBJ
+    return 0
+
+
+cdef int extreme_offer(ExtremeCell* c, ExtremeCell* cand, bint is_max,
+                       ObjectTable objs) except -1:
+    """Offer a number (an I64 or F64 candidate) to a min/max cell."""
+    cdef bint replace
+    if c.tag == TAG_EMPTY:
+        c[0] = cand[0]
+        return 0
+    if is_max:
+        replace = extreme_less(c, objs, cand, objs)
+    else:
+        replace = extreme_less(cand, objs, c, objs)
     if replace:
         if c.tag == TAG_OBJ:
             objs.release(c.v.handle)
-        c[0] = cand
+        c[0] = cand[0]
     return 0
+
+
+cdef int extreme_feed_field(ExtremeCell* c, const RowField* f, bint is_max,
+                            ObjectTable objs) except -1:
+    """extreme_feed of a row field (NULL: absent): a number without an object; a boolean
+    or a text as the object the cell would hold."""
+    cdef ExtremeCell cand
+    if f == NULL:
+        return 0
+    if f.tag == ROW_INT:
+        cand.tag = TAG_I64
+        cand.v.i = f.i
+        return extreme_offer(c, &cand, is_max, objs)
+    if f.tag == ROW_FLOAT:
+        cand.tag = TAG_F64
+        cand.v.d = f.f
+        return extreme_offer(c, &cand, is_max, objs)
+    if f.tag == ROW_BOOL:
+        return extreme_feed(c, Py_True if f.i else Py_False, is_max, objs)
+    text = PyUnicode_New(f.size, 127)
+    memcpy(PyUnicode_DATA(text), f.text, f.size)
+    return extreme_feed(c, <PyObject*>text, is_max, objs)
 
 
 cdef inline void chan_merge(WelfordCell* acc, WelfordCell* b) noexcept:
@@ -748,12 +790,14 @@ cdef class CoreColumn(Column):
     cdef BucketArena arena          # windowed: where the cells live
     cdef Py_ssize_t off             # windowed: byte offset of the cell in a record
     cdef int64_t window
+    cdef uint8_t guess              # where the last C row had ``field`` (row_field)
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         Column.__init__(self, name, field, where, params, window_ms)
         self.kind = self.op_kind()
         self.csize = cell_size(self.kind)
         self.objs = ObjectTable()
+        self.takes_row = True
         if window_ms is not None:
             self.window = window_ms
             BucketArena(window_ms, (self,))
@@ -765,6 +809,10 @@ cdef class CoreColumn(Column):
         raise NotImplementedError(type(self).__name__)
 
     cdef int feed(self, char* cell, dict row, bint matched) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
+        """``feed`` from a C row (row.pxd)."""
         raise NotImplementedError(type(self).__name__)
 
     cdef object value(self, char* cell):
@@ -804,6 +852,12 @@ cdef class CoreColumn(Column):
             return self.feed(self.data + slot * self.csize, row, matched)
         # the bucket exists from the first event of its epoch, matched or not (§3 step 5)
         return self.feed(self.arena.locate(slot, now) + self.off, row, matched)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        if self.arena is None:
+            return self.feed_row(self.data + slot * self.csize, row, matched)
+        return self.feed_row(self.arena.locate(slot, now) + self.off, row, matched)
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         if self.arena is None:
@@ -910,6 +964,11 @@ cdef class CountColumn(CoreColumn):
             (<CountCell*>cell).n += 1
         return 0
 
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
+        if matched:
+            (<CountCell*>cell).n += 1
+        return 0
+
     cdef object value(self, char* cell):
         return (<CountCell*>cell).n
 
@@ -934,6 +993,13 @@ cdef class SumColumn(CoreColumn):
     cdef int feed(self, char* cell, dict row, bint matched) except -1:
         cdef double x
         if matched and row_number(row, self.field, &x):
+            (<SumCell*>cell).total += x
+            (<SumCell*>cell).n += 1
+        return 0
+
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
+        cdef double x
+        if matched and field_number(row_field(row, self.field, &self.guess), &x):
             (<SumCell*>cell).total += x
             (<SumCell*>cell).n += 1
         return 0
@@ -976,6 +1042,12 @@ cdef class ExtremeColumn(CoreColumn):
         if matched:
             extreme_feed(<ExtremeCell*>cell, dict_get(row, self.field), self.kind == K_MAX,
                          self.objects())
+        return 0
+
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
+        if matched:
+            extreme_feed_field(<ExtremeCell*>cell, row_field(row, self.field, &self.guess),
+                               self.kind == K_MAX, self.objects())
         return 0
 
     cdef object value(self, char* cell):
@@ -1025,6 +1097,12 @@ cdef class VarColumn(CoreColumn):
             moments_add(<WelfordCell*>cell, x)
         return 0
 
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
+        cdef double x
+        if matched and field_number(row_field(row, self.field, &self.guess), &x):
+            moments_add(<WelfordCell*>cell, x)
+        return 0
+
     cdef object finish(self, WelfordCell* c):
         if c.n < 2:
             return None
@@ -1067,6 +1145,12 @@ cdef class RatioColumn(CoreColumn):
         return K_RATIO
 
     cdef int feed(self, char* cell, dict row, bint matched) except -1:
+        (<RatioCell*>cell).total += 1
+        if matched:
+            (<RatioCell*>cell).matched += 1
+        return 0
+
+    cdef int feed_row(self, char* cell, const Row* row, bint matched) except -1:
         (<RatioCell*>cell).total += 1
         if matched:
             (<RatioCell*>cell).matched += 1

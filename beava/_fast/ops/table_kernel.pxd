@@ -5,6 +5,7 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
 from beava._fast.ops.key_map cimport KeyMap
+from beava._fast.ops.row cimport Row
 
 
 @cython.final
@@ -31,6 +32,8 @@ cdef class TableKernel:
     cdef bytes owned_bits           # the buffer ``owned`` points into
     cdef bint owns_global           # a global table: whether its name's slot is ours
     cdef readonly int64_t skipped   # updates left to the shard owning their key
+    cdef readonly bint takes_row    # it can be fed a C row (row.pxd): see apply_row
+    cdef unsigned char key_guess    # where the last C row had the key field (row_field)
 
     cdef int grow(self, Py_ssize_t need) except -1
     cpdef object key_of(self, dict row)
@@ -43,3 +46,9 @@ cdef class TableKernel:
     cdef int touch_update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int update(self, Py_ssize_t slot, dict row, int64_t now) except -1
     cpdef int clear(self, Py_ssize_t slot) except -1
+    # apply() and its steps for a C row, when ``takes_row``: the same state changes
+    cdef Py_ssize_t apply_row(self, Row* row, int64_t now) except -2
+    cdef void prefetch_row(self, Row* row) noexcept
+    cdef Py_ssize_t find_row(self, Row* row, int64_t now) except -2
+    cdef bint owns_text(self, const char* text, Py_ssize_t size) noexcept
+    cdef int touch_update_row(self, Py_ssize_t slot, const Row* row, int64_t now) except -1

@@ -34,6 +34,10 @@ class TableKernel:
     @property
     def cold_evictions(self) -> int: ...
     @property
+    def takes_row(self) -> bool:
+        """Every column reads C rows, no where, at most one key field: the push pass feeds
+        it rows without Python objects (row.pxd)."""
+    @property
     def entity_count(self) -> int: ...
     @property
     def skipped(self) -> int: ...

@@ -5,6 +5,10 @@ One ``TableKernel`` per table derivation holds the canonical key -> slot map, th
 columns and the where predicates. ``apply(row, now)`` is the single Python->Cython call a
 table costs per event: canonical group key, slot lookup or creation, cold TTL, each
 distinct ``where`` evaluated once, then every column updated through cdef calls.
+
+A table whose columns all read C rows (row.pxd), with no ``where`` and at most one key
+field, ``takes_row``: ``apply_row`` then does what ``apply`` does from a row without Python
+objects, its key found by its bytes (no str unless the key is new).
 """
 
 cimport cython
@@ -19,7 +23,17 @@ from libc.string cimport memcpy
 
 from beava._fast.ops.column cimport Column, prefetch_line, row_key
 from beava._fast.ops.key_map cimport KeyMap
-from beava._fast.ops.slot_hash cimport text_slot
+from beava._fast.ops.slot_hash cimport SLOT_COUNT, SLOT_SEED, text_slot, xxh64
+from beava._fast.ops.row cimport (
+    ROW_BOOL,
+    ROW_INT,
+    ROW_TEXT,
+    Row,
+    RowField,
+    hash_bytes,
+    row_field,
+    text_hash,
+)
 from beava._fast.timing.clocks cimport monotonic
 from beava._fast.wire.msgpack_out cimport (
     Writer,
@@ -30,7 +44,7 @@ from beava._fast.wire.msgpack_out cimport (
     put_value,
     release,
 )
-from beava._fast.wire.number_text cimport repr_double
+from beava._fast.wire.number_text cimport int_text, repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
 
@@ -167,6 +181,8 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         self.touch = NULL
         self.capacity = 0
         self.owned = NULL
+        self.takes_row = (self.npreds == 0 and len(self.key_fields) <= 1
+                          and all((<Column>c).takes_row for c in self.update_cols))
 
     def __dealloc__(self):
         free(self.upd)
@@ -198,6 +214,14 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         if not self.key_fields:
             return self.owns_global
         s = text_slot(key)
+        return (self.owned[s >> 3] >> (s & 7)) & 1
+
+    cdef bint owns_text(self, const char* text, Py_ssize_t size) noexcept:
+        """``owns_key`` of a key given by its UTF-8 bytes (a C row's)."""
+        cdef int s
+        if not self.key_fields:
+            return self.owns_global
+        s = <int>(xxh64(text, size, SLOT_SEED) & (SLOT_COUNT - 1))
         return (self.owned[s >> 3] >> (s & 7)) & 1
 
     cdef int ownership(self, dict row) except -2:
@@ -302,6 +326,85 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             verdict[i + 1] = self.preds[i](row) is True
         for i in range(self.nupd):
             (<Column>self.upd[i]).update(slot, row, verdict[self.upd_where[i]], now)
+        return 0
+
+    # -- C rows (row.pxd) ---------------------------------------------------------------
+
+    cdef Py_ssize_t apply_row(self, Row* row, int64_t now) except -2:
+        """``apply`` of a C row (``takes_row``)."""
+        cdef Py_ssize_t slot = self.find_row(row, now)
+        if slot >= 0:
+            self.follow(slot)
+            self.touch_update_row(slot, row, now)
+        return slot
+
+    cdef void prefetch_row(self, Row* row) noexcept:
+        """``prefetch_key`` of a C row: its key text's hash is computed here, once for
+        every table keyed by the same field."""
+        cdef RowField* f
+        if len(self.key_fields) == 1:
+            f = <RowField*>row_field(row, self.key_fields[0], &self.key_guess)
+            if f != NULL and f.tag == ROW_TEXT:
+                self.keys.prefetch_hash(text_hash(f))
+
+    cdef Py_ssize_t find_row(self, Row* row, int64_t now) except -2:
+        """``find`` of a C row: its key's text (as group_key writes it: a text as it is, an
+        integer in decimal, a boolean as true/false, a float as fmt_f64_debug; the global
+        table's is empty) looked up by its bytes."""
+        cdef char digits[32]
+        cdef const char* text = digits
+        cdef Py_ssize_t size = 0, slot
+        cdef Py_hash_t h
+        cdef RowField* f
+        if len(self.key_fields) == 1:
+            f = <RowField*>row_field(row, self.key_fields[0], &self.key_guess)
+            if f == NULL:
+                return -1
+            if f.tag == ROW_TEXT:
+                text = f.text
+                size = f.size
+                h = text_hash(f)
+            else:
+                if f.tag == ROW_INT:
+                    size = int_text(digits, f.i)
+                elif f.tag == ROW_BOOL:
+                    text = "true" if f.i else "false"
+                    size = 4 if f.i else 5
+                else:  # ROW_FLOAT: finite (the checks refuse the others)
+                    size = repr_double(f.f, True, digits)
+                h = hash_bytes(text, size)
+        else:
+            h = hash_bytes(text, 0)
+        if self.owned != NULL and not self.owns_text(text, size):
+            self.skipped += 1
+            return -1
+        slot = self.keys.lookup_text(text, size, h)
+        if slot < 0:
+            slot = len(self.keys.names)
+            if slot >= self.capacity:
+                self.grow(slot + 1)
+            self.keys.insert_text(text, size, h)
+            if self.touch != NULL:
+                self.touch[slot] = now
+            return slot
+        for col in self.state_cols:
+            (<Column>col).prefetch(slot, 0)
+        if self.touch != NULL:
+            prefetch_line(&self.touch[slot])
+        return slot
+
+    cdef int touch_update_row(self, Py_ssize_t slot, const Row* row, int64_t now) except -1:
+        """``touch_update`` of a C row: no where to evaluate (``takes_row``)."""
+        cdef Py_ssize_t i
+        if self.touch != NULL:
+            if self.cold_after >= 0 and now - self.touch[slot] > self.cold_after:
+                self.clear(slot)
+                self.cold_evictions += 1
+            self.touch[slot] = now
+        if slot >= self.capacity:
+            self.grow(slot + 1)
+        for i in range(self.nupd):
+            (<Column>self.upd[i]).update_row(slot, row, True, now)
         return 0
 
     cpdef int clear(self, Py_ssize_t slot) except -1:

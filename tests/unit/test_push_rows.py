@@ -1,0 +1,141 @@
+"""Pushes applied from C rows (beava._fast.ops.row): a table whose columns all read them
+(``TableKernel.takes_row``) is fed a body's values where they lie in its bytes, its key
+found by those bytes. The state must be what the dict rows of the same pushes give, a key
+reached either way must be one entity, and such a push must build no Python object."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from typing import Any
+
+import msgspec
+import pytest
+
+from beava._fast.intake.push_pass import apply_records
+from beava._fast.ops.ops_core import COLUMNS
+from beava._fast.ops.table_kernel import TableKernel
+from beava._fast.wal.wal_record import append_record
+from beava.durability import wal_format as wf
+from beava.engine.registry import empty_registry, register
+from beava.engine.state.columns import COLUMNS as ALL_COLUMNS
+from beava.engine.state.push_validation import build_checkers
+
+DECODE_MSGPACK = msgspec.msgpack.Decoder().decode
+DECODE_JSON = msgspec.json.Decoder().decode
+HOUR = 3_600_000
+
+
+def features() -> list[tuple[str, Any, int]]:
+    """One feature of each core op that reads a C row, lifetime and windowed."""
+    specs = [("n", "count", None, None), ("total", "sum", "v", None),
+             ("avg", "mean", "v", HOUR), ("lo", "min", "v", None), ("hi", "max", "v", HOUR),
+             ("lo_s", "min", "s", None), ("hi_b", "max", "b", None), ("var", "var", "v", None),
+             ("std", "std", "v", HOUR), ("share", "ratio", None, None)]
+    return [(name, COLUMNS[op](name, field, None, {}, window), 0)
+            for name, op, field, window in specs]
+
+
+def kernel(key_fields: tuple[str, ...]) -> TableKernel:
+    return TableKernel(key_fields, features(), [], None)
+
+
+def test_tables_that_take_c_rows() -> None:
+    assert kernel(("k",)).takes_row
+    assert kernel(()).takes_row  # a global table
+    assert not kernel(("k", "i")).takes_row  # a composite key: its text is built from objects
+    assert not TableKernel(("k",), features(), [lambda row: True], None).takes_row  # a where
+    last = ALL_COLUMNS["last"]("last_v", "v", None, {}, None)
+    assert not TableKernel(("k",), [*features(), ("last_v", last, 0)], [], None).takes_row
+
+
+EVENT = {"kind": "event", "name": "A",
+         "schema": {"fields": {"k": "str", "i": "i64", "v": "f64", "s": "str", "b": "bool",
+                               "x": "str"},
+                    "optional_fields": ["i", "v", "s", "b", "x"]}}
+
+
+def checkers() -> dict[str, Any]:
+    outcome = register(empty_registry(), json.dumps({"nodes": [EVENT]}).encode())
+    assert outcome.status == 200, outcome.body
+    return build_checkers(outcome.registry.events)
+
+
+def records(rows: list[tuple[dict[str, Any], int, int]]) -> bytearray:
+    data = bytearray()
+    for lsn, (row, now, fmt) in enumerate(rows, 1):
+        body = msgspec.msgpack.encode(row) if fmt == wf.BODY_MSGPACK else json.dumps(row).encode()
+        append_record(data, lsn, wf.RECORD_EVENT, fmt, now, 1, b"A", body)
+    return data
+
+
+def pushes() -> list[tuple[dict[str, Any], int, int]]:
+    """Bodies of every value kind, under keys of every kind, each key reached by a
+    MessagePack body (a C row) and a JSON one (a dict row)."""
+    keys: list[Any] = ["u1", "a-key-longer-than-sixteen-bytes", "", 7, -42, True, 2.5, 1e16]
+    out = []
+    now = 1_000
+    for round_ in range(3):
+        for n, key in enumerate(keys):
+            for fmt in (wf.BODY_MSGPACK, wf.BODY_JSON):
+                now += 500_000  # some pushes fall into a new hour: new buckets
+                body: dict[str, Any] = {"k": f"key-{n}", "i": key, "v": n * 1.25 - round_,
+                                        "s": f"t{(n * 7 + round_) % 5}", "b": n % 2 == 0}
+                if fmt == wf.BODY_JSON:
+                    body["v"] = round_ - n  # an int where a float is declared: a number
+                if isinstance(key, str):
+                    body["k"] = key
+                if n == 3:
+                    del body["v"]  # absent: count, ratio and min of s only
+                out.append((body, now, fmt))
+    return out
+
+
+def read_all(table: TableKernel, now: int) -> dict[str, Any]:
+    state = table.dump()
+    return {key: table.read(slot, now) for slot, key in enumerate(state["keys"])}
+
+
+@pytest.mark.parametrize("key_fields", [("k",), ("i",), ()])
+def test_c_rows_and_dict_rows_give_the_same_state(key_fields: tuple[str, ...]) -> None:
+    rows = pushes()
+    data = records(rows)
+    by_rows, by_dicts = kernel(key_fields), kernel(key_fields)
+    assert by_rows.takes_row
+    newest, end, done = apply_records({"A": (by_rows,)}, checkers(), ["A"] * len(rows), data,
+                                      0, 0, len(rows), 0.0, DECODE_MSGPACK, DECODE_JSON)
+    assert (newest, end, done) == (rows[-1][1], len(data), len(rows))
+    for body, now, fmt in rows:  # the rows the decoders give, applied as dicts
+        by_dicts.apply(DECODE_MSGPACK(msgspec.msgpack.encode(body)) if fmt == wf.BODY_MSGPACK
+                       else DECODE_JSON(json.dumps(body).encode()), now)
+    assert by_rows.dump()["keys"] == by_dicts.dump()["keys"]  # one entity per key
+    T = rows[-1][1]
+    assert read_all(by_rows, T) == read_all(by_dicts, T)
+    if key_fields == ("i",):
+        assert set(by_rows.dump()["keys"]) >= {"7", "-42", "true", "2.5", "1e16", "u1"}
+
+
+def test_a_push_read_as_a_c_row_builds_no_python_object() -> None:
+    """Applying records of known keys from C rows allocates nothing through Python's
+    allocators: no row dict, no key str, no value objects (a dict row of these bodies holds
+    a str of a kilobyte, which no column reads)."""
+    table = kernel(("k",))
+    rows = [({"k": f"user-{i % 8}", "i": i, "v": i * 0.5, "x": "p" * 1000, "b": True},
+             1_000 + i, wf.BODY_MSGPACK) for i in range(400)]
+    data = records(rows)
+    routes, checks, events = {"A": (table,)}, checkers(), ["A"] * len(rows)
+    apply_records(routes, checks, events, data, 0, 0, 200, 0.0, DECODE_MSGPACK, DECODE_JSON)
+    offset = 0
+    for _ in range(200):
+        offset += wf.record_size_at(data, offset, len(data))
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        apply_records(routes, checks, events, data, offset, 200, 400, 0.0, DECODE_MSGPACK,
+                      DECODE_JSON)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - before < 200  # the call's own result tuple, nothing per push
+    assert table.read(table.dump()["keys"].index("user-3"), 2_000)["n"] == 50
