@@ -14,7 +14,7 @@ import pytest
 
 from beava._fast.intake.push_pass import apply_records
 from beava._fast.ops.ops_core import COLUMNS
-from beava._fast.ops.table_kernel import TableKernel
+from beava._fast.ops.table_kernel import TableKernel, key_slot
 from beava._fast.wal.wal_record import append_record
 from beava.durability import wal_format as wf
 from beava.engine.registry import empty_registry, register
@@ -139,3 +139,25 @@ def test_a_push_read_as_a_c_row_builds_no_python_object() -> None:
         tracemalloc.stop()
     assert peak - before < 200  # the call's own result tuple, nothing per push
     assert table.read(table.dump()["keys"].index("user-3"), 2_000)["n"] == 50
+
+
+def test_a_shard_skips_the_c_rows_of_keys_it_does_not_own() -> None:
+    """A sharded table tests a C row's key slot from its bytes as it tests a dict row's."""
+    rows = pushes()
+    data = records(rows)
+    owned = bytearray(2048)
+    for key in ("u1", "key-4", "key-7"):  # the keys of other shards are skipped
+        slot = key_slot(key)
+        owned[slot >> 3] |= 1 << (slot & 7)
+    by_rows, by_dicts = kernel(("k",)), kernel(("k",))
+    for table in (by_rows, by_dicts):
+        table.set_ownership(bytes(owned), False)
+    apply_records({"A": (by_rows,)}, checkers(), ["A"] * len(rows), data, 0, 0, len(rows),
+                  0.0, DECODE_MSGPACK, DECODE_JSON)
+    for body, now, fmt in rows:
+        by_dicts.apply(DECODE_MSGPACK(msgspec.msgpack.encode(body)) if fmt == wf.BODY_MSGPACK
+                       else DECODE_JSON(json.dumps(body).encode()), now)
+    assert sorted(by_rows.dump()["keys"]) == ["key-4", "key-7", "u1"]
+    assert by_rows.dump()["keys"] == by_dicts.dump()["keys"]
+    assert by_rows.skipped == by_dicts.skipped == len(rows) - 3 * 6
+    assert read_all(by_rows, rows[-1][1]) == read_all(by_dicts, rows[-1][1])
