@@ -177,16 +177,22 @@ def test_the_map_comes_from_any_shards_url(tmp_path: Path) -> None:
 
         async def over_http() -> list[Any]:
             async with bv.AsyncApp(shard_map=shard.http) as aapp:
+                # fenced, registered and unfenced over HTTP: nothing new, nothing lost
+                assert (await aapp.register(*pipeline()))["added"] == []
+                assert await aapp.batch_get(READS) == want
+                pushed = await aapp.push_many("Txn", txns(30, 10))
+                assert pushed["acks"] == 10 and pushed["errors"] == []
+                await aapp.push("Txn", txns(40, 1)[0])
                 return await aapp.batch_get(READS)
 
-        assert asyncio.run(over_http()) == want
+        want = asyncio.run(over_http())
         # a map whose every slot is s0's: each push and read s0 does not own comes back
         # wrong_shard, and the client reads the real map from s0 and goes on
         s0 = cluster.map.shards[0]
         stale = ShardMap(1, [Shard("s0", ((0, SLOTS),), s0.tcp, s0.http)])
         with ShardedClient(stale) as client:
             assert client.batch_get(READS) == want
-            client.push("Txn", txns(30, 1)[0])
+            client.push("Txn", txns(41, 1)[0])
             assert client.map == cluster.map
     finally:
         cluster.stop()
