@@ -13,12 +13,11 @@ import msgspec
 import pytest
 
 from beava._fast.intake.push_pass import apply_records
-from beava._fast.ops.ops_core import COLUMNS
 from beava._fast.ops.table_kernel import TableKernel, key_slot
 from beava._fast.wal.wal_record import append_record
 from beava.durability import wal_format as wf
 from beava.engine.registry import empty_registry, register
-from beava.engine.state.columns import COLUMNS as ALL_COLUMNS
+from beava.engine.state.columns import COLUMNS
 from beava.engine.state.push_validation import build_checkers
 
 DECODE_MSGPACK = msgspec.msgpack.Decoder().decode
@@ -27,13 +26,22 @@ HOUR = 3_600_000
 
 
 def features() -> list[tuple[str, Any, int]]:
-    """One feature of each core op that reads a C row, lifetime and windowed."""
-    specs = [("n", "count", None, None), ("total", "sum", "v", None),
-             ("avg", "mean", "v", HOUR), ("lo", "min", "v", None), ("hi", "max", "v", HOUR),
-             ("lo_s", "min", "s", None), ("hi_b", "max", "b", None), ("var", "var", "v", None),
-             ("std", "std", "v", HOUR), ("share", "ratio", None, None)]
-    return [(name, COLUMNS[op](name, field, None, {}, window), 0)
-            for name, op, field, window in specs]
+    """One feature of each op that reads a C row, lifetime and windowed: the core ops and
+    the sketches (typed keys, keystr keys and numbers of every kind of value)."""
+    specs: list[tuple[str, str, str | None, int | None, dict[str, Any]]] = [
+        ("n", "count", None, None, {}), ("total", "sum", "v", None, {}),
+        ("avg", "mean", "v", HOUR, {}), ("lo", "min", "v", None, {}),
+        ("hi", "max", "v", HOUR, {}), ("lo_s", "min", "s", None, {}),
+        ("hi_b", "max", "b", None, {}), ("var", "var", "v", None, {}),
+        ("std", "std", "v", HOUR, {}), ("share", "ratio", None, None, {}),
+        ("distinct", "n_unique", "i", None, {}), ("distinct_s", "n_unique", "s", HOUR, {}),
+        ("top", "top_k", "i", HOUR, {"k": 3}), ("top_s", "top_k", "s", None, {"k": 2}),
+        ("mix", "entropy", "i", None, {}), ("mix_s", "entropy", "s", HOUR, {}),
+        ("seen", "bloom_member", "i", None, {}), ("seen_b", "bloom_member", "b", None, {}),
+        ("p50", "quantile", "v", HOUR, {"q": 0.5}), ("p90", "quantile", "i", None, {"q": 0.9}),
+    ]
+    return [(name, COLUMNS[op](name, field, None, params, window), 0)
+            for name, op, field, window, params in specs]
 
 
 def kernel(key_fields: tuple[str, ...]) -> TableKernel:
@@ -45,7 +53,7 @@ def test_tables_that_take_c_rows() -> None:
     assert kernel(()).takes_row  # a global table
     assert not kernel(("k", "i")).takes_row  # a composite key: its text is built from objects
     assert not TableKernel(("k",), features(), [lambda row: True], None).takes_row  # a where
-    last = ALL_COLUMNS["last"]("last_v", "v", None, {}, None)
+    last = COLUMNS["last"]("last_v", "v", None, {}, None)
     assert not TableKernel(("k",), [*features(), ("last_v", last, 0)], [], None).takes_row
 
 

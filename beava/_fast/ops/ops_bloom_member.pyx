@@ -12,6 +12,7 @@ import math
 
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.column cimport Column
+from beava._fast.ops.row cimport Row, RowField, row_field
 from beava._fast.ops.sketch_base cimport (
     KIND_BLOOM,
     SNAPSHOT_FORMAT,
@@ -19,6 +20,7 @@ from beava._fast.ops.sketch_base cimport (
     KeyView,
     SnapshotReader,
     SnapshotWriter,
+    field_keystr_key,
     fit,
     keystr_key,
 )
@@ -173,6 +175,7 @@ cdef class BloomMemberColumn(BlockColumn):
     cdef readonly int k
     cdef int width
     cdef KeyHolder hold
+    cdef uint8_t guess  # where the last C row had ``field`` (row.pxd's row_field)
 
     def __cinit__(self, *args, **kwargs):
         self.release = free
@@ -187,6 +190,7 @@ cdef class BloomMemberColumn(BlockColumn):
         self.k = k
         self.width = 2 if self.m <= 0x10000 else (4 if self.m <= 0x100000000 else 8)
         self.hold = KeyHolder()
+        self.takes_row = True
 
     cdef inline uint64_t sparse_at(self, Bloom* b, uint32_t i) noexcept nogil:
         cdef const uint8_t* p = bloom_data(b) + i * self.width
@@ -264,16 +268,33 @@ cdef class BloomMemberColumn(BlockColumn):
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         cdef PyObject* value
         cdef KeyView key
-        cdef uint64_t h1, h2, bit
-        cdef Bloom* b
-        cdef bint probe = True, found
-        cdef int i
-        cdef size_t size
         if not matched or self.field is None:
             return 0
         value = dict_get(row, self.field)
         if value == NULL or not keystr_key(<object>value, &key, self.hold):
             return 0
+        return self.insert_key(slot, &key)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef KeyView key
+        cdef const RowField* f
+        if not matched or self.field is None:
+            return 0
+        f = row_field(row, self.field, &self.guess)
+        if f == NULL:
+            return 0
+        field_keystr_key(f, &key)
+        return self.insert_key(slot, &key)
+
+    cdef int insert_key(self, Py_ssize_t slot, const KeyView* k) except -1:
+        """Probe and set the bits of a value's keystr key (``update``'s work)."""
+        cdef KeyView key = k[0]
+        cdef uint64_t h1, h2, bit
+        cdef Bloom* b
+        cdef bint probe = True, found
+        cdef int i
+        cdef size_t size
         murmur3_x64_128(key.data, key.len, 0, &h1, &h2)
         b = <Bloom*>self.blocks[slot]
         if b == NULL:

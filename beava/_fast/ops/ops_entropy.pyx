@@ -6,7 +6,9 @@ from libc.math cimport log2
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 
+from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
+    field_keystr_key,
     KIND_ENTROPY,
     KM_FULL,
     KeyMap,
@@ -65,10 +67,18 @@ cdef class EntropyColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
-        global _entropy_capped
         if not keystr_key(value, &key, self.hold):
             return 0
-        if km_offer(link, &key, True, ENTROPY_MAX_CATEGORIES) == KM_FULL:
+        return self.insert_key(link, &key)
+
+    cdef int insert_field(self, Node** link, const RowField* f) except -1:
+        cdef KeyView key
+        field_keystr_key(f, &key)
+        return self.insert_key(link, &key)
+
+    cdef int insert_key(self, Node** link, KeyView* key) except -1:
+        global _entropy_capped
+        if km_offer(link, key, True, ENTROPY_MAX_CATEGORIES) == KM_FULL:
             _entropy_capped += 1
         return 0
 

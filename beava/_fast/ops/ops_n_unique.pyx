@@ -6,7 +6,9 @@ from libc.math cimport round
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport free
 
+from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
+    field_typed_key,
     FLOAT_BY_BITS,
     KIND_N_UNIQUE,
     KM_FULL,
@@ -48,9 +50,18 @@ cdef class NUniqueColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView k
-        cdef KeyMap* m
         if not typed_key(value, &k, FLOAT_BY_BITS, self.hold):
             return 0
+        return self.insert_key(link, &k)
+
+    cdef int insert_field(self, Node** link, const RowField* f) except -1:
+        cdef KeyView k
+        field_typed_key(f, &k, FLOAT_BY_BITS)
+        return self.insert_key(link, &k)
+
+    cdef int insert_key(self, Node** link, KeyView* k_) except -1:
+        cdef KeyView k = k_[0]
+        cdef KeyMap* m
         if link[0] != NULL and (<Head*>link[0]).mode == MODE_OBJ:
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&k, False))
             return 0

@@ -7,6 +7,7 @@ from libc.math cimport ceil, floor, isfinite
 from libc.stdint cimport int64_t, uint16_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 
+from beava._fast.ops.row cimport RowField, field_number
 from beava._fast.ops.sketch_base cimport (
     KIND_QUANTILE,
     MODE_UDD,
@@ -80,12 +81,21 @@ cdef class QuantileColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef double x
+        if not number_value(<PyObject*>value, &x) or not isfinite(x):
+            return 0
+        return self.insert_number(link, x)
+
+    cdef int insert_field(self, Node** link, const RowField* f) except -1:
+        cdef double x
+        if not field_number(f, &x):  # a C row's floats are finite
+            return 0
+        return self.insert_number(link, x)
+
+    cdef int insert_number(self, Node** link, double x) except -1:
         cdef QList* q
         cdef QList* grown
         cdef QSketch* s
         cdef uint32_t i, cap
-        if not number_value(<PyObject*>value, &x) or not isfinite(x):
-            return 0
         if link[0] == NULL:
             link[0] = <Node*>ql_new(1)
         if (<Head*>link[0]).mode == MODE_UDD:

@@ -8,7 +8,9 @@ from libc.stdlib cimport free, malloc, qsort
 
 import heapq
 
+from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
+    field_typed_key,
     FLOAT_BY_VALUE,
     KIND_TOP_K,
     KM_INSERTED,
@@ -118,9 +120,18 @@ cdef class TopKColumn(SketchColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         cdef KeyView key
-        cdef KeyMap* m
         if not typed_key(value, &key, FLOAT_BY_VALUE, self.hold):
             return 0
+        return self.insert_key(link, &key)
+
+    cdef int insert_field(self, Node** link, const RowField* f) except -1:
+        cdef KeyView key
+        field_typed_key(f, &key, FLOAT_BY_VALUE)
+        return self.insert_key(link, &key)
+
+    cdef int insert_key(self, Node** link, KeyView* k) except -1:
+        cdef KeyView key = k[0]
+        cdef KeyMap* m
         if link[0] != NULL and (<Head*>link[0]).mode == MODE_OBJ:
             (<object>(<ObjBlock*>link[0]).obj).update(feed_string(&key, True))
             return 0

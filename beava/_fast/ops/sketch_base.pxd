@@ -7,6 +7,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
 from beava._fast.ops.block_column cimport BlockColumn
+from beava._fast.ops.row cimport RowField
 from beava._fast.ops.uddsketch cimport UddSketch
 
 cdef enum:
@@ -112,6 +113,9 @@ cdef object datasketches()
 cdef bint typed_key(object v, KeyView* k, int float_mode, KeyHolder hold) except -1
 # ``keystr(v)`` (operators.md §1) as a text key (entropy, bloom_member).
 cdef bint keystr_key(object v, KeyView* k, KeyHolder hold) except -1
+# typed_key and keystr_key of a C row's field (row.pxd; text is a view of its bytes).
+cdef void field_typed_key(const RowField* f, KeyView* k, int float_mode) noexcept
+cdef void field_keystr_key(const RowField* f, KeyView* k) noexcept
 # The Python value of a stored typed key.
 cdef object key_value(const KeyView* k)
 # A typed key as a type-prefixed sketch item (operators.md §18.1, §18.3), and back (top_k
@@ -169,10 +173,13 @@ cdef class SketchColumn(BlockColumn):
     cdef int64_t width
     cdef uint8_t kind
     cdef KeyHolder hold
+    cdef uint8_t guess      # where the last C row had ``field`` (row.pxd's row_field)
     # An empty state block, sized to take ``value`` (None: an unmatched event).
     cdef Node* new_block(self, object value) except NULL
     # Apply one value; ``link[0]`` may be NULL (lifetime) and may be replaced.
     cdef int insert(self, Node** link, object value) except -1
+    # The same for a C row's field (row.pxd)
+    cdef int insert_field(self, Node** link, const RowField* f) except -1
     cdef Node** bucket_link(self, Py_ssize_t slot, int64_t now, object value) except? NULL
     # Active buckets at ``T`` into ``out`` in ascending epoch order; their number.
     cdef int active(self, Py_ssize_t slot, int64_t T, Node** out) noexcept

@@ -37,6 +37,7 @@ from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memmove, memset
 
 from beava._fast.ops.column cimport Column
+from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_INT, ROW_TEXT, Row, RowField, row_field
 from beava._fast.wire.number_text cimport repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_bytes
@@ -213,6 +214,41 @@ cdef bint keystr_key(object v, KeyView* k, KeyHolder hold) except -1:
         return False
     k.len = repr_double(x, True, <char*>k.buf)
     return True
+
+
+cdef void field_typed_key(const RowField* f, KeyView* k, int float_mode) noexcept:
+    """typed_key of a C row's field (its text a view of the body's bytes: ASCII, so its
+    UTF-8)."""
+    if f.tag == ROW_TEXT:
+        k.tag = TAG_STR
+        k.data = <const uint8_t*>f.text
+        k.len = f.size
+    elif f.tag == ROW_INT:
+        key_fixed(k, TAG_INT, (<uint64_t>f.i) ^ SIGN_BIT)
+    elif f.tag == ROW_FLOAT:
+        key_fixed(k, TAG_FLOAT, float_key_bits(f.f, float_mode))
+    else:
+        k.tag = TAG_BOOL
+        k.buf[0] = 1 if f.i else 0
+        k.data = k.buf
+        k.len = 1
+
+
+cdef void field_keystr_key(const RowField* f, KeyView* k) noexcept:
+    """keystr_key of a C row's field."""
+    k.tag = TAG_STR
+    if f.tag == ROW_TEXT:
+        k.data = <const uint8_t*>f.text
+        k.len = f.size
+        return
+    k.data = k.buf
+    if f.tag == ROW_INT:
+        k.len = snprintf(<char*>k.buf, 32, "%lld", <long long>f.i)
+    elif f.tag == ROW_BOOL:
+        memcpy(k.buf, b"true" if f.i else b"false", 4 if f.i else 5)
+        k.len = 4 if f.i else 5
+    else:
+        k.len = repr_double(f.f, True, <char*>k.buf)
 
 
 cdef inline Py_ssize_t key_write(uint8_t* p, const KeyView* k) noexcept nogil:
@@ -777,6 +813,7 @@ cdef class SketchColumn(BlockColumn):
             self.window = window_ms
             self.width = bucket_width(self.window)
         self.hold = KeyHolder()
+        self.takes_row = True
 
     cdef Node* new_block(self, object value) except NULL:
         # An empty state block, sized to take ``value`` (None: an unmatched event).
@@ -784,6 +821,10 @@ cdef class SketchColumn(BlockColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         # Apply one value; ``link[0]`` may be NULL (lifetime) and may be replaced.
+        raise NotImplementedError
+
+    cdef int insert_field(self, Node** link, const RowField* f) except -1:
+        # ``insert`` of a C row's field.
         raise NotImplementedError
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
@@ -803,6 +844,24 @@ cdef class SketchColumn(BlockColumn):
         if value is None:
             return 0
         return self.insert(link, value)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        """``update`` of a C row. A bucket it creates starts empty, sized by its first
+        insert (no object is built to size it)."""
+        cdef Node** link
+        cdef const RowField* f = NULL
+        if matched and self.field is not None:
+            f = row_field(row, self.field, &self.guess)
+        if self.windowed:
+            link = self.bucket_link(slot, now, None)
+            if link == NULL:
+                return 0
+        else:
+            link = <Node**>&self.blocks[slot]
+        if f == NULL:
+            return 0
+        return self.insert_field(link, f)
 
     cdef Node** bucket_link(self, Py_ssize_t slot, int64_t now, object value) except? NULL:
         """The link to the bucket of ``now``, created if missing (operators.md §5) even
