@@ -18,6 +18,35 @@ def cpu_seconds(pid: int) -> float:
     return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
 
 
+def tree_cpu_seconds(root: int, exclude: frozenset[int] = frozenset()) -> float:
+    """``cpu_seconds`` of ``root`` and of every process below it (a Spark driver's JVM and
+    Python workers), the ``exclude`` processes and theirs left out. A process that exits
+    between two readings takes its time away: meant for processes that live on (Spark
+    reuses its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(parent, []).append(int(entry))
+    total = 0.0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in exclude:
+            continue
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue  # gone meanwhile
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def user_system_seconds(pid: int) -> tuple[float, float]:
     """User and system CPU time of process ``pid`` so far (every thread, exited ones
     included), in seconds, from ``/proc/<pid>/stat``: counted in clock ticks (10 ms), so

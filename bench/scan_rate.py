@@ -19,6 +19,7 @@ warm-up read not timed).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from beava_client import TcpClient
 from bench import workloads
 from bench.engine_bench import register
-from bench.process_usage import cpu_seconds
+from bench.process_usage import cpu_seconds, tree_cpu_seconds
 from bench.server_process import BenchServer
 
 
@@ -37,7 +38,9 @@ class ScanFigures:
     included); ``rows_per_s`` of one framed-TCP client reading pages of ``page`` rows in
     ``content_type``, ``server_us_per_row`` the server's CPU time per row over that scan,
     ``slowest_page_ms`` the longest page round trip; ``spark_rows_per_s`` the rate of
-    ``spark.read.format("beava")`` on ``local[2]`` (None when not measured)."""
+    ``spark.read.format("beava")`` on ``local[2]`` and ``spark_us_per_row`` the CPU time
+    of Spark's processes (driver, JVM, Python workers; the server's not included) per row
+    (None when not measured)."""
 
     table: str
     rows: int
@@ -48,13 +51,15 @@ class ScanFigures:
     server_us_per_row: float
     slowest_page_ms: float
     spark_rows_per_s: float | None = None
+    spark_us_per_row: float | None = None
 
     def summary(self) -> str:
         text = (f"page {self.page:>6,}  {self.content_type:<7}  {self.rows_per_s:>10,.0f} rows/s"
                 f"  {self.server_us_per_row:6.1f} us server CPU/row  (slowest page "
                 f"{self.slowest_page_ms:.1f} ms)")
         if self.spark_rows_per_s is not None:
-            text += f"\n  spark.read.format('beava') local[2]: {self.spark_rows_per_s:,.0f} rows/s"
+            text += (f"\n  spark.read.format('beava') local[2]: {self.spark_rows_per_s:,.0f} "
+                     f"rows/s, {self.spark_us_per_row:.1f} us Spark CPU/row")
         return text
 
 
@@ -91,26 +96,32 @@ def time_scan(client: TcpClient, table: str, page: int, pid: int
             return rows, time.perf_counter() - started, cpu_seconds(pid) - cpu, slowest
 
 
-def spark_read(url: str, table: str, rows: int, page: int, repeat: int) -> list[float]:
-    """Rows/s of ``repeat`` reads of ``table`` (``rows`` entities) into the noop sink, after
-    one untimed read that starts the Python workers."""
+def spark_read(url: str, table: str, rows: int, page: int, repeat: int,
+               server_pid: int | None = None) -> list[tuple[float, float]]:
+    """(rows/s, Spark CPU seconds per row) of ``repeat`` reads of ``table`` (``rows``
+    entities) into the noop sink, after one untimed read that starts the Python workers.
+    Spark's CPU time is that of this process and every one below it (the driver's JVM, the
+    Python workers), the server ``server_pid`` left out."""
     from bench.spark_ingest import session
 
     spark = session("local[2]")
     import beava_spark
 
     beava_spark.register(spark)
-    rates = []
+    figures = []
+    exclude = frozenset(() if server_pid is None else (server_pid,))
     try:
         for _ in range(repeat + 1):
+            cpu = tree_cpu_seconds(os.getpid(), exclude)
             started = time.perf_counter()
             (spark.read.format("beava").option("url", url).option("table", table)
              .option("page_size", str(page)).option("partitions", "2").load()
              .write.format("noop").mode("overwrite").save())
-            rates.append(rows / (time.perf_counter() - started))
+            figures.append((rows / (time.perf_counter() - started),
+                            (tree_cpu_seconds(os.getpid(), exclude) - cpu) / rows))
     finally:
         spark.stop()
-    return rates[1:]
+    return figures[1:]
 
 
 def measure(server: BenchServer, table: str, *, page: int = 1_000,
@@ -122,17 +133,19 @@ def measure(server: BenchServer, table: str, *, page: int = 1_000,
         first = client.scan(table, limit=0)
         runs = [time_scan(client, table, page, server.pid()) for _ in range(repeat)]
     rows = runs[0][0]
-    spark_rate = None
+    spark_rate = spark_cpu = None
     if spark:
         url = f"tcp://{server.addrs['tcp']}"
-        spark_rate = statistics.median(spark_read(url, table, rows, page, spark_repeat))
+        reads = spark_read(url, table, rows, page, spark_repeat, server.pid())
+        spark_rate = statistics.median(rate for rate, _ in reads)
+        spark_cpu = statistics.median(cpu for _, cpu in reads) * 1e6
     return ScanFigures(
         table=table, rows=rows, columns=len(first["columns"]), page=page,
         content_type=content_type,
         rows_per_s=statistics.median(n / seconds for n, seconds, _, _ in runs),
         server_us_per_row=statistics.median(cpu / n * 1e6 for n, _, cpu, _ in runs),
         slowest_page_ms=max(slowest for _, _, _, slowest in runs) * 1000,
-        spark_rows_per_s=spark_rate)
+        spark_rows_per_s=spark_rate, spark_us_per_row=spark_cpu)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -452,11 +452,12 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         *,
         ct: int | None = None,
         expect_op: int | None = DEFAULT_REPLY_OP,
+        decode_as: Any = Any,
     ) -> Any:
         """Send one request and return the decoded reply body (see ``TcpClient.request``)."""
         frame = self.encode_request(op, payload, ct=ct)
         reply = await self._roundtrip(frame, op not in UNSAFE_OPS)
-        return decode_reply(reply, expected_reply_op(op, expect_op))
+        return decode_reply(reply, expected_reply_op(op, expect_op), decode_as)
 
     async def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
@@ -499,10 +500,11 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
         return results
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+                   until: str | None = None, splits: int | None = None,
+                   decode_as: Any = Any) -> dict[str, Any]:
         """One page of a table scan, opcode 0x0025 (see TcpClient.scan)."""
         reply: dict[str, Any] = await self.request(
-            OP_SCAN, scan_body(table, cursor, limit, until, splits))
+            OP_SCAN, scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
         return reply
 
     async def describe(self) -> dict[str, Any]:
@@ -722,9 +724,10 @@ class AsyncTcpPool:
         return await self.client().batch_get(requests)
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+                   until: str | None = None, splits: int | None = None,
+                   decode_as: Any = Any) -> dict[str, Any]:
         return await self.client().scan(table, cursor, limit=limit, until=until,
-                                        splits=splits)
+                                        splits=splits, decode_as=decode_as)
 
     async def describe(self) -> dict[str, Any]:
         return await self.client().describe()

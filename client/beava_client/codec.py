@@ -20,11 +20,12 @@ def new_encoder(ct: int) -> Encoder:
     return msgspec.msgpack.Encoder() if ct == CT_MSGPACK else msgspec.json.Encoder()
 
 
-def decode_payload(payload: bytes, ct: int) -> Any:
-    """Decode a body by its content type byte."""
+def decode_payload(payload: bytes, ct: int, decode_as: Any = Any) -> Any:
+    """Decode a body by its content type byte, as ``decode_as`` (a type msgspec decodes
+    to)."""
     if ct == CT_MSGPACK:
-        return _msgpack_decode(payload)
-    return _json_decode(payload)
+        return _msgpack_decode(payload, type=decode_as)
+    return _json_decode(payload, type=decode_as)
 
 
 def encode_body(payload: Any, encoder: Encoder) -> bytes:

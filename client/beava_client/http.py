@@ -67,11 +67,12 @@ class HttpResponse(msgspec.Struct, frozen=True):
     body: bytes
 
 
-def decode_response(response: HttpResponse) -> Any:
-    """The decoded JSON body of a 200 response; ServerError (with ``status``) otherwise."""
+def decode_response(response: HttpResponse, decode_as: Any = Any) -> Any:
+    """The JSON body of a 200 response decoded as ``decode_as`` (a type msgspec decodes to);
+    ServerError (with ``status``) otherwise."""
     if response.status == 200:
         try:
-            return _json_decode(response.body)
+            return _json_decode(response.body, type=decode_as)
         except msgspec.DecodeError as exc:
             raise ServerError(
                 "unparseable_reply", f"HTTP 200 body is not JSON: {exc}", status=200,
@@ -268,11 +269,13 @@ class HttpClient(SyncClient, _HttpCommon):
                 retried = True
 
     def request(
-        self, method: str, path: str, payload: Any = None, *, safe: bool = True
+        self, method: str, path: str, payload: Any = None, *, safe: bool = True,
+        decode_as: Any = Any,
     ) -> Any:
-        """Send ``payload`` (JSON-encoded unless bytes) and return the decoded 200 body;
-        other statuses raise ServerError."""
-        return decode_response(self.send(method, path, self._body(payload), safe=safe))
+        """Send ``payload`` (JSON-encoded unless bytes) and return the 200 body decoded as
+        ``decode_as`` (see ``TcpClient.request``); other statuses raise ServerError."""
+        return decode_response(self.send(method, path, self._body(payload), safe=safe),
+                               decode_as)
 
     def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
@@ -319,10 +322,11 @@ class HttpClient(SyncClient, _HttpCommon):
         return results
 
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+             until: str | None = None, splits: int | None = None,
+             decode_as: Any = Any) -> dict[str, Any]:
         """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
         reply: dict[str, Any] = self.request(
-            "POST", "/scan", scan_body(table, cursor, limit, until, splits))
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
         return reply
 
     def describe(self) -> dict[str, Any]:
@@ -534,11 +538,13 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         return HttpResponse(status, headers, body), keep
 
     async def request(
-        self, method: str, path: str, payload: Any = None, *, safe: bool = True
+        self, method: str, path: str, payload: Any = None, *, safe: bool = True,
+        decode_as: Any = Any,
     ) -> Any:
-        """Send ``payload`` (JSON-encoded unless bytes); the decoded 200 body, else
-        ServerError."""
-        return decode_response(await self.send(method, path, self._body(payload), safe=safe))
+        """Send ``payload`` (JSON-encoded unless bytes); the 200 body decoded as
+        ``decode_as`` (see ``TcpClient.request``), else ServerError."""
+        return decode_response(await self.send(method, path, self._body(payload), safe=safe),
+                               decode_as)
 
     async def ping(self) -> dict[str, Any]:
         """``{"pong": true, "registry_version": N}``."""
@@ -586,10 +592,11 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
         return results
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-                   until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+                   until: str | None = None, splits: int | None = None,
+                   decode_as: Any = Any) -> dict[str, Any]:
         """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
         reply: dict[str, Any] = await self.request(
-            "POST", "/scan", scan_body(table, cursor, limit, until, splits))
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
         return reply
 
     async def describe(self) -> dict[str, Any]:

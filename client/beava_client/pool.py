@@ -98,9 +98,11 @@ class ClientPool(Generic[C]):
             return c.describe()
 
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+             until: str | None = None, splits: int | None = None,
+             decode_as: Any = Any) -> dict[str, Any]:
         with self.client() as c:
-            return c.scan(table, cursor, limit=limit, until=until, splits=splits)
+            return c.scan(table, cursor, limit=limit, until=until, splits=splits,
+                          decode_as=decode_as)
 
     def scan_rows(self, table: str, *, limit: int | None = None, cursor: str | None = None,
                   until: str | None = None) -> Iterator[dict[str, Any]]:

@@ -162,13 +162,14 @@ def merge_push_outcomes(outcomes: Iterable[tuple[int, Any]]) -> PushResult:
             "registry_version": registry_version}
 
 
-def decode_reply(frame: Frame, expect_op: int | None) -> Any:
-    """Decode a reply frame: its body when the opcode is ``expect_op`` (any non-error
-    opcode when None); raise ServerError for 0xFFFF or any other opcode."""
+def decode_reply(frame: Frame, expect_op: int | None, decode_as: Any = Any) -> Any:
+    """Decode a reply frame: its body (as ``decode_as``, a type msgspec decodes to) when
+    the opcode is ``expect_op`` (any non-error opcode when None); raise ServerError for
+    0xFFFF or any other opcode, or a body that does not decode as ``decode_as``."""
     op, ct, payload = frame
     if op == expect_op or (expect_op is None and op != OP_ERROR):
         try:
-            return decode_payload(payload, ct)
+            return decode_payload(payload, ct, decode_as)
         except msgspec.DecodeError as exc:
             raise ServerError(
                 "unparseable_reply", f"reply op 0x{op:04x}: {exc}", op=op, raw=bytes(payload)

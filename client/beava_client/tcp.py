@@ -327,15 +327,18 @@ class TcpClient(SyncClient, TcpClientBase):
         *,
         ct: int | None = None,
         expect_op: int | None = DEFAULT_REPLY_OP,
+        decode_as: Any = Any,
     ) -> Any:
         """Send one request and return the decoded reply body.
 
         ``expect_op``: the success reply opcode (default: the table of wire.md §2.4; None
-        accepts any opcode but 0xFFFF). Raises ServerError for error replies.
+        accepts any opcode but 0xFFFF). ``decode_as``: the type msgspec decodes the body to (say,
+        a TypedDict whose rows are Structs); a body that does not fit it raises ServerError
+        ``unparseable_reply``. Raises ServerError for error replies.
         """
         frame = self.encode_request(op, payload, ct=ct)
         reply = self._roundtrip(frame, op not in UNSAFE_OPS)
-        return decode_reply(reply, expected_reply_op(op, expect_op))
+        return decode_reply(reply, expected_reply_op(op, expect_op), decode_as)
 
     def ping(self) -> dict[str, Any]:
         """``{"registry_version": N, "server_version": S}``."""
@@ -377,16 +380,19 @@ class TcpClient(SyncClient, TcpClientBase):
         return results
 
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
-             until: str | None = None, splits: int | None = None) -> dict[str, Any]:
+             until: str | None = None, splits: int | None = None,
+             decode_as: Any = Any) -> dict[str, Any]:
         """One page of a table scan (an extension of this server, opcode 0x0025):
         ``{"rows": [...], "cursor": next or None, "entities": N, "registry_version": V}``,
         plus ``"columns"`` on the first page (cursor None) and ``"splits"`` when asked.
         Each row holds the entity's key columns and its features as GET reads them.
         ``limit``: rows per page (server default 1,000, at most 10,000); ``until``: stop
         before that cursor's position; ``splits``: also return that many cursors dividing
-        the rest of the table (for parallel readers)."""
+        the rest of the table (for parallel readers). ``decode_as``: the type the reply is
+        decoded to (see ``request``), such as a TypedDict whose ``rows`` are msgspec
+        Structs, some fields of which are ``msgspec.Raw`` (left encoded)."""
         reply: dict[str, Any] = self.request(
-            OP_SCAN, scan_body(table, cursor, limit, until, splits))
+            OP_SCAN, scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
         return reply
 
     def describe(self) -> dict[str, Any]:

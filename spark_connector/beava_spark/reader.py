@@ -32,10 +32,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
+from beava.offline import gc_paused, json_texts
 from beava_client import ServerError, TransportError, client_for_url
 from beava_client.urls import parse_url
 
@@ -202,10 +204,9 @@ def plan_ranges(options: ReadOptions) -> list[ScanRange]:
 
 
 def _converter(column: Column) -> Callable[[Any], Any]:
-    """One value -> its Spark value, for a column whose values are not all of its type."""
+    """One value -> its Spark value, for a column (not a JSON one) whose values are not all
+    of its type."""
     spark = column.spark_type
-    if column.as_json:
-        return lambda v: None if v is None else _json(v).decode()
     if spark == "long":
         return _long
     if spark == "double":
@@ -224,97 +225,105 @@ def _long(value: Any) -> int | None:
 
 
 _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string"}
-_json_lines = msgspec.json.Encoder(order="sorted").encode_lines
-_FITS = {"long": ("int64",), "double": ("double", "int64"), "boolean": ("bool",),
-         "string": ("string",)}
-"""Spark type -> the Arrow types Arrow infers for a column whose values all fit it
-(``null``: every value null, fits any). A double column inferred ``double`` may still hold
-a bool, which it reads as null: it is looked for."""
+_FITTING = {"long": int | None, "double": float | None, "boolean": bool | None,
+            "string": str | None}
+"""Spark type -> the values msgspec decodes for a column as they are: a double column takes
+integers too (as floats), never a bool; a long column takes no float."""
+_NIL = msgspec.Raw(b"\xc0")  # a JSON column's value absent from a MessagePack row
+_typed_dict: Any = TypedDict  # called with fields known at run time (mypy checks literal ones)
 
 
 class PageColumns:
-    """Turns a scan page (rows as decoded maps) into one Arrow record batch, column by
-    column: a column's values are taken from every row at once, Arrow infers their type
-    in C, and a column whose values are all of its Spark type becomes an array at once;
-    only a column holding a value that does not fit is converted value by value (as
-    :func:`_converter` says). JSON columns are encoded in one call, a line per value."""
+    """Scan pages as Arrow record batches, built column by column.
 
-    def __init__(self, columns: Sequence[Column]) -> None:
+    A page is decoded to ``page_type``: its rows are msgspec Structs whose fields are the
+    columns (entries of other names are skipped, absent ones are null), each typed as its
+    Spark type takes its values, so that msgspec checks them in C; a JSON column's value is
+    left encoded (``msgspec.Raw``), so its maps and lists never become Python objects: from
+    MessagePack its JSON text is written straight from the bytes
+    (``beava.offline.json_texts``), from JSON it is the bytes. Each column's values are
+    then taken from every row at once and become an Arrow array in one call. A page that
+    does not decode so holds a value that does not fit its column (an i64 field also takes
+    floats): it is decoded to ``loose_type``, where each value is converted on its own (as
+    :func:`_converter` says)."""
+
+    def __init__(self, columns: Sequence[Column], msgpack: bool) -> None:
         import pyarrow as pa
 
         self._pa = pa
+        self._msgpack = msgpack
         self.columns = list(columns)
         self.names = [c.name for c in columns]
         self._types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
         self._converters = [_converter(c) for c in columns]
-        self._order: list[str] = []  # the names of a row's entries, as the server sends them
-        self._at: list[int] = []     # each column's place among them
+        self.page_type = self._page([_FITTING[c.spark_type] for c in columns])
+        self.loose_type = self._page([Any] * len(columns))
+        self._get = attrgetter(*(f"f{i}" for i in range(len(columns))))
 
-    def batch(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
-        values = self._values(rows)
-        arrays = [self._array(column, column_values, kind, convert)
+    def _page(self, kinds: list[Any]) -> Any:
+        """A page whose rows are Structs with ``kinds`` as the fields of the columns that are
+        not JSON, named f0, f1, ... (a column's name need not be an identifier)."""
+        json_null = _NIL if self._msgpack else msgspec.Raw(b"null")
+        fields = [(f"f{i}", msgspec.Raw, json_null) if c.as_json else (f"f{i}", kind, None)
+                  for i, (c, kind) in enumerate(zip(self.columns, kinds, strict=True))]
+        row = msgspec.defstruct("ScanRow", fields, gc=False, forbid_unknown_fields=False,
+                                rename={f"f{i}": name for i, name in enumerate(self.names)})
+        rows = list[row]  # type: ignore[valid-type]
+        return _typed_dict("ScanPage", {"rows": rows, "cursor": str | None}, total=False)
+
+    def batch(self, rows: list[Any], loose: bool = False) -> pa.RecordBatch:
+        """The record batch of a page's rows (at least one), decoded as ``page_type`` (or
+        ``loose_type``)."""
+        values: list[Sequence[Any]] = ([list(map(self._get, rows))] if len(self.columns) == 1
+                                       else list(zip(*map(self._get, rows), strict=True)))
+        arrays = [self._array(column, column_values, kind, convert if loose else None)
                   for column, column_values, kind, convert
                   in zip(self.columns, values, self._types, self._converters, strict=True)]
         return self._pa.RecordBatch.from_arrays(arrays, names=self.names)
 
-    def _values(self, rows: list[dict[str, Any]]) -> list[Sequence[Any]]:
-        """Each column's values, in row order."""
-        first = list(rows[0])
-        if first != self._order:
-            self._order = first
-            place = {name: i for i, name in enumerate(first)}
-            self._at = [place.get(name, -1) for name in self.names]
-        count = len(first)
-        if -1 in self._at or any(len(row) != count for row in rows):
-            # the rows do not all have the same entries: each value looked up by name
-            return [[row.get(name) for row in rows] for name in self.names]
-        # every row has the same entries in the same order (the server writes every row of
-        # a table with the same layout): transposed in C
-        table = list(zip(*[row.values() for row in rows], strict=True))
-        return [table[i] for i in self._at]
-
     def _array(self, column: Column, values: Sequence[Any], kind: pa.DataType,
-               convert: Callable[[Any], Any]) -> pa.Array:
+               convert: Callable[[Any], Any] | None) -> pa.Array:
         pa = self._pa
         if column.as_json:
-            return self._json_array(values)
-        try:
-            inferred = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            inferred = None
-        if inferred is not None:
-            name = str(inferred.type)
-            if name == "null" or (name in _FITS[column.spark_type] and not (
-                    name == "double" and column.spark_type == "double"
-                    and bool in map(type, values))):
-                return inferred.cast(kind, safe=False)
-        return pa.array([convert(v) for v in values], type=kind)
-
-    def _json_array(self, values: Sequence[Any]) -> pa.Array:
-        """The values' JSON texts (null for a null), split out of one encoding of them all."""
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
-
-        pa = self._pa
-        text = pa.array([_json_lines(values)[:-1]], type=pa.string())
-        texts = pc.split_pattern(text, "\n").flatten()
-        return pc.if_else(pc.equal(texts, "null"), pa.scalar(None, pa.string()), texts)
+            if self._msgpack:
+                return pa.array(json_texts(list(values)), type=kind)
+            return pa.array([None if bytes(v) == b"null" else bytes(v) for v in values],
+                            type=kind)
+        if convert is not None:
+            values = [convert(v) for v in values]
+        return pa.array(values, type=kind)
 
 
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
                timeout: float, access: Access | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one range as one Arrow record batch per page (MessagePack pages over
     framed TCP: the server writes them straight from its columns)."""
-    convert = PageColumns(columns)
     cursor = scan_range.start
     kwargs = (access or Access()).client_kwargs(scan_range.url)
-    if parse_url(scan_range.url).is_tcp:
+    msgpack = parse_url(scan_range.url).is_tcp
+    if msgpack:
         kwargs["content_type"] = "msgpack"
+    convert = PageColumns(columns, msgpack)
     with client_for_url(scan_range.url, timeout=timeout, **kwargs) as client:
         while True:
-            page = client.scan(table, cursor, limit=page_size, until=scan_range.until)
-            rows = page["rows"]
-            if rows:
-                yield convert.batch(rows)
-            cursor = page["cursor"]
+            # a page's objects are freed by their reference counts: a collection while they
+            # live would walk them all
+            with gc_paused():
+                loose = False
+                try:
+                    page = client.scan(table, cursor, limit=page_size, until=scan_range.until,
+                                       decode_as=convert.page_type)
+                except ServerError as exc:
+                    if exc.code != "unparseable_reply":
+                        raise
+                    loose = True  # a value that does not fit its column: read it again
+                    page = client.scan(table, cursor, limit=page_size, until=scan_range.until,
+                                       decode_as=convert.loose_type)
+                rows = page["rows"]
+                batch = convert.batch(rows, loose) if rows else None
+                cursor = page["cursor"]
+                del page, rows
+            if batch is not None:
+                yield batch
             if cursor is None:
                 return

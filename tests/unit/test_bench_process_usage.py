@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from bench.process_usage import cpu_seconds, rss_kb, user_system_seconds
+from bench.process_usage import cpu_seconds, rss_kb, tree_cpu_seconds, user_system_seconds
 
 # Burns CPU in a thread that then exits, prints its own CPU time, waits for a line.
 CHILD = """
@@ -45,3 +45,22 @@ def test_cpu_seconds_counts_every_thread_exited_ones_included() -> None:
         child.kill()
         child.wait()
     assert rss_kb(child.pid) is None  # gone
+
+
+def test_tree_cpu_seconds_counts_the_processes_below_but_the_excluded() -> None:
+    # a parent that waits for the burning child, which shares its stdin and stdout
+    spawn = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {CHILD!r}]))"
+    parent = subprocess.Popen([sys.executable, "-c", spawn], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        own = float(parent.stdout.readline())  # the grandchild's burn is over
+        total = tree_cpu_seconds(parent.pid)
+        assert own <= total < own + 0.5
+        assert tree_cpu_seconds(parent.pid, frozenset({parent.pid})) == 0.0
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.wait(timeout=30) == 0
+    finally:
+        parent.kill()
+        parent.wait()

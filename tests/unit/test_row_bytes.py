@@ -180,7 +180,8 @@ def _msgpack_page(table, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
     return page.rows
 
 
-def test_every_operator_scan_row_is_the_dict_built_row(every_op) -> None:
+def test_every_operator_scan_row_is_the_dict_built_row(every_op, monkeypatch) -> None:
+    monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 60.0)  # one page, on a loaded machine too
     store, clock = every_op
     for T in (clock.now, clock.now + 5 * 60_000, clock.now + 2 * HOUR):
         for name in ("L", "W", "G"):
@@ -190,9 +191,11 @@ def test_every_operator_scan_row_is_the_dict_built_row(every_op) -> None:
             assert rows == _dict_built_page(table, len(rows), T), (name, T)
 
 
-def test_scan_rows_of_every_key_kind_are_the_dict_built_rows() -> None:
+def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Several key columns (str, i64 holding floats too, bool; names sorted among the
     features'), the ``%7C`` escape, text that is not ASCII, non-finite feature values."""
+    monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 60.0)
     clock = Clock()
     store = FeatureStore(clock=clock)
     status, body = store.register(msgspec.json.encode({"nodes": [
