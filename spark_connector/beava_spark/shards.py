@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from beava_client import ShardedClient, TransportError
 from beava_client.errors import ServerError
 from beava_client.keys import key_text
 from beava_client.shard_routes import Routes, RoutingError
+from beava_client.sharded_base import OWNER_CACHE
 from beava_client.slots import SLOTS, ShardMap, slot
 from beava_client.urls import parse_url
 
@@ -78,6 +79,8 @@ class ShardRouting:
     urls: tuple[str, ...]
     owner_by_slot: bytes | tuple[int, ...]
     routes: Routes
+    # slot text -> shard index, filled in each task (keys recur; the hash is Python's)
+    _owners: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def load(cls, shard_map: str, event: str, access: Access, timeout: float
@@ -112,8 +115,7 @@ class ShardRouting:
     def owners(self, row: Mapping[str, Any]) -> list[int]:
         """The shard indexes a row goes to (its fields as sent)."""
         texts = self.routes.push_texts(self.event, row) or {self.event}
-        by_slot = self.owner_by_slot
-        return sorted({by_slot[slot(text)] for text in texts})
+        return sorted({self.owner_of_text(text) for text in texts})
 
     def owner_column(self, schema: StructType) -> Column:
         """A Spark SQL column: the sorted, distinct shard indexes of each row of a
@@ -125,21 +127,28 @@ class ShardRouting:
         owners = []
         for table, keys in self.routes.fed_tables(self.event):
             if not keys:
-                owners.append(f.lit(self.owners_of_text(table)))
+                owners.append(f.lit(self.owner_of_text(table)))
                 continue
             text = _key_text(table, keys, types, defaults)
             if text is not None:
                 slot_of = f.pmod(f.xxhash64(text), f.lit(SLOTS))
                 owners.append(f.when(text.isNotNull(), self._owner_of(slot_of)))
-        fallback = f.array(f.lit(self.owners_of_text(self.event)))
+        fallback = f.array(f.lit(self.owner_of_text(self.event)))
         if not owners:
             return fallback
         found = f.array_sort(f.array_distinct(
             f.filter(f.array(*owners), lambda x: x.isNotNull())))
         return f.when(f.size(found) == 0, fallback).otherwise(found)
 
-    def owners_of_text(self, text: str) -> int:
-        return self.owner_by_slot[slot(text)]
+    def owner_of_text(self, text: str) -> int:
+        """The shard index owning a slot text."""
+        owners = self._owners
+        found = owners.get(text)
+        if found is None:
+            if len(owners) >= OWNER_CACHE:
+                owners.clear()
+            found = owners[text] = self.owner_by_slot[slot(text)]
+        return found
 
     def _owner_of(self, slot_of: Column) -> Column:
         """The shard index of a slot column: one CASE branch per run of slots of one
@@ -196,18 +205,18 @@ def _key_text(table: str, keys: Sequence[str], types: Mapping[str, str],
     from pyspark.sql import functions as f
 
     parts = []
-    for field in keys:
-        kind = types.get(field)
+    for name in keys:
+        kind = types.get(name)
         if kind is None:
-            text = key_text(defaults.get(field))
+            text = key_text(defaults.get(name))
             if text is None:
                 return None
             parts.append(f.lit(text))
         elif kind in _KEY_TYPES:
-            column = f.col(_quoted(field))
+            column = f.col(_quoted(name))
             parts.append(column if kind == "string" else column.cast("string"))
         else:
-            raise ValueError(f"shard_map: table {table!r} is keyed by {field!r}, a {kind} "
+            raise ValueError(f"shard_map: table {table!r} is keyed by {name!r}, a {kind} "
                              "column; a sharded write routes string, integer and boolean "
                              "keys (cast the column)")
     if len(parts) == 1:
