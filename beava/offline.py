@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from beava._fast.intake.replay_batch import NO_READ, READ, replay_rows
+from beava._fast.intake.replay_batch import KINDS, NO_READ, READ, replay_rows
 from beava._fast.ops.table_kernel import group_key
 from beava._fast.wire.msgpack_json import json_texts
 from beava.catalogue.errors import BeavaError
@@ -48,6 +49,7 @@ __all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _encode_msgpack = msgspec.msgpack.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # What a feature's value is in a GET row: long, double, boolean, string, or json (a list
 # or map, or a value whose type depends on the data). Catalogue output -> kind;
@@ -138,14 +140,35 @@ class Pipeline:
         return TableInfo(name, spec.source, spec.keys, bool(spec.chain), feeding,
                          tuple(features), _encode_json({"nodes": self._nodes_for(name)}))
 
-    def payload(self, tables: Sequence[str]) -> bytes:
+    def payload(self, tables: Sequence[str],
+                narrowed: Mapping[str, Collection[str]] | None = None) -> bytes:
         """Register payload of every event source and ``tables`` (with the derivations
-        they read from): one store that computes them together."""
-        needed: dict[str, Mapping[str, Any]] = {}
+        they read from): one store that computes them together. An event of ``narrowed``
+        is declared with only the fields given (see :meth:`fields_read`): bodies holding
+        just those fields pass its checks."""
+        needed: set[str] = set()
         for table in tables:
-            for node in self._nodes_for(table):
-                needed.setdefault(node["name"], node)
-        return _encode_json({"nodes": [n for n in self.nodes if n["name"] in needed]})
+            needed.update(node["name"] for node in self._nodes_for(table))
+        nodes = []
+        for node in self.nodes:
+            if node["name"] not in needed:
+                continue
+            if narrowed is not None and node["name"] in narrowed:
+                node = _narrowed(node, narrowed[node["name"]])
+            nodes.append(node)
+        return _encode_json({"nodes": nodes})
+
+    def fields_read(self, tables: Sequence[str], event: str) -> tuple[str, ...]:
+        """The fields of ``event`` that ``tables`` may read, for tables without a chain: a
+        superset (every field named anywhere in their nodes: keys, features' fields, where
+        expressions) and the dedupe key; in declaration order."""
+        spec = self.events[event]
+        named = {spec.dedupe_key} if spec.dedupe_key else set()
+        by_name = {node["name"]: node for node in self.nodes}
+        for table in tables:
+            named.update(_IDENTIFIER.findall(_encode_json(by_name[table]).decode()))
+        declared = [*spec.fields, *(f for f in spec.optional if f not in spec.fields)]
+        return tuple(f for f in declared if f in named)
 
     def upstreams(self, table: str) -> tuple[str, ...]:
         """The nodes ``table`` reads from (an event source, or the derivation whose chain
@@ -170,6 +193,17 @@ class Pipeline:
             todo.extend(by_name[name].get("upstreams") or ())
         return [node for node in self.nodes
                 if node.get("kind") == "event" or node["name"] in needed]
+
+
+def _narrowed(node: Mapping[str, Any], fields: Collection[str]) -> dict[str, Any]:
+    """An event node declaring only ``fields`` of its schema."""
+    schema = node["schema"]
+    kept = {**schema, "fields": {k: v for k, v in schema["fields"].items() if k in fields}}
+    if "optional_fields" in schema:
+        kept["optional_fields"] = [f for f in schema["optional_fields"] if f in fields]
+    if "defaults" in schema:
+        kept["defaults"] = {k: v for k, v in schema["defaults"].items() if k in fields}
+    return {**node, "schema": kept}
 
 
 class _Clock:
@@ -213,8 +247,9 @@ class Replay:
         except BeavaError:
             return {}
 
-    def replay_batch(self, batch: Any, events: tuple[str, ...], tables: Sequence[str]
-                     ) -> list[tuple[int, list[dict[str, Any] | None]]]:
+    def replay_batch(self, batch: Any, events: tuple[str, ...],
+                     reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
+                     ) -> tuple[list[int], list[list[Any]]]:
         """Apply the rows of an Arrow batch in order, in one C loop (no :meth:`push` per
         row). ``batch``: any object with ``__arrow_c_array__`` (a ``pyarrow.RecordBatch``)
         holding four columns: ``code`` (int32: an index into ``events``, or :data:`READ`,
@@ -222,18 +257,23 @@ class Replay:
         (text: the event's JSON body), ``key`` (text: a read's canonical key). Rows must be
         in time order. Each event is checked exactly as a live push and applied to the
         store's tables at its own time; dedupe is not applied (remove replays first, over
-        the whole history). Each read gives ``(row index, [the GET row of each of
-        ``tables`` at the row's time, or None where the key has no row])``. Raises
-        :class:`ReplayRefused` (with ``row``) at the first event the server would refuse;
-        the events before it are applied."""
-        reads: list[tuple[int, list[dict[str, Any] | None]]] = []
-        states = [self._store.table(name) for name in tables]
+        the whole history). A read row gets the GET row of its key at its time in each
+        table of ``reads`` (``(table, its features)``): returns the read rows' indexes and
+        one column per feature (tables in order), each value as its kind says (long,
+        double: non-finite as None, boolean, string, json: GET's JSON text; None where the
+        key has no row). Raises :class:`ReplayRefused` (with ``row``) at the first event
+        the server would refuse; the events before it are applied."""
+        rows: list[int] = []
+        tables = [(self._store.table(name), tuple((f.name, KINDS.index(f.kind))
+                                                  for f in features))
+                  for name, features in reads]
+        columns: list[list[Any]] = [[] for _, features in reads for _ in features]
         refused = replay_rows(batch, self._store.engine.routes, self._store.checkers,
-                              events, _decode_json, states, reads)
+                              events, _decode_json, tables, _encode_json, rows, columns)
         if refused is not None:
             row, event, time_ms, code = refused
             raise ReplayRefused(event, time_ms, code, row)
-        return reads
+        return rows, columns
 
     def state(self, table: str) -> bytes:
         """The table's whole state as the backfill operation uploads it (MessagePack)."""

@@ -123,18 +123,17 @@ def historical_features(
     event_phase, spine_phase = (0, 1) if inclusive else (1, 0)
     streams: dict[str, tuple[DataFrame, dict[str, str]]] = {}
     rows = []
-    for group in groups:
-        for event in group.events:
-            if event not in events:
-                users = [p.name for p in plans if event in p.events]
-                raise ValueError(f"table {users[0]} is fed by event {event}, which events "
-                                 f"does not give (events: {', '.join(events) or 'none'})")
-            if event not in streams:
-                key_fields = {k for g in groups if event in g.events for k in g.keys}
-                streams[event] = event_stream(events[event], pipeline, event, time_col,
-                                              order_col, key_fields, HistoricalReplayError)
-            rows.append(event_rows(*streams[event], group, event, pipeline, event_phase,
-                                   HistoricalReplayError))
+    for event in dict.fromkeys(e for g in groups for e in g.events):
+        if event not in events:
+            users = [p.name for p in plans if event in p.events]
+            raise ValueError(f"table {users[0]} is fed by event {event}, which events does "
+                             f"not give (events: {', '.join(events) or 'none'})")
+        fed = [g for g in groups if event in g.events]
+        streams[event] = event_stream(events[event], pipeline, event, time_col, order_col,
+                                      {k for g in fed for k in g.keys}, HistoricalReplayError,
+                                      fed)
+        rows += event_rows(*streams[event], fed, event, pipeline, event_phase,
+                           HistoricalReplayError)
     event_part = [r.withColumn(_R, f.lit(None).cast(packed_type(spine))) for r in rows]
     spine_part = _spine_rows(spine, groups, time_col, spine_phase,
                              event_part[0].schema[O].dataType)

@@ -80,20 +80,36 @@ class KeyGroup:
     tables: tuple[TableInfo, ...]
     events: tuple[str, ...]  # every event whose pushes reach one of its tables
     chained: bool
+    # event -> the fields its bodies carry in this group (None: all of them)
+    bodies: Mapping[str, tuple[str, ...] | None]
     payload: bytes  # register payload of every event source and these tables
 
 
 def key_groups(pipeline: Pipeline, plans: Sequence[TableInfo]) -> list[KeyGroup]:
-    """The key groups of ``plans`` (in the order their first table is asked)."""
+    """The key groups of ``plans`` (in the order their first table is asked).
+
+    An event's whole body goes to the first group it feeds, where it is checked as a live
+    push; a later group without a chain gets only the fields its tables may read
+    (``Pipeline.fields_read``), its store declaring the event with just those: the
+    exchange carries each event's full body once, not once per group."""
     found: dict[tuple[Any, ...], list[TableInfo]] = {}
     for plan in plans:
         chain = pipeline.upstreams(plan.name) if plan.chained else ()
         found.setdefault((plan.keys, plan.chained, chain), []).append(plan)
     groups = []
+    checked: set[str] = set()  # events whose whole body a group already has
     for number, ((keys, chained, _), tables) in enumerate(found.items()):
+        names = [t.name for t in tables]
         events = tuple(e for e in pipeline.events if any(e in t.events for t in tables))
-        groups.append(KeyGroup(number, keys, tuple(tables), events, chained,
-                               pipeline.payload([t.name for t in tables])))
+        bodies: dict[str, tuple[str, ...] | None] = {}
+        for event in events:
+            fields = None if chained or event not in checked else pipeline.fields_read(
+                names, event)
+            bodies[event] = fields
+            checked.add(event)
+        narrowed = {e: fields for e, fields in bodies.items() if fields is not None}
+        groups.append(KeyGroup(number, keys, tuple(tables), events, chained, bodies,
+                               pipeline.payload(names, narrowed)))
     return groups
 
 
@@ -166,12 +182,14 @@ def time_ms(df: DataFrame, column: str, what: str) -> Column:
 
 
 def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
-                 order_col: str | None, key_fields: set[str], refused: Refused
-                 ) -> tuple[DataFrame, dict[str, str]]:
+                 order_col: str | None, key_fields: set[str], refused: Refused,
+                 groups: Sequence[KeyGroup] = ()) -> tuple[DataFrame, dict[str, str]]:
     """The rows of ``event`` as ``(T, O, E, S, B)`` plus the converted values of
-    ``key_fields`` (``FIELD`` + name, for keys computed in Spark), dedupe replays removed
-    (one pass over the whole event, partitioned by the dedupe value, as the server
-    recognises replays across entities); and the wire type of each field column."""
+    ``key_fields`` (``FIELD`` + name, for keys computed in Spark) and, for each of
+    ``groups`` that takes only some fields of the event, the body of those
+    (``body_column``); dedupe replays removed (one pass over the whole event, partitioned
+    by the dedupe value, as the server recognises replays across entities); and the wire
+    type of each field column."""
     from pyspark.sql import functions as f
 
     spec = pipeline.events[event]
@@ -196,6 +214,12 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
     for conv in plan.fields:
         if conv.name in key_fields or conv.name == spec.dedupe_key:
             columns.append(conv.column().alias(FIELD + conv.name))
+    for group in groups:
+        fields = group.bodies[event]
+        if fields is not None:
+            some = [conv.column() for conv in plan.fields if conv.name in fields]
+            columns.append((f.to_json(f.struct(*some)) if some else f.lit("{}"))
+                           .alias(body_column(group, event)))
     stream = df.select(*columns)
     dedupe = FIELD + (spec.dedupe_key or "")
     if spec.dedupe_key is None or dedupe not in stream.columns:
@@ -208,30 +232,48 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
     return _frame(ordered.rdd.mapPartitions(task), ordered.schema), wire
 
 
-def event_rows(stream: DataFrame, wire: Mapping[str, str], group: KeyGroup, event: str,
-               pipeline: Pipeline, phase: int, refused: Refused) -> DataFrame:
-    """``stream`` (of ``event_stream``) as rows of ``group``'s part of the exchange:
-    ``(G, K, T, P, O, E, S, B)``, only the events that reach a row of it when the key is
-    the engine's to compute (a chain filter or a null key skips them)."""
+def body_column(group: KeyGroup, event: str) -> str:
+    """The stream column holding ``event``'s bodies as ``group`` takes them."""
+    return B if group.bodies[event] is None else f"{B}_{group.id}"
+
+
+def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyGroup],
+               event: str, pipeline: Pipeline, phase: int, refused: Refused
+               ) -> list[DataFrame]:
+    """``stream`` (of ``event_stream``) as rows of the exchange, ``(G, K, T, P, O, E, S,
+    B)``, one per group of ``groups`` (those ``event`` feeds). The groups whose key Spark
+    computes share one projection exploded per group (the body is made once); a group
+    whose key is the engine's to compute gets a Python pass of its own, which keeps only
+    the events that reach a row of it (a chain filter or a null key skips them)."""
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
     source = pipeline.events[event]
-    base = [T, O, E, S, B]
-    fast = (not group.chained and all(k not in source.defaults for k in group.keys)
-            and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys))
-    if fast:
-        parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
-        # a null key reaches no row; such events still go to the replay, whose checks
-        # refuse them when the server would
-        keyed = stream.select(*base, _join_key(parts).alias(K))
-    else:
+    base = [T, O, E, S]
+    frames = []
+    keys = []
+    for group in groups:
+        body = f.col(body_column(group, event))
+        if (not group.chained and all(k not in source.defaults for k in group.keys)
+                and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys)):
+            parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
+            # a null key reaches no row; such events still go to the replay, whose checks
+            # refuse them when the server would
+            keys.append(f.struct(f.lit(group.id).alias("g"), _join_key(parts).alias("k"),
+                                 body.alias("b")))
+            continue
         table = next(t.name for t in group.tables if event in t.events)
-        rows = stream.select(*base)
+        rows = stream.select(*base, body.alias(B))
         task = functools.partial(_key_task, payload=group.payload, table=table,
                                  event=event, refused=refused)
         keyed = _frame(rows.rdd.mapPartitions(task), rows.schema.add(K, t.StringType()))
-    return keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O, E, S, B)
+        frames.append(keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O,
+                                   E, S, B))
+    if keys:
+        exploded = stream.select(*base, f.explode(f.array(*keys)).alias("x"))
+        frames.append(exploded.select(f.col("x.g").alias(G), f.col("x.k").alias(K), T,
+                                      f.lit(phase).alias(P), O, E, S, f.col("x.b").alias(B)))
+    return frames
 
 
 def spark_key(col: Column, wire_type: str) -> Column:

@@ -10,12 +10,9 @@ the features of its group's tables; other groups' features are null.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from .replay_exchange import B, E, G, K, Refused, T, new_replay, refusal
 
@@ -26,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
 
-_encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 
 
 @dataclass(frozen=True)
@@ -37,6 +33,11 @@ class ReplayGroup:
     payload: bytes
     tables: tuple[str, ...]
     features: tuple[tuple[FeatureInfo, ...], ...]  # by table
+
+    @property
+    def reads(self) -> list[tuple[str, tuple[FeatureInfo, ...]]]:
+        """``Replay.replay_batch``'s ``reads``: each table with its features."""
+        return list(zip(self.tables, self.features, strict=True))
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,12 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
                     [part.column(E), part.column(T), part.column(B), part.column(K)],
                     names=["code", "time", "body", "key"])
                 try:
-                    reads = replay.replay_batch(columns, events, groups[number].tables)
+                    rows, values = replay.replay_batch(columns, events, groups[number].reads)
                 except ReplayRefused as err:
                     body = part.column(B)[err.row].as_py() or ""
                     raise refused(refusal(err.event, err.time_ms, body, err.code)) from None
-                if reads:
-                    yield _rows(part, reads, groups[number], output, types)
+                if rows:
+                    yield _rows(part, rows, values, groups[number], output, types)
 
 
 def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
@@ -100,72 +101,22 @@ def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
             start = i
 
 
-def _rows(part: pa.RecordBatch, reads: list[tuple[int, list[dict[str, Any] | None]]],
+def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]],
           group: ReplayGroup, output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
     import pyarrow as pa
 
-    n = len(reads)
-    index = pa.array([i for i, _ in reads], pa.int64())
+    n = len(rows)
+    index = pa.array(rows, pa.int64())
     arrays = [part.column(output.row_id).take(index)]
     names = [output.row_id]
     if output.carried is not None:
         arrays.append(part.column(output.carried).take(index))
         names.append(output.carried)
-    mine: dict[str, list[Any]] = {}  # this group's features (names are unique)
-    for table, features in enumerate(group.features):
-        for feature in features:
-            convert = _CONVERT[feature.kind]
-            name = feature.name
-            mine[name] = [None if (row := rows[table]) is None else convert(name, row.get(name))
-                          for _, rows in reads]
+    # this group's features, by name (names are unique across the tables asked)
+    mine = dict(zip([f.name for fs in group.features for f in fs], columns, strict=True))
     for i, feature in enumerate(output.features):
         values = mine.get(feature.name)
         arrays.append(pa.nulls(n, types[i]) if values is None
                       else pa.array(values, types[i]))
         names.append(feature.name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-class FeatureValueError(ValueError):
-    """A feature value that is not of its declared kind (an engine bug)."""
-
-
-def _as_long(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if type(value) is int:
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise FeatureValueError(f"feature {name}: value {value!r} is not an integer")
-
-
-def _as_double(name: str, value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None if value is None else float(value)
-    if isinstance(value, (int, float)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    raise FeatureValueError(f"feature {name}: value {value!r} is not a number")
-
-
-def _as_bool(name: str, value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise FeatureValueError(f"feature {name}: value {value!r} is not a boolean")
-
-
-def _as_string(name: str, value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise FeatureValueError(f"feature {name}: value {value!r} is not a string")
-
-
-def _as_json(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    return _encode_json(value).decode()
-
-
-_CONVERT = {"long": _as_long, "double": _as_double, "boolean": _as_bool,
-            "string": _as_string, "json": _as_json}

@@ -149,20 +149,32 @@ def test_replay_batch_applies_events_at_their_times_and_reads_as_get() -> None:
              (0, *(pushes[2][0], body(pushes[2][1]).decode()), None),
              (READ, HOUR + 1_500, None, "u1"), (NO_READ, HOUR + 2_000, None, "u2"),
              (READ, HOUR + 2_000, None, None)]
+    user, card = pipeline.table("PayUser"), pipeline.table("BigCard")
+    reads = [("PayUser", user.features), ("BigCard", card.features)]
     replay = Replay(payload)
-    reads = replay.replay_batch(_batch(rows), ("Pay",), ["PayUser", "BigCard"])
+    rows, columns = replay.replay_batch(_batch(rows), ("Pay",), reads)
     # the same history through the server's push and GET, one at a time
     live = Replay(payload)
+    expected: list[list[object]] = [[] for _ in columns]
+
+    def read(key: str, time_ms: int) -> None:
+        values = [live.get("PayUser", [key], time_ms).get(f.name) for f in user.features]
+        values += [live.get("BigCard", [key], time_ms).get(f.name) for f in card.features]
+        for column, value in zip(expected, values, strict=True):
+            column.append(value)
+
     for t, p in pushes[:2]:
         live.push("Pay", t, p)
-    first = [live.get("PayUser", ["u1"], 2_000), live.get("BigCard", ["u1"], 2_000)]
-    second = [live.get("PayUser", ["c1"], HOUR + 1_000), live.get("BigCard", ["c1"], HOUR + 1_000)]
+    read("u1", 2_000)
+    read("c1", HOUR + 1_000)
     live.push("Pay", *pushes[2])
-    third = [live.get("PayUser", ["u1"], HOUR + 1_500), live.get("BigCard", ["u1"], HOUR + 1_500)]
-    assert [i for i, _ in reads] == [2, 3, 5, 6, 7]
-    assert [[r or {} for r in found] for _, found in reads[:3]] == [first, second, third]
-    assert first[0]["n_1h"] == 2 and second[1]["n"] == 1 and third[0]["n_1h"] == 0
-    assert reads[3][1] == [None, None] and reads[4][1] == [None, None]  # nothing read
+    read("u1", HOUR + 1_500)
+    assert rows == [2, 3, 5, 6, 7]
+    assert [column[:3] for column in columns] == expected
+    # (n_1h, spend, top_tag, n) after two pushes, an hour later, and after the third
+    assert [[column[i] for column in columns] for i in range(3)] == [
+        [2, 155.0, "tb", None], [None, None, None, 1], [0, 155.0, "tb", None]]
+    assert all(column[3:] == [None, None] for column in columns)  # nothing read
 
 
 def test_replay_batch_refuses_what_the_server_refuses() -> None:
@@ -171,7 +183,7 @@ def test_replay_batch_refuses_what_the_server_refuses() -> None:
     bad = msgspec.json.encode({**_pay("b"), "amount": "lots"}).decode()
     with pytest.raises(ReplayRefused) as info:
         replay.replay_batch(_batch([(0, 1_000, good, None), (0, 2_000, bad, None)]),
-                            ("Pay",), ["PayUser"])
+                            ("Pay",))
     assert (info.value.row, info.value.event, info.value.time_ms) == (1, "Pay", 2_000)
     with pytest.raises(ReplayRefused) as live:  # the code a live push answers
         Replay(Pipeline([Pay, PayUser]).table("PayUser").payload).push(
@@ -179,5 +191,5 @@ def test_replay_batch_refuses_what_the_server_refuses() -> None:
     assert info.value.code == live.value.code
     assert replay.get("PayUser", ["u1"], 2_000)["spend"] == 10.0  # the row before applied
     with pytest.raises(ReplayRefused) as info:
-        replay.replay_batch(_batch([(0, None, good, None)]), ("Pay",), ["PayUser"])
+        replay.replay_batch(_batch([(0, None, good, None)]), ("Pay",))
     assert (info.value.row, info.value.time_ms, info.value.code) == (0, None, "null_time")

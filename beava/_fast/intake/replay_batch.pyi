@@ -4,8 +4,10 @@ from typing import Any
 
 READ: int
 NO_READ: int
+KINDS: tuple[str, ...]
 
 def replay_rows(batch: Any, routes: dict[str, Any], checkers: dict[str, Any],
-                names: tuple[str, ...], decode_json: Any, tables: list[Any],
-                reads: list[tuple[int, list[dict[str, Any] | None]]]
+                names: tuple[str, ...], decode_json: Any,
+                tables: list[tuple[Any, tuple[tuple[str, int], ...]]], encode_json: Any,
+                rows: list[int], columns: list[list[Any]]
                 ) -> tuple[int, str, int | None, str] | None: ...

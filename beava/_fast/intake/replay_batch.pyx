@@ -8,7 +8,8 @@ compiled checker exactly as a live push is, then fed to its route's tables with 
 at the row's own time (what recovery does with a record's time, ``apply_records``); or a
 read (code ``READ``): the row of its key in each table asked, as a GET at the row's time
 answers it (nothing applied after the row's time exists yet, so the query time is the
-row's time). A read with code ``NO_READ`` (a null key or time) or a null key finds no row.
+row's time), each feature's value converted in C to its kind (one column per feature). A
+read with code ``NO_READ`` (a null key or time) or a null key finds no row.
 
 No LSN, count or WAL record is made: the batch builds state that no server serves. Dedupe
 is not applied here either: the caller removes replays first, over the whole history.
@@ -27,6 +28,15 @@ from beava._fast.ops.slot_buffers cimport dict_get
 
 READ = -1
 NO_READ = -2
+
+# what a feature's value is read as (beava.offline.FeatureInfo.kind)
+KINDS = ("long", "double", "boolean", "string", "json")
+cdef enum:
+    LONG = 0
+    DOUBLE = 1
+    BOOLEAN = 2
+    STRING = 3
+    JSON = 4
 
 
 cdef extern from *:
@@ -101,16 +111,46 @@ cdef inline void expect(ArrowSchema* schema, int64_t index, const char* fmt,
                         f"{schema.children[index].format.decode()!r}")
 
 
+cdef object as_kind(int kind, object value, object name, object encode_json):
+    """A GET row's value of feature ``name`` as its kind: a long (an integral float is
+    one), a double (an integer widened; a non-finite one is None, as GET's JSON has
+    null), a boolean, a string, or a list / map / other value as GET's JSON text."""
+    if value is None:
+        return None
+    cdef type kind_of = type(value)
+    cdef double x
+    if kind == LONG:
+        if kind_of is int:
+            return value
+        if kind_of is float and value.is_integer():
+            return int(value)
+    elif kind == DOUBLE:
+        if kind_of is float or kind_of is int or kind_of is bool:
+            x = <double>value
+            return x if x - x == 0.0 else None  # inf - inf and nan - nan are nan
+    elif kind == BOOLEAN:
+        if kind_of is bool:
+            return value
+    elif kind == STRING:
+        if kind_of is str:
+            return value
+    else:
+        return encode_json(value).decode()
+    raise ValueError(f"feature {name}: value {value!r} is not a {KINDS[kind]}")
+
+
 def replay_rows(object batch, dict routes, dict checkers, tuple names, object decode_json,
-                list tables, list reads):
+                list tables, object encode_json, list rows, list columns):
     """Apply the rows of ``batch`` in order: a struct of four columns, ``code`` (int32: the
     event's index in ``names``, or READ / NO_READ), ``time`` (int64, epoch ms), ``body``
     (text: the event's JSON body) and ``key`` (text: a read's canonical key).
-    ``routes`` and ``checkers`` are the store's. Each read appends ``(row index, [row of
-    each of ``tables`` (TableState), or None])`` to ``reads`` (all None for NO_READ or a
-    null key). Returns None, or ``(row
-    index, event, time, error code)`` of the first event the server would refuse (nothing
-    after it is applied); an event with a null time (None) is refused as ``null_time``."""
+    ``routes`` and ``checkers`` are the store's. ``tables``: ``(TableState, ((feature,
+    kind index in KINDS), ...))`` per table read, whose features are ``columns`` in that
+    order: each read appends its row index to ``rows`` and the value of each feature at
+    the row's time to its column (None where the key has no row, for NO_READ and for a
+    null key). Returns None, or ``(row index, event, time, error code)`` of the first
+    event the server would refuse (nothing after it is applied); an event with a null
+    time (None) is refused as ``null_time``."""
     schema_capsule, array_capsule = batch.__arrow_c_array__()
     cdef ArrowSchema* schema = <ArrowSchema*>PyCapsule_GetPointer(schema_capsule,
                                                                    b"arrow_schema")
@@ -139,17 +179,22 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, object de
     cdef PyObject* found
     cdef EventChecker checker = None
     cdef tuple route = None
-    cdef Py_ssize_t at
-    cdef list nothing = [None] * len(tables)
+    cdef Py_ssize_t at, column
     for i in range(n):
         code = codes[i]
         if code < 0:
-            if code != READ or not text_at(&key, i, &p, &size):
-                reads.append((i, nothing))
-                continue
-            stored = PyUnicode_DecodeUTF8(p, size, NULL)
-            now = times[i]
-            reads.append((i, [table.row_json(stored, now) for table in tables]))
+            rows.append(i)
+            stored = None
+            if code == READ and text_at(&key, i, &p, &size):
+                stored = PyUnicode_DecodeUTF8(p, size, NULL)
+            column = 0
+            for table, features in tables:
+                got = None if stored is None else table.row_json(stored, times[i])
+                for feature, kind in features:
+                    (<list>columns[column]).append(
+                        None if got is None else
+                        as_kind(kind, (<dict>got).get(feature), feature, encode_json))
+                    column += 1
             continue
         if code >= count:
             raise ValueError(f"row {i}: event code {code} names no event")
