@@ -66,9 +66,6 @@ __all__ = ["HistoricalReplayError", "historical_features"]
 
 _R = PREFIX + "r"  # the spine row's columns, as one struct (on its first group's copy)
 
-# feature value kind (beava.offline.FeatureInfo) -> Spark SQL type name
-_SPARK_TYPES = {"long": "long", "double": "double", "boolean": "boolean",
-                "string": "string", "json": "string"}
 
 
 class HistoricalReplayError(BeavaSparkError, ValueError):
@@ -114,6 +111,7 @@ def historical_features(
     runs; an event row the server would refuse fails the job with HistoricalReplayError.
     """
     from pyspark.sql import functions as f
+    from pyspark.sql import types as t
 
     pipeline = compile_pipeline(registry)
     plans = [pipeline.table(name) for name in table_names(pipeline, tables)]
@@ -139,20 +137,41 @@ def historical_features(
                              event_part[0].schema[O].dataType)
     stream = replay_stream([*event_part, spine_part],
                            bucket_count([spine, *[events[e] for e in streams]]))
-    features = [feature for plan in plans for feature in plan.features]
+    # the task's rows: the row id, the spine's columns (on one group's row only) and one
+    # struct of features per group (null on the other groups' rows): joined back by row
+    # id, each row of the shuffle holds the values of its own group alone
     schema = spine_part.select(S, _R).schema
-    for feature in features:
-        schema = schema.add(feature.name, _SPARK_TYPES[feature.kind], True)
+    for group in groups:
+        schema = schema.add(_features_of(group), t.StructType(
+            [t.StructField(ft.name, _spark_type(ft.kind)) for plan in group.tables
+             for ft in plan.features]))
     task = functools.partial(
         read_rows, groups=[_task_group(g) for g in groups], events=event_codes(pipeline),
-        output=ReplayOutput(S, _R, tuple(features)), refused=HistoricalReplayError)
-    out = stream.mapInArrow(task, schema)
+        output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
+        refused=HistoricalReplayError)
+    out = stream.select(G, E, T, B, K, S, _R).mapInArrow(task, schema)
     if len(groups) > 1:  # one row per group: the features of a spine row joined back
         out = out.groupBy(S).agg(
             f.first(_R, ignorenulls=True).alias(_R),
-            *[f.first(quoted(ft.name), ignorenulls=True).alias(ft.name) for ft in features])
+            *[f.first(_features_of(g), ignorenulls=True).alias(_features_of(g))
+              for g in groups])
+    where = {ft.name: _features_of(g) for g in groups for p in g.tables for ft in p.features}
     return out.select(*[f.col(_R).getField(c).alias(c) for c in spine.columns],
-                      *[quoted(feature.name) for feature in features])
+                      *[f.col(where[ft.name]).getField(ft.name).alias(ft.name)
+                        for plan in plans for ft in plan.features])
+
+
+def _spark_type(kind: str) -> Any:
+    """The Spark type of a feature value kind (beava.offline.FeatureInfo)."""
+    from pyspark.sql import types as t
+
+    return {"long": t.LongType(), "double": t.DoubleType(),
+            "boolean": t.BooleanType()}.get(kind, t.StringType())
+
+
+def _features_of(group: KeyGroup) -> str:
+    """The column of the task's rows holding ``group``'s features."""
+    return f"{PREFIX}x{group.id}"
 
 
 # -- driver side: registry, checks, streams -------------------------------------------------

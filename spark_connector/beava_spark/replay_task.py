@@ -42,12 +42,12 @@ class ReplayGroup:
 
 @dataclass(frozen=True)
 class ReplayOutput:
-    """The output rows: the read rows' id column, a pass-through column (or None) and the
-    feature columns of every group, in order."""
+    """The output rows: the read rows' id column, a pass-through column (or None), then
+    one struct column per group holding its features (null on other groups' rows)."""
 
     row_id: str
     carried: str | None
-    features: tuple[FeatureInfo, ...]
+    groups: tuple[str, ...]  # the struct columns, by group
 
 
 _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string",
@@ -63,7 +63,8 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
 
     from beava.offline import ReplayRefused, gc_paused
 
-    types = [getattr(pa, _ARROW_TYPES[f.kind])() for f in output.features]
+    types = [pa.struct([(f.name, getattr(pa, _ARROW_TYPES[f.kind])()) for fs in g.features
+                        for f in fs]) for g in groups]
     current: tuple[int, Any] = (-1, None)
     with gc_paused():
         for batch in batches:
@@ -83,7 +84,7 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
                     body = part.column(B)[err.row].as_py() or ""
                     raise refused(refusal(err.event, err.time_ms, body, err.code)) from None
                 if rows:
-                    yield _rows(part, rows, values, groups[number], output, types)
+                    yield _rows(part, rows, values, number, output, types)
 
 
 def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
@@ -101,22 +102,23 @@ def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
             start = i
 
 
-def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]],
-          group: ReplayGroup, output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
+def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]], number: int,
+          output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
     import pyarrow as pa
 
     n = len(rows)
     index = pa.array(rows, pa.int64())
     arrays = [part.column(output.row_id).take(index)]
-    names = [output.row_id]
     if output.carried is not None:
         arrays.append(part.column(output.carried).take(index))
-        names.append(output.carried)
-    # this group's features, by name (names are unique across the tables asked)
-    mine = dict(zip([f.name for fs in group.features for f in fs], columns, strict=True))
-    for i, feature in enumerate(output.features):
-        values = mine.get(feature.name)
-        arrays.append(pa.nulls(n, types[i]) if values is None
-                      else pa.array(values, types[i]))
-        names.append(feature.name)
+    for group, struct in enumerate(types):
+        if group != number:
+            arrays.append(pa.nulls(n, struct))
+            continue
+        arrays.append(pa.StructArray.from_arrays(
+            [pa.array(values, field.type) for values, field in zip(columns, struct,
+                                                                   strict=True)],
+            fields=list(struct)))
+    names = [output.row_id, *([output.carried] if output.carried is not None else []),
+             *output.groups]
     return pa.RecordBatch.from_arrays(arrays, names=names)
