@@ -29,7 +29,12 @@ from beava._fast.ops.column cimport Column
 from beava._fast.wire.msgpack_out cimport Writer, put_int, put_map_header, put_raw
 from beava._fast.wire.number_text cimport int_text
 from beava._fast.ops.op_params cimport lifetime_only
-from beava._fast.ops.ops_point cimport LatestRingColumn, RingColumn
+from beava._fast.ops.ops_point cimport (
+    LatestRingColumn,
+    RingColumn,
+    put_oldest_to_newest,
+    put_ring,
+)
 from beava._fast.ops.snapshot_state cimport (
     RECORD_HEADER,
     new_bytes,
@@ -877,6 +882,9 @@ cdef class MostRecentNColumn(LatestRingColumn):
         n = params.get("n")
         self.limit = ring_bound("most_recent_n", 10 if n is None else n)
 
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
+
 
 cdef inline uint64_t reservoir_draw(uint64_t seen) noexcept nogil:
     # The spec's seeded xorshift of `seen` (§16.7); a pure function of the count.
@@ -926,6 +934,10 @@ cdef class ReservoirSampleColumn(RingColumn):
         if r == NULL:
             return []
         return [ring_get(r, i) for i in range(r.held)]
+
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        return put_ring(out, r, 0, 0 if r == NULL else r.held, self.limit)
 
 
 COLUMNS = {

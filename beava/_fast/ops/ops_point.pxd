@@ -4,12 +4,23 @@ from libc.stdint cimport int32_t, uint8_t
 
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.column cimport Column
-from beava._fast.ops.slot_buffers cimport Payload
+from beava._fast.ops.slot_buffers cimport Payload, ValueRing
+from beava._fast.wire.msgpack_out cimport Writer
 
 
 cdef class ValueColumn(Column):
     cdef uint8_t* tags
     cdef Payload* values
+
+
+# Entries ``first``, ``first + 1``, ... (``count`` of them, positions taken modulo ``limit``)
+# of a value ring as a MessagePack array: the bytes the reply encoder gives the list of
+# those values (an empty array for NULL), without the list.
+cdef int put_ring(Writer* out, ValueRing* r, int32_t first, int32_t count,
+                  int32_t limit) except -1
+# What ring_oldest_to_newest reads (a ring filled by ring_push_latest or ring_append), as
+# put_ring writes it.
+cdef int put_oldest_to_newest(Writer* out, ValueRing* r, int32_t limit) except -1
 
 
 cdef class RingColumn(BlockColumn):

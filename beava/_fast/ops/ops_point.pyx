@@ -13,11 +13,21 @@ from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from beava._fast.ops.column cimport prefetch_line
+from beava._fast.wire.msgpack_out cimport (
+    Writer,
+    put_array_header,
+    put_double,
+    put_int,
+    put_value,
+)
 from beava._fast.ops.op_params cimport bounded_n, lifetime_only
 from beava._fast.ops.snapshot_state cimport state_buffer, state_list
 from beava._fast.ops.slot_buffers cimport (
     TAG_EMPTY,
+    TAG_FLOAT,
+    TAG_INT,
     TAG_OBJ,
+    Payload,
     ValueRing,
     buffer_bytes,
     check_dump_slots,
@@ -30,6 +40,8 @@ from beava._fast.ops.slot_buffers cimport (
     ring_get,
     ring_oldest_to_newest,
     ring_push_latest,
+    ring_tags,
+    ring_values,
     rings_dump,
     rings_load,
     row_value,
@@ -168,6 +180,35 @@ cdef class LastColumn(ValueColumn):
         return 0
 
 
+cdef int put_ring(Writer* out, ValueRing* r, int32_t first, int32_t count,
+                  int32_t limit) except -1:
+    cdef int32_t k, i
+    cdef uint8_t tag
+    cdef Payload value
+    if r == NULL:
+        return put_array_header(out, 0)
+    put_array_header(out, count)
+    for k in range(count):
+        i = (first + k) % limit
+        tag = ring_tags(r)[i]
+        value = ring_values(r)[i]
+        if tag == TAG_INT:
+            put_int(out, value.i)
+        elif tag == TAG_FLOAT:
+            put_double(out, value.f)
+        elif tag == TAG_OBJ:
+            put_value(out, <object>value.o)
+        else:  # a bool (TAG_BOOL); TAG_EMPTY is never held
+            put_value(out, value_decode(tag, value))
+    return 0
+
+
+cdef int put_oldest_to_newest(Writer* out, ValueRing* r, int32_t limit) except -1:
+    if r == NULL or r.held < limit:
+        return put_ring(out, r, 0, 0 if r == NULL else r.held, limit)
+    return put_ring(out, r, <int32_t>(r.seen % limit), limit, limit)
+
+
 cdef class RingColumn(BlockColumn):
     """A value ring per slot (lazily allocated) holding at most ``limit`` values."""
 
@@ -211,6 +252,9 @@ cdef class FirstNColumn(RingColumn):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
 
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
+
 
 cdef class LatestRingColumn(RingColumn):
     """The last ``limit`` matched non-null values, oldest -> newest (none when limit is 0)."""
@@ -236,6 +280,10 @@ cdef class LastNColumn(LatestRingColumn):
         lifetime_only("last_n", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("last_n", params)
+
+    # on the leaf classes, not LatestRingColumn: lag reads its ring otherwise
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
 
 
 cdef class LagColumn(LatestRingColumn):
