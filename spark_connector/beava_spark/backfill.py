@@ -108,7 +108,7 @@ class BackfillTotals:
 def backfill(
     events: Mapping[str, DataFrame],
     registry: Any,
-    url: str,
+    url: str | None = None,
     *,
     time_col: str = "ts",
     until_ms: int | None = None,
@@ -117,6 +117,7 @@ def backfill(
     timeout: float = 300.0,
     dry_run: bool = False,
     drop_missing: bool = False,
+    shard_map: str | None = None,
 ) -> BackfillTotals:
     """Install the state of ``tables`` as of ``until_ms``, computed from ``events``, into
     the server at ``url`` (``tcp://host:port`` or ``http://host:port``).
@@ -136,10 +137,15 @@ def backfill(
       dropped. Without it such an install is refused (BackfillError
       ``backfill_would_drop``, with the count and the first keys): the history should
       hold every event up to ``until_ms``.
+    - ``shard_map`` instead of ``url``: a sharded deployment's map file or any shard's URL
+      (docs/sharding.md): each shard gets the state of the keys it owns, computed from the
+      events carrying them (``beava_spark.shards.backfill_shards``).
 
     Tables are installed one after another, each atomically. Raises ValueError for bad
     arguments before any job runs, BackfillError when the server refuses a step.
     """
+    if (url is None) == (shard_map is None):
+        raise ValueError("give url (one server) or shard_map (a sharded deployment)")
     started = time.monotonic()
     pipeline = compile_pipeline(registry)
     plans = [pipeline.table(name) for name in table_names(pipeline, tables)]
@@ -158,6 +164,14 @@ def backfill(
     needed = list(dict.fromkeys(e for plan in plans for e in plan.events))
     if until_ms is None:
         until_ms = _newest(events, needed, time_col)
+    if shard_map is not None:
+        from .shards import backfill_shards
+
+        return backfill_shards(events, registry, shard_map, {
+            "time_col": time_col, "until_ms": until_ms, "tables": tables,
+            "order_col": order_col, "timeout": timeout, "dry_run": dry_run,
+            "drop_missing": drop_missing})
+    assert url is not None
     totals = BackfillTotals(until_ms, dry_run=dry_run)
     commit = {"dry_run": dry_run, "drop_missing": drop_missing}
     from beava_client import client_for_url

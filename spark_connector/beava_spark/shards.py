@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
+    from .backfill import BackfillTotals
+
 # Spark types whose text (cast to string) is the server's key text: strings as they are,
 # integers in decimal, booleans true/false.
 _KEY_TYPES = frozenset({"string", "bigint", "int", "smallint", "tinyint", "boolean"})
@@ -102,10 +104,8 @@ class ShardRouting:
         if not routes.knows_event(event):
             raise ServerCheckError(f"event {event!r} is not registered on the shards of "
                                    f"{shard_map}; register it first (nothing was sent)")
-        index = {shard.id: i for i, shard in enumerate(loaded.shards)}
-        owners = [index[loaded.owner(s).id] for s in range(SLOTS)]
         return cls(event, shard_urls(loaded, client.transport == "tcps"),
-                   bytes(owners) if len(index) <= 256 else tuple(owners), routes)
+                   _owner_by_slot(loaded), routes)
 
     @property
     def key_fields(self) -> frozenset[str]:
@@ -151,21 +151,30 @@ class ShardRouting:
         return found
 
     def _owner_of(self, slot_of: Column) -> Column:
-        """The shard index of a slot column: one CASE branch per run of slots of one
-        shard."""
-        from pyspark.sql import functions as f
+        return _owner_of(self.owner_by_slot, slot_of)
 
-        runs: list[tuple[int, int]] = []  # (end, shard) of each run of slots
-        by_slot = self.owner_by_slot
-        for s in range(SLOTS):
-            if runs and runs[-1][1] == by_slot[s]:
-                runs[-1] = (s + 1, by_slot[s])
-            else:
-                runs.append((s + 1, by_slot[s]))
-        branches = f.when(slot_of < runs[0][0], runs[0][1])
-        for end, shard in runs[1:]:
-            branches = branches.when(slot_of < end, shard)
-        return branches
+
+def _owner_of(by_slot: bytes | tuple[int, ...], slot_of: Column) -> Column:
+    """The shard index of a slot column: one CASE branch per run of slots of one shard."""
+    from pyspark.sql import functions as f
+
+    runs: list[tuple[int, int]] = []  # (end, shard) of each run of slots
+    for s in range(SLOTS):
+        if runs and runs[-1][1] == by_slot[s]:
+            runs[-1] = (s + 1, by_slot[s])
+        else:
+            runs.append((s + 1, by_slot[s]))
+    branches = f.when(slot_of < runs[0][0], runs[0][1])
+    for end, shard in runs[1:]:
+        branches = branches.when(slot_of < end, shard)
+    return branches
+
+
+def _owner_by_slot(shard_map: ShardMap) -> bytes | tuple[int, ...]:
+    """Each slot's owner, as the shard's index in the map."""
+    index = {shard.id: i for i, shard in enumerate(shard_map.shards)}
+    owners = [index[shard_map.owner(s).id] for s in range(SLOTS)]
+    return bytes(owners) if len(index) <= 256 else tuple(owners)
 
 
 def routed_lines(bodies: DataFrame, routing: ShardRouting, per_shard: int) -> RDD[bytes]:
@@ -242,3 +251,81 @@ def warn_single_key(doc: Mapping[str, Any], event: str, key_fields: Sequence[str
             f"keyed otherwise ({', '.join(others)}): their rows end up as partial states on "
             "every server. Run the servers as shards and write with shard_map instead "
             "(docs/sharding.md)", UserWarning, stacklevel=3)
+
+
+def backfill_shards(events: Mapping[str, DataFrame], registry: Any, shard_map: str,
+                    options: Mapping[str, Any]) -> BackfillTotals:
+    """``backfill`` into a sharded deployment: each table's state computed from the events
+    whose key that shard owns, and installed on that shard (a global table's, from every
+    event, on the owner of its name). One ``backfill`` per key (the tables keyed by the
+    same fields together) and shard, each with the same ``until_ms``; the totals summed
+    per table (``lsn``: the highest). ``options``: ``backfill``'s keyword arguments, with
+    ``until_ms``."""
+    from pyspark.sql import functions as f
+
+    from .backfill import BackfillTotals, backfill
+    from .replay_exchange import compile_pipeline, table_names
+
+    timeout = float(options.get("timeout", 300.0))
+    client = _client(shard_map, Access.resolve(), timeout)
+    try:
+        loaded = client.refresh_map()
+        routes = Routes.from_describe(client.describe())
+        routes.check_routable()
+    except RoutingError as exc:
+        raise ServerCheckError(f"shard_map: {exc}") from exc
+    except (ServerError, TransportError) as exc:
+        raise ServerCheckError(f"shard_map: cannot read the map and the registry from "
+                               f"{shard_map}: {exc}") from exc
+    finally:
+        client.close()
+    urls = shard_urls(loaded, client.transport == "tcps")
+    by_slot = _owner_by_slot(loaded)
+    pipeline = compile_pipeline(registry)
+    plans = [pipeline.table(name) for name in table_names(pipeline, options.get("tables"))]
+    until_ms = int(options["until_ms"])
+    totals = BackfillTotals(until_ms, dry_run=bool(options.get("dry_run", False)))
+    runs: list[tuple[str, list[str], dict[str, DataFrame]]] = []  # (url, tables, events)
+    by_keys: dict[tuple[str, ...], list[Any]] = {}
+    for plan in plans:
+        if plan.keys:
+            by_keys.setdefault(plan.keys, []).append(plan)
+        else:
+            owner = by_slot[slot(plan.name)]
+            runs.append((urls[owner], [plan.name], {e: events[e] for e in plan.events}))
+    for keys, group in by_keys.items():
+        needed = list(dict.fromkeys(e for p in group for e in p.events))
+        owners: dict[str, Column | None] = {}
+        for event in needed:
+            df = events[event]
+            types = {fld.name: fld.dataType.simpleString() for fld in df.schema.fields}
+            text = _key_text(group[0].name, keys, types, routes.defaults(event))
+            owners[event] = None if text is None else _owner_of(
+                by_slot, f.pmod(f.xxhash64(text), f.lit(SLOTS)))
+        for index, url in enumerate(urls):
+            mine = {}
+            for event in needed:
+                placed = owners[event]
+                mine[event] = events[event].limit(0) if placed is None \
+                    else events[event].where(placed == f.lit(index))
+            runs.append((url, [p.name for p in group], mine))
+    for url, tables, mine in runs:
+        part = backfill(mine, registry, url, **{**options, "tables": tables,
+                                                "until_ms": until_ms})
+        totals.events += part.events
+        for name, table in part.tables.items():
+            totals.tables[name] = _summed(totals.tables.get(name), table)
+    return totals
+
+
+def _summed(before: Any, table: Any) -> Any:
+    """Two shards' counts of one table's backfill, added (the install's WAL LSN: the
+    highest, each shard having its own log)."""
+    if before is None:
+        return table
+    from dataclasses import fields, replace
+
+    return replace(table, **{
+        fld.name: max(getattr(before, fld.name), getattr(table, fld.name))
+        if fld.name == "lsn" else getattr(before, fld.name) + getattr(table, fld.name)
+        for fld in fields(table)})

@@ -98,12 +98,14 @@ def test_the_jvm_places_each_row_where_the_client_does(spark: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def shards() -> Iterator[list[BeavaProcess]]:
-    """Three servers as the shards of a map, and a fourth as the reference."""
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BeavaProcess]]:
+    """Three servers as the shards of a map, and a fourth as the reference (with a WAL,
+    which a backfill needs)."""
     procs: list[BeavaProcess] = []
     try:
-        for _ in range(4):
-            procs.append(BeavaProcess())
+        for i in range(4):
+            procs.append(BeavaProcess("--data-dir", str(tmp_path_factory.mktemp(f"s{i}")),
+                                      memory_only=False))
         yield procs
     finally:
         for proc in procs:
@@ -176,6 +178,29 @@ def test_a_read_covers_every_shard(spark: Any, shards: list[BeavaProcess],
         (f"u{i}", 4) for i in range(50))
     with pytest.raises(ValueError, match="not both"):
         beava_spark.push_dataframe(visits, "Visit", "tcp://127.0.0.1:1", shard_map=shard_map)
+
+
+def test_a_sharded_backfill_reads_back_as_one_server(
+        spark: Any, shards: list[BeavaProcess], shard_map: str) -> None:
+    from pyspark.sql import functions as f
+
+    history = pays(spark).withColumn(
+        "ts", f.lit(1_767_225_600_000) + f.monotonically_increasing_id())
+    tables = ["PayUser", "PayCard", "PayAll"]  # two keys (one through a filter), global
+    totals = beava_spark.backfill({"Pay": history}, PIPELINE, shard_map=shard_map,
+                                  tables=tables)
+    beava_spark.backfill({"Pay": history}, PIPELINE, f"tcp://{shards[-1].addrs['tcp']}",
+                         tables=tables)
+    assert list(totals.tables) == ["PayAll", "PayUser", "PayCard"]
+    assert totals.tables["PayUser"].entities == len(USERS)
+    assert totals.tables["PayCard"].entities == 11
+    with ShardedClient(shard_map) as sharded, TcpClient(*shards[-1].tcp) as ref:
+        reads = [r for r in READS if r[0] in tables]
+        expected = ref.batch_get(reads)
+        assert sharded.batch_get(reads) == expected
+        assert expected[0]["user_count"] == 50
+    with pytest.raises(ValueError, match="url .* or shard_map"):
+        beava_spark.backfill({"Pay": history}, PIPELINE, tables=tables)
 
 
 def test_routing_by_one_key_warns_when_it_splits_a_table(
