@@ -14,7 +14,7 @@ import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import BeavaError, ServerError
+from .errors import BeavaError, ServerError, TransportError
 from .messages import register_body
 from .opcodes import CT_JSON, OP_CLUSTER_FENCE, OP_CLUSTER_MAP
 from .shard_routes import Routes
@@ -146,13 +146,14 @@ class _PushMany:
             self.ack_lsn[shard_id] = result["ack_lsn"]
         self.versions.append(result.get("registry_version"))
 
-    def take_error(self, shard_id: str, rows: Sequence[int], err: BaseException) -> bool:
+    def take_error(self, shard_id: str, rows: Sequence[int], err: BaseException,
+                   retry: bool = False) -> bool:
         """A shard's push_many raised: the rows of the chunks acked before the failing one
-        count; False when the error is not one to retry."""
+        count; False when the error is not one to retry (``retry``: this one is)."""
         before = getattr(err, "acked_before", None) or 0
         for i in rows[:before]:
             self.acked[i].add(shard_id)
-        if error_code(err) not in _RETRIED:
+        if not retry and error_code(err) not in _RETRIED:
             return False
         for i in rows[before:]:
             self.again[i] = getattr(err, "error", None) or {"code": error_code(err)}
@@ -322,9 +323,13 @@ class ShardedBase:
     def push_flow(self, event: str, body: Mapping[str, Any]) -> Flow[dict[str, Any]]:
         """One push, sent to every owner in parallel; acked when all have acked. Only the
         shards that failed are sent it again: after a map refresh for ``wrong_shard``
-        (once), after a wait for ``shard_fenced``; a reply naming a newer registry than
-        the routes knew has the routes described again and any new owner sent it too."""
+        (once), after a wait for ``shard_fenced``, on a new connection after a transport
+        failure (once per shard: if the lost request had reached the shard, only the
+        event's dedupe_key keeps it from counting twice); a reply naming a newer registry
+        than the routes knew has the routes described again and any new owner sent it
+        too."""
         done: dict[str, Mapping[str, Any]] = {}
+        lost: set[str] = set()  # shards sent the push again after a transport failure
         refreshed = described = False
         backoff = _Backoff(self.fence_wait)
         call = Call("push", (event, body))
@@ -341,6 +346,10 @@ class ShardedBase:
             outcomes: Outcomes = yield Send(dict.fromkeys(want, call))
             done.update((k, v) for k, v in outcomes.items()
                         if not isinstance(v, BaseException))
+            dropped = {k for k, v in outcomes.items() if isinstance(v, TransportError)}
+            if dropped and not dropped & lost:
+                lost |= dropped  # sent again on a new connection, with the others
+                outcomes = {k: v for k, v in outcomes.items() if k not in dropped}
             failure = first_failure(outcomes)
             if failure is None:
                 continue
@@ -357,8 +366,10 @@ class ShardedBase:
                        chunk_size: int) -> Flow[dict[str, Any]]:
         """Rows grouped by owner, one push_many per shard, the shards in parallel; the
         result as a single server's (``index`` in ``rows``). Rows refused with
-        ``wrong_shard`` or ``shard_fenced`` go again as ``push_flow`` sends a push."""
+        ``wrong_shard`` or ``shard_fenced``, and the rows a shard had not acked when its
+        connection failed, go again as ``push_flow`` sends a push."""
         state = _PushMany(len(rows))
+        lost: set[str] = set()
         refreshed = described = False
         backoff = _Backoff(self.fence_wait)
         while True:
@@ -381,7 +392,11 @@ class ShardedBase:
             for sid, outcome in outcomes.items():
                 if not isinstance(outcome, BaseException):
                     state.take(sid, plan[sid], outcome)
-                elif not state.take_error(sid, plan[sid], outcome):
+                    continue
+                retry = isinstance(outcome, TransportError) and sid not in lost
+                if retry:
+                    lost.add(sid)
+                if not state.take_error(sid, plan[sid], outcome, retry):
                     raise outcome
             codes = {e.get("code") for e in state.again.values()}
             if WRONG_SHARD in codes and not refreshed:
@@ -389,6 +404,8 @@ class ShardedBase:
                 yield REFRESH_MAP
             elif SHARD_FENCED in codes and (delay := backoff.next()) is not None:
                 yield Sleep(delay)
+            elif not codes <= _RETRIED:
+                continue  # rows of a lost connection: sent again at once
             else:
                 state.give_up()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from beava.dsl.compiler import compile_register_payload
-from beava_client import ServerError
+from beava_client import ConnectionClosed, ServerError
 from beava_client.opcodes import OP_CLUSTER_FENCE
 from beava_client.shard_routes import Routes
 from beava_client.sharded_base import (
@@ -100,6 +100,44 @@ def test_wrong_shard_refreshes_the_map_and_resends_to_that_shard_only() -> None:
     assert steps[1] == REFRESH_MAP
     assert set(steps[2].calls) == {moved}
     assert len(result["ack_lsn"]) == 2
+
+
+def test_a_lost_connection_resends_to_that_shard_once() -> None:
+    client = _client()
+    body = _two_owner_body(client)
+    lost = _owner(client, body["user_id"])
+    seen: list[str] = []
+
+    def reply(sid: str, call: Call) -> Any:
+        seen.append(sid)
+        if sid == lost and seen.count(sid) == 1:
+            return ConnectionClosed("connection_closed", "gone")
+        return _ack(sid, call)
+
+    result, steps = _drive(client.push_flow("Card", body), reply)
+    assert [set(s.calls) for s in steps][1:] == [{lost}]
+    assert len(result["ack_lsn"]) == 2
+    with pytest.raises(ConnectionClosed):  # a second failure is raised
+        _drive(_client().push_flow("Card", body),
+               lambda sid, call: ConnectionClosed("connection_closed", "gone"))
+
+
+def test_push_many_resends_the_rows_of_a_lost_connection_once() -> None:
+    client = _client()
+    rows = [_body(f"u{i}") for i in range(30)]
+    calls: dict[str, int] = {}
+
+    def reply(sid: str, call: Call) -> Any:
+        calls[sid] = calls.get(sid, 0) + 1
+        if sid == "s1" and calls[sid] == 1:
+            return ConnectionClosed("connection_closed", "gone")
+        return {"acks": len(call.args[1]), "ack_lsn": 1, "errors": [],
+                "registry_version": 1}
+
+    result, steps = _drive(client.push_many_flow("Card", rows, 1000), reply)
+    assert result["acks"] == 30 and result["errors"] == []
+    assert set(steps[1].calls) == {"s1"}
+    assert calls == {"s0": 1, "s1": 2, "s2": 1}
 
 
 def test_a_second_wrong_shard_is_raised() -> None:
