@@ -8,8 +8,9 @@ One request body is a map with an ``action``:
   upload of one part of ``size`` bytes; with ``parts: K`` instead of ``size``, an upload of
   K key-disjoint parts, each opened by ``part`` (a table without keys has one part);
   answers ``{"upload": id, "chunk_bytes": n, "table": name, "parts": K}``;
-- ``part`` ``{upload, part, size}``: opens part ``part`` (0 to K - 1) of ``size`` bytes, or
-  starts it over (a retried sender); answers ``{"part": j, "size": n}``;
+- ``part`` ``{upload, part, size}``: opens part ``part`` (0 to K - 1) of ``size`` bytes (0:
+  a part that holds no entity), or starts it over (a retried sender); answers
+  ``{"part": j, "size": n}``;
 - ``chunk`` ``{upload, part?, offset, data}``: appends ``data`` (bytes; base64 text in
   JSON) to the part (default 0) at ``offset``, which must be the bytes received so far;
   answers ``{"received": n}``;
@@ -19,6 +20,8 @@ One request body is a map with an ``action``:
   (``beava.engine.backfill.join_part``: overlapping parts are refused) and installs the
   table (``beava.engine.backfill.Install``: counts what it replaces, compares a slice of
   entities per step; ``dry_run`` only counts, a drop needs ``drop_missing``);
+- ``status`` ``{upload}``: the bytes received of each part (null: not opened); like every
+  request naming an upload, it keeps the upload from being dropped as idle;
 - ``abort`` ``{upload}``: drops the upload.
 
 Uploads live in memory, bounded in number, parts, size and idle time (an upload being
@@ -107,7 +110,7 @@ class Commit:
         self.area = area
         self.spec = upload.spec
         self.parts = [part.data for part in upload.parts if part is not None]
-        self.decoder = StateDecoder(upload.spec, self.parts[0])
+        self.decoder: StateDecoder | None = None  # of the part being decoded
         self.table: TableState | None = None  # the parts joined so far
         self.starts: list[int] = []  # the first slot of each part joined
         self.until_ms = upload.until_ms
@@ -121,26 +124,15 @@ class Commit:
         passed (None: call again). BeavaError when the upload does not install."""
         try:
             while self.install is None:
-                try:
-                    if not self.decoder.run(deadline, time.perf_counter):
-                        return None
-                    assert self.decoder.state is not None
-                    part = load_table(self.spec, self.decoder.state)
-                except BeavaError as err:
-                    if len(self.parts) > 1:  # which part does not fit
-                        err.fields["part"] = len(self.starts)
-                    raise
-                self.decoder.state = None  # the loaded table holds it now
-                index = len(self.starts)
-                self.parts[index] = bytearray()  # decoded: its bytes are no longer needed
+                part = self._next_part(deadline)
+                if part is None:
+                    return None
                 if self.table is None:
                     self.table = part
                     self.starts.append(0)
                 else:
                     join_part(self.table, part, self.starts)
-                if index + 1 < len(self.parts):
-                    self.decoder = StateDecoder(self.spec, self.parts[index + 1])
-                else:
+                if len(self.starts) == len(self.parts):
                     self.install = Install(self.area.store, self.table, self.until_ms,
                                            dry_run=self.dry_run,
                                            drop_missing=self.drop_missing)
@@ -151,6 +143,26 @@ class Commit:
         if reply is not None:
             self.area.committing.discard(self)
         return reply
+
+    def _next_part(self, deadline: float | None) -> TableState | None:
+        """The next part loaded, or None when ``deadline`` passed first (call again)."""
+        index = len(self.starts)
+        if not self.parts[index]:
+            return TableState(self.spec)  # a part of 0 bytes holds no entity
+        try:
+            if self.decoder is None:
+                self.decoder = StateDecoder(self.spec, self.parts[index])
+            if not self.decoder.run(deadline, time.perf_counter):
+                return None
+            assert self.decoder.state is not None
+            part = load_table(self.spec, self.decoder.state)
+        except BeavaError as err:
+            if len(self.parts) > 1:  # which part does not fit
+                err.fields["part"] = index
+            raise
+        self.decoder = None  # the loaded table holds its state now
+        self.parts[index] = bytearray()  # nor are its bytes needed any more
+        return part
 
 
 class BackfillUploads:
@@ -181,10 +193,14 @@ class BackfillUploads:
             return self._chunk(body)
         if action == "commit":
             return self._commit(body)
+        if action == "status":
+            upload = self._upload(body)
+            return {"parts": [None if part is None else len(part.data)
+                              for part in upload.parts]}
         if action == "abort":
             self.uploads.pop(_str(body, "upload"), None)
             return {"aborted": True}
-        raise _bad("action", "action must be begin, part, chunk, commit or abort")
+        raise _bad("action", "action must be begin, part, chunk, status, commit or abort")
 
     def _begin(self, body: dict[str, Any]) -> dict[str, Any]:
         table = _str(body, "table")

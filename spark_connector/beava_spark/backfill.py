@@ -1,16 +1,29 @@
 """Backfill: a running server's tables brought to what history says, computed in Spark.
 
 ``backfill(events, registry, url)`` computes, in Spark, each requested table's entity state
-as of ``until_ms`` by replaying the history through the server's own engine (the
-``beava.offline.Replay`` of ``historical_features``, each event at its time), and installs it
-into the server at ``url`` with the backfill admin operation (docs/wire.md): the state is
-uploaded in chunks, then committed; the server applies on top the pushes it received after
-``until_ms`` (read back from its WAL, in order) and swaps the table in, atomically per
-table and durably (a WAL record).
+as of ``until_ms`` by replaying the history through the server's own engine
+(``beava.offline.Replay``, each event at its time), and installs it into the server at
+``url`` with the backfill admin operation (docs/wire.md), atomically per table and durably
+(a WAL record); the server applies on top the pushes it received after ``until_ms`` (read
+back from its WAL, in order).
 
-A table's replay runs in one Spark task: the server holds a table as one state, and a state
-is not split by entity and merged again (tables run in parallel, one task and partition
-each). The events are read, converted, deduplicated and sorted by Spark in parallel.
+One Spark job for all requested tables, on the exchange of ``historical_features``
+(:mod:`beava_spark.replay_exchange`):
+
+1. the driver opens one upload per table, of K key-disjoint parts (K the exchange's
+   buckets, from the size of the events and ``spark.default.parallelism``; a table
+   without keys has one part);
+2. each event up to ``until_ms`` is exploded once per key group it feeds, repartitioned
+   once by (group, key bucket) into K partitions and sorted once into push order;
+3. the task of partition p replays each group's rows (Arrow batches into
+   ``Replay.replay_batch``, the garbage collector paused) and sends, for each table of the
+   group, its state as part p of the table's upload, over its own connection: the keys of
+   a (group, bucket) meet in one partition, so the parts are key-disjoint. A task holds
+   one group's state at a time and returns only counts;
+4. the driver opens the parts no task sent as empty (no history reached their keys) and
+   commits the tables one after another: the server joins each table's parts.
+
+No event and no state passes through the driver.
 """
 
 from __future__ import annotations
@@ -18,8 +31,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import threading
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,33 +42,39 @@ import msgspec
 from .errors import BeavaSparkError
 from .historical import HistoricalReplayError
 from .replay_exchange import (
-    PREFIX,
     B,
     E,
-    O,
-    S,
+    G,
+    K,
+    KeyGroup,
     T,
+    bucket_count,
     check_event_names,
     compile_pipeline,
     event_codes,
+    event_rows,
     event_stream,
+    key_groups,
     new_replay,
     refusal,
+    replay_stream,
     table_names,
     time_ms,
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
-    from beava.offline import Pipeline, Replay, TableInfo
+    from beava.offline import Pipeline, TableInfo
 
 __all__ = ["BackfillError", "BackfillTotals", "TableBackfill", "backfill"]
 
-_TB = PREFIX + "tb"  # index of the table a replay row is for
-_PT = PREFIX + "pt"  # the tag that places the table's rows in their own partition
 CHUNK_BYTES = 2 * 1024 * 1024  # state bytes per upload request (at most begin's chunk_bytes)
+MAX_PARTS = 1024  # the server's bound on the parts of one upload
+KEEP_OPEN_SECONDS = 60.0  # between two status requests keeping the uploads open
 _decode_json = msgspec.json.Decoder().decode
+_PARTS_SCHEMA = "table string, part int, events long, state_bytes long"
 
 
 class BackfillError(BeavaSparkError, RuntimeError):
@@ -75,7 +95,9 @@ class BackfillError(BeavaSparkError, RuntimeError):
 class TableBackfill:
     """One table's backfill: ``events`` replayed from history, ``entities`` after the
     install, ``state_bytes`` uploaded, ``tail_events`` (pushes after ``until_ms`` the
-    server applied from its WAL), ``lsn`` of the install's WAL record (0 for a dry run).
+    server applied from its WAL), ``lsn`` of the install's WAL record (0 for a dry run),
+    ``parts`` the Spark tasks computed and sent (each the state of the keys of one
+    partition; keys no history reaches make no part).
 
     What the install replaced (or, for a dry run, would replace), entity by entity:
     ``kept`` (same row), ``changed``, ``created`` (held by the history or the pushes
@@ -90,6 +112,7 @@ class TableBackfill:
     changed: int = 0
     created: int = 0
     dropped: int = 0
+    parts: int = 0
 
 
 @dataclass
@@ -141,8 +164,9 @@ def backfill(
       (docs/sharding.md): each shard gets the state of the keys it owns, computed from the
       events carrying them (``beava_spark.shards.backfill_shards``).
 
-    Tables are installed one after another, each atomically. Raises ValueError for bad
-    arguments before any job runs, BackfillError when the server refuses a step.
+    Tables are installed one after another, each atomically, once the one Spark job has
+    replayed and uploaded every part. Raises ValueError for bad arguments before any job
+    runs, BackfillError when the server refuses a step.
     """
     if (url is None) == (shard_map is None):
         raise ValueError("give url (one server) or shard_map (a sharded deployment)")
@@ -172,25 +196,32 @@ def backfill(
             "order_col": order_col, "timeout": timeout, "dry_run": dry_run,
             "drop_missing": drop_missing})
     assert url is not None
+    buckets = min(MAX_PARTS, bucket_count([events[e] for e in needed]))
     totals = BackfillTotals(until_ms, dry_run=dry_run)
-    commit = {"dry_run": dry_run, "drop_missing": drop_missing}
     from beava_client import client_for_url
 
     client = client_for_url(url, timeout=timeout)
+    uploads: dict[str, str] = {}  # table -> its upload, until committed
     try:
-        with contextlib.closing(_table_states(events, pipeline, plans, needed, time_col,
-                                              until_ms, order_col)) as states:
-            seen: set[int] = set()
-            for index, count, data in states:
-                seen.add(index)
-                _install(client, plans[index], count, data, until_ms, commit, totals)
-        for index, plan in enumerate(plans):
-            if index not in seen:  # no history reaches the table: it starts empty
-                _install(client, plan, 0, _empty_state(plan), until_ms, commit, totals)
+        chunk = CHUNK_BYTES
+        for plan in plans:
+            begun = _request(client, plan.name, {
+                "action": "begin", "table": plan.name, "until_ms": until_ms,
+                "parts": buckets if plan.keys else 1,
+                "nodes": _decode_json(plan.payload)["nodes"]})
+            uploads[plan.name] = begun["upload"]
+            chunk = min(chunk, int(begun.get("chunk_bytes", CHUNK_BYTES)))
+        with _KeptOpen(url, timeout, uploads):
+            sent = _send_parts(events, pipeline, plans, time_col, until_ms, order_col,
+                               buckets, _Sender(url, timeout, chunk, uploads))
+        for plan in plans:
+            _commit(client, plan, buckets if plan.keys else 1, uploads.pop(plan.name), sent,
+                    {"dry_run": dry_run, "drop_missing": drop_missing}, totals)
     finally:
+        for name, upload in uploads.items():  # else each is dropped once idle
+            with contextlib.suppress(Exception):
+                _request(client, name, {"action": "abort", "upload": upload})
         client.close()
-    totals.tables = {plan.name: totals.tables[plan.name] for plan in plans
-                     if plan.name in totals.tables}
     totals.seconds = time.monotonic() - started
     return totals
 
@@ -212,70 +243,87 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
     return int(newest)
 
 
-def _table_states(events: Mapping[str, DataFrame], pipeline: Pipeline,
-                  plans: Sequence[TableInfo], needed: Sequence[str], time_col: str,
-                  until_ms: int, order_col: str | None
-                  ) -> Generator[tuple[int, int, bytes], None, None]:
-    """``(table index, events replayed, state bytes)`` per table that history reaches, as
-    the Spark tasks finish them."""
+class _KeptOpen:
+    """While the job runs, a thread asks the server for the status of every upload once
+    a minute: the server drops an upload idle for 10 minutes, and a long job may send a
+    table's parts far apart."""
+
+    def __init__(self, url: str, timeout: float, uploads: Mapping[str, str]) -> None:
+        self.url, self.timeout, self.uploads = url, timeout, dict(uploads)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="beava-backfill-keepalive",
+                                       daemon=True)
+
+    def __enter__(self) -> _KeptOpen:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        from beava_client import client_for_url
+
+        with contextlib.closing(client_for_url(self.url, timeout=self.timeout)) as client:
+            while not self.done.wait(KEEP_OPEN_SECONDS):
+                for table, upload in self.uploads.items():
+                    with contextlib.suppress(Exception):  # the commit reports a lost one
+                        _request(client, table, {"action": "status", "upload": upload})
+
+
+@dataclass(frozen=True)
+class _Sender:
+    """Where a task sends its parts: the server, and each table's upload."""
+
+    url: str
+    timeout: float
+    chunk: int
+    uploads: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _PartGroup:
+    """What a task needs of a key group: its store's payload, its tables, and for each
+    table the codes of the events that feed it and whether it has keys."""
+
+    payload: bytes
+    tables: tuple[str, ...]
+    feeding: tuple[frozenset[int], ...]
+    keyed: tuple[bool, ...]
+
+
+def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
+                plans: Sequence[TableInfo], time_col: str, until_ms: int,
+                order_col: str | None, buckets: int, sender: _Sender
+                ) -> dict[tuple[str, int], tuple[int, int]]:
+    """Run the job (module docstring): ``(table, part) -> (events, state bytes)`` of every
+    part a task sent."""
     from pyspark.sql import functions as f
 
-    streams = {}
-    for event in needed:
+    groups = key_groups(pipeline, plans)
+    rows = []
+    for event in dict.fromkeys(e for g in groups for e in g.events):
         df = events[event]
         at = time_ms(df, time_col, f"events[{event!r}]")
         # null times stay: the replay refuses them, as historical_features does
         kept = df.where(at.isNull() | (at <= f.lit(until_ms)))
-        streams[event] = event_stream(kept, pipeline, event, time_col, order_col, set(),
-                                      HistoricalReplayError)[0]
-    base = [T, O, E, S, B]
-    tags = _partition_tags(len(plans))
-    parts = [streams[e].select(*base).withColumn(_TB, f.lit(i)).withColumn(_PT, f.lit(tags[i]))
-             for i, plan in enumerate(plans) for e in plan.events]
-    rows = functools.reduce(lambda a, b: a.unionByName(b), parts)
-    # one partition per table: table i's rows carry a tag that hashes to partition i
-    ordered = (rows.repartition(len(plans), _PT).drop(_PT)
-               .sortWithinPartitions(_TB, T, O, E, S))
-    task = functools.partial(_state_task, payloads=tuple(p.payload for p in plans),
-                             names=tuple(p.name for p in plans),
-                             events=event_codes(pipeline),
-                             at=(ordered.columns.index(T), ordered.columns.index(E),
-                                 ordered.columns.index(B)),
-                             table_at=ordered.columns.index(_TB))
-    from pyspark import StorageLevel
-
-    states = ordered.rdd.mapPartitions(task).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        states.count()  # every table's task at once, then the states one by one
-        pending: dict[int, list[Any]] = {}
-        for index, seq, count, chunk in states.toLocalIterator():
-            if seq >= 0:
-                pending.setdefault(index, []).append(chunk)
-                continue
-            yield index, count, b"".join(pending.pop(index, []))
-    finally:
-        states.unpersist()
+        fed = [g for g in groups if event in g.events]
+        stream = event_stream(kept, pipeline, event, time_col, order_col,
+                              {k for g in fed for k in g.keys}, HistoricalReplayError, fed)
+        rows += event_rows(*stream, fed, event, pipeline, 0, HistoricalReplayError)
+    codes = event_codes(pipeline)
+    task = functools.partial(_part_task, groups=[_part_group(g, codes) for g in groups],
+                             events=codes, sender=sender)
+    out = replay_stream(rows, buckets).mapInArrow(task, _PARTS_SCHEMA)
+    return {(row["table"], row["part"]): (row["events"], row["state_bytes"])
+            for row in out.collect()}
 
 
-def _partition_tags(n: int) -> list[int]:
-    """For each i < n, a long whose Spark hash (Murmur3, as ``repartition(n, col)`` places
-    rows) falls in partition i."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as f
-
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
-    found: dict[int, int] = {}
-    for row in spark.range(0, 64 * n + 64).select(
-            "id", f.pmod(f.hash("id"), f.lit(n)).alias("p")).collect():
-        found.setdefault(int(row["p"]), int(row["id"]))
-    if len(found) < n:  # not expected: 64 candidates per partition
-        raise RuntimeError(f"no partition tag for {n - len(found)} of {n} tables")
-    return [found[i] for i in range(n)]
-
-
-def _empty_state(plan: TableInfo) -> bytes:
-    return new_replay(plan.payload, HistoricalReplayError).state(plan.name)
+def _part_group(group: KeyGroup, codes: tuple[str, ...]) -> _PartGroup:
+    return _PartGroup(group.payload, tuple(t.name for t in group.tables),
+                      tuple(frozenset(codes.index(e) for e in t.events) for t in group.tables),
+                      tuple(bool(t.keys) for t in group.tables))
 
 
 def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -298,73 +346,115 @@ def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _install(client: Any, plan: TableInfo, count: int, data: bytes, until_ms: int,
-             commit: dict[str, bool], totals: BackfillTotals) -> None:
-    nodes = _decode_json(plan.payload)["nodes"]
-    begun = _request(client, plan.name, {"action": "begin", "table": plan.name,
-                                         "until_ms": until_ms, "size": len(data),
-                                         "nodes": nodes})
-    upload = begun["upload"]
-    step = min(CHUNK_BYTES, int(begun.get("chunk_bytes", CHUNK_BYTES)))
-    try:
-        for offset in range(0, len(data), step):
-            _request(client, plan.name, {"action": "chunk", "upload": upload,
-                                         "offset": offset, "data": data[offset:offset + step]})
-        done = _request(client, plan.name, {"action": "commit", "upload": upload, **commit})
-    except BaseException:
-        with contextlib.suppress(Exception):  # else it is dropped once idle
-            _request(client, plan.name, {"action": "abort", "upload": upload})
-        raise
+def _commit(client: Any, plan: TableInfo, nparts: int, upload: str,
+            sent: Mapping[tuple[str, int], tuple[int, int]], commit: dict[str, bool],
+            totals: BackfillTotals) -> None:
+    """Open the parts no task sent as empty, commit, and count the install."""
+    for part in range(nparts):
+        if (plan.name, part) not in sent:  # no history reaches its keys
+            _request(client, plan.name, {"action": "part", "upload": upload, "part": part,
+                                         "size": 0})
+    done = _request(client, plan.name, {"action": "commit", "upload": upload, **commit})
+    mine = [sent[(plan.name, part)] for part in range(nparts) if (plan.name, part) in sent]
+    count = sum(events for events, _ in mine)
     totals.tables[plan.name] = TableBackfill(
-        events=count, entities=int(done.get("entities", 0)), state_bytes=len(data),
+        events=count, entities=int(done.get("entities", 0)),
+        state_bytes=sum(size for _, size in mine),
         tail_events=int(done.get("tail_events", 0)), lsn=int(done.get("lsn", 0)),
         kept=int(done.get("kept", 0)), changed=int(done.get("changed", 0)),
-        created=int(done.get("created", 0)), dropped=int(done.get("dropped", 0)))
+        created=int(done.get("created", 0)), dropped=int(done.get("dropped", 0)),
+        parts=len(mine))
     totals.events += count
 
 
 # -- task side --------------------------------------------------------------------------------
 
 
-def _state_task(rows: Iterable[Any], *, payloads: tuple[bytes, ...], names: tuple[str, ...],
-                events: tuple[str, ...], at: tuple[int, int, int], table_at: int
-                ) -> Iterator[tuple[int, int, int, bytes | None]]:
-    """Replay each table's events (rows sorted by table, then time) into a fresh replay and
-    yield its state: ``(table, seq, 0, chunk)`` rows, then ``(table, -1, events, None)``."""
-    t, e, b = at
-    current = -1
-    replay: Replay | None = None
-    count = 0
-    for row in rows:
-        index = row[table_at]
-        if index != current:
-            if replay is not None:
-                yield from _state_rows(replay, names[current], current, count)
-            replay = new_replay(payloads[index], HistoricalReplayError)
-            current, count = index, 0
-        assert replay is not None
-        _push(replay, events[row[e]], row[t], row[b])
-        count += 1
-    if replay is not None:
-        yield from _state_rows(replay, names[current], current, count)
+def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup],
+               events: tuple[str, ...], sender: _Sender) -> Iterator[pa.RecordBatch]:
+    """Replay a partition of the stream (sorted by group, then push order), one group at
+    a time, and send each table's state as this partition's part (``mapInArrow``'s
+    function); yields one row per part sent."""
+    import numpy as np
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from beava.offline import ReplayRefused, gc_paused
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    number, replay = -1, None
+    counts: dict[int, int] = {}  # events of the current group, by event code
+    with _Uploader(sender, partition) as uploader, gc_paused():
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            column = batch.column(G).to_numpy(zero_copy_only=False)
+            cuts = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(),
+                    batch.num_rows]
+            for start, stop in zip(cuts, cuts[1:], strict=False):
+                if int(column[start]) != number:  # sorted by group: the previous is done
+                    if replay is not None:
+                        yield uploader.send(groups[number], replay, counts)
+                    number = int(column[start])
+                    replay, counts = new_replay(groups[number].payload,
+                                                HistoricalReplayError), {}
+                part = batch.slice(start, stop - start)
+                codes = part.column(E)
+                for code, n in zip(*np.unique(codes.to_numpy(zero_copy_only=False),
+                                              return_counts=True), strict=True):
+                    counts[int(code)] = counts.get(int(code), 0) + int(n)
+                assert replay is not None
+                try:
+                    replay.replay_batch(pa.RecordBatch.from_arrays(
+                        [codes, part.column(T), part.column(B), part.column(K)],
+                        names=["code", "time", "body", "key"]), events)
+                except ReplayRefused as err:
+                    body = part.column(B)[err.row].as_py() or ""
+                    raise HistoricalReplayError(
+                        refusal(err.event, err.time_ms, body, err.code)) from None
+        if replay is not None:
+            yield uploader.send(groups[number], replay, counts)
 
 
-def _push(replay: Replay, event: str, time: int | None, body: str) -> None:
-    """Push one event row at its time (HistoricalReplayError for a row the server would
-    refuse, or one without a time)."""
-    from beava.offline import ReplayRefused
+class _Uploader:
+    """A task's connection to the server, sending the parts of its partition."""
 
-    if time is None:
-        raise HistoricalReplayError(refusal(event, None, body, "null_time"))
-    try:
-        replay.push(event, time, _decode_json(body))
-    except ReplayRefused as err:
-        raise HistoricalReplayError(refusal(event, time, body, err.code)) from None
+    def __init__(self, sender: _Sender, partition: int) -> None:
+        from beava_client import client_for_url
 
+        self.sender = sender
+        self.partition = partition
+        self.client = client_for_url(sender.url, timeout=sender.timeout)
 
-def _state_rows(replay: Replay, name: str, index: int, count: int
-                ) -> Iterator[tuple[int, int, int, bytes | None]]:
-    data = replay.state(name)
-    for seq, offset in enumerate(range(0, len(data), CHUNK_BYTES)):
-        yield index, seq, 0, data[offset:offset + CHUNK_BYTES]
-    yield index, -1, count, None
+    def __enter__(self) -> _Uploader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def send(self, group: _PartGroup, replay: Any, counts: Mapping[int, int]
+             ) -> pa.RecordBatch:
+        """Send each table's state of ``group`` as its part; the rows that say so."""
+        import pyarrow as pa
+
+        rows: dict[str, list[Any]] = {"table": [], "part": [], "events": [],
+                                      "state_bytes": []}
+        for table, feeding, keyed in zip(group.tables, group.feeding, group.keyed,
+                                         strict=True):
+            data = replay.state(table)
+            part = self.partition if keyed else 0  # a table without keys is one part
+            upload = self.sender.uploads[table]
+            _request(self.client, table, {"action": "part", "upload": upload, "part": part,
+                                          "size": len(data)})
+            for offset in range(0, len(data), self.sender.chunk):
+                _request(self.client, table, {
+                    "action": "chunk", "upload": upload, "part": part, "offset": offset,
+                    "data": data[offset:offset + self.sender.chunk]})
+            rows["table"].append(table)
+            rows["part"].append(part)
+            rows["events"].append(sum(counts.get(code, 0) for code in feeding))
+            rows["state_bytes"].append(len(data))
+        return pa.RecordBatch.from_pydict(rows, schema=pa.schema([
+            ("table", pa.string()), ("part", pa.int32()), ("events", pa.int64()),
+            ("state_bytes", pa.int64())]))

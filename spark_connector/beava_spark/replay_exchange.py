@@ -103,8 +103,10 @@ def key_groups(pipeline: Pipeline, plans: Sequence[TableInfo]) -> list[KeyGroup]
         events = tuple(e for e in pipeline.events if any(e in t.events for t in tables))
         bodies: dict[str, tuple[str, ...] | None] = {}
         for event in events:
-            fields = None if chained or event not in checked else pipeline.fields_read(
-                names, event)
+            # a group whose tables read no field (a count) takes the whole body: an
+            # event declares at least one field
+            fields = None if chained or event not in checked else (
+                pipeline.fields_read(names, event) or None)
             bodies[event] = fields
             checked.add(event)
         narrowed = {e: fields for e, fields in bodies.items() if fields is not None}

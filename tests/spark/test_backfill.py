@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,10 +214,46 @@ def Visits(v: Visit) -> bv.Table:
     return v.group_by("user_id").agg(visits=bv.count(), visits_1h=bv.count(window="1h"))
 
 
-def test_each_table_replays_in_its_own_partition(spark: Any) -> None:
-    from beava_spark.backfill import _partition_tags
 
-    tags = _partition_tags(9)
-    df = spark.createDataFrame([(t,) for t in tags], "t long").repartition(9, "t")
-    placed = df.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r[0]) for r in rows])
-    assert sorted(placed.collect()) == list(enumerate(tags))
+def test_a_table_is_replayed_in_key_disjoint_parts(spark: Any, durable: BeavaProcess) -> None:
+    """Each task replays the keys of its partition and sends their state as one part; the
+    server joins the parts. A table without keys stays one part."""
+    url = f"tcp://{durable.addrs['tcp']}"
+    users = [f"u{i}" for i in range(40)]
+    visits = spark.createDataFrame([(T0 + i * 1000, users[i % 40], float(i))
+                                    for i in range(400)], "ts long, user_id string, ms double")
+    with bv.App(url) as app:
+        app.register(Visit, Visits, AllVisits)
+        totals = backfill({"Visit": visits.repartition(4)}, [Visit, Visits, AllVisits], url)
+        assert totals.tables["Visits"].parts > 1 and totals.tables["AllVisits"].parts == 1
+        assert totals.tables["Visits"].entities == 40 and totals.tables["Visits"].events == 400
+        assert totals.events == 800
+        app.set_time(T0 + 400 * 1000)
+        assert [app.get("Visits", user)["visits"] for user in users] == [10] * 40
+        assert app.get("AllVisits")["all_visits"] == 400
+
+
+@bv.table
+def AllVisits(v: Visit) -> bv.Table:
+    return v.agg(all_visits=bv.count())
+
+
+def test_the_uploads_are_kept_open_while_the_job_runs(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The server drops an upload idle for 10 minutes: while the job runs, the driver
+    asks for the status of every upload now and then."""
+    import importlib
+
+    module = importlib.import_module("beava_spark.backfill")
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(module, "KEEP_OPEN_SECONDS", 0.01)
+    monkeypatch.setattr(module, "_request", lambda client, table, body: calls.append(
+        (table, body)) or {})
+    with module._KeptOpen("tcp://127.0.0.1:1", 1.0, {"A": "up-a", "B": "up-b"}):
+        deadline = time.monotonic() + 30
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(calls) >= 4
+    assert {(table, body["action"], body["upload"]) for table, body in calls} == {
+        ("A", "status", "up-a"), ("B", "status", "up-b")}

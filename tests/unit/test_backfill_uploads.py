@@ -79,6 +79,16 @@ def test_idle_uploads_are_dropped_when_another_begins() -> None:
     assert info.value.code == "backfill_upload_not_found"
 
 
+def test_status_keeps_an_upload_open() -> None:
+    area, now = uploads()
+    kept = begin(area, "ByHost", 5)
+    for _ in range(3):
+        now[0] += IDLE_SECONDS - 1
+        assert area.handle({"action": "status", "upload": kept}) == {"parts": [0]}
+    begin(area, "AllPings", 5)
+    assert area.handle({"action": "status", "upload": kept}) == {"parts": [0]}
+
+
 # -- an upload of key-disjoint parts --------------------------------------------------------
 
 
@@ -106,7 +116,8 @@ def stage_parts(area: BackfillUploads, parts: list[bytes]) -> str:
 
 def test_disjoint_parts_reach_the_install_and_overlapping_ones_are_refused() -> None:
     area, _ = uploads()
-    upload = stage_parts(area, [host_state("a", "b"), host_state("c"), host_state()])
+    # a part of 0 bytes holds no entity, as does the dump of an empty table
+    upload = stage_parts(area, [host_state("a", "b"), b"", host_state("c"), host_state()])
     job = area.handle({"action": "commit", "upload": upload})
     assert isinstance(job, Commit)
     with pytest.raises(BeavaError) as info:  # joined, then refused by the memory-only store
@@ -151,6 +162,7 @@ def test_parts_are_checked_and_bounded() -> None:
     area.handle({"action": "chunk", "upload": upload, "part": 1, "offset": 0, "data": b"ab"})
     refused = error({"action": "commit", "upload": upload})
     assert (refused["path"], refused["parts"]) == ("upload", [0, 1, 2])
+    assert area.handle({"action": "status", "upload": upload}) == {"parts": [None, 2, None]}
     # a part opened again starts over, and only its new size counts
     area.handle({"action": "part", "upload": upload, "part": 1, "size": 2})
     assert area.handle({"action": "chunk", "upload": upload, "part": 1, "offset": 0,
