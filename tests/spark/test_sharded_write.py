@@ -1,6 +1,7 @@
-"""Spark writes and reads with ``shard_map`` (docs/sharding.md): the owners computed in the
-JVM are the client's, a write reaches every table's owner and reads back as one server's,
-a read covers every shard, and routing by one key warns when it splits a table."""
+"""Spark writes and reads with ``shard_map`` (docs/sharding.md) against ``beava cluster up
+--shards 3``: the owners computed in the JVM are the client's, a write (batch, streaming,
+backfill) reaches every table's owner and reads back as one server's, a read covers every
+shard, and routing by one key warns when it splits a table."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./s
 import beava as bv  # noqa: E402
 import beava_spark  # noqa: E402
 from beava.dsl.compiler import compile_register_payload  # noqa: E402
+from beava.launcher import split_addr  # noqa: E402
 from beava_client import ShardedClient, TcpClient  # noqa: E402
 from beava_client.shard_routes import Routes  # noqa: E402
 from beava_client.slots import SLOTS, Shard, ShardMap, split_slots  # noqa: E402
 from beava_spark.shards import ShardRouting  # noqa: E402
-from tests.support import BeavaProcess  # noqa: E402
+from tests.support import BeavaCluster, BeavaProcess  # noqa: E402
 
 
 @bv.event
@@ -98,33 +100,38 @@ def test_the_jvm_places_each_row_where_the_client_does(spark: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BeavaProcess]]:
-    """Three servers as the shards of a map, and a fourth as the reference (with a WAL,
-    which a backfill needs)."""
-    procs: list[BeavaProcess] = []
+def servers(tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[BeavaCluster, BeavaProcess]]:
+    """``beava cluster up --shards 3`` and one server as the reference, both with a WAL
+    (which a backfill needs)."""
+    cluster = BeavaCluster(tmp_path_factory.mktemp("cluster"))
     try:
-        for i in range(4):
-            procs.append(BeavaProcess("--data-dir", str(tmp_path_factory.mktemp(f"s{i}")),
-                                      memory_only=False))
-        yield procs
+        reference = BeavaProcess("--data-dir", str(tmp_path_factory.mktemp("ref")),
+                                 memory_only=False)
+        try:
+            yield cluster, reference
+        finally:
+            reference.terminate()
     finally:
-        for proc in procs:
-            proc.terminate()
+        cluster.stop()
 
 
 @pytest.fixture
-def shard_map(shards: list[BeavaProcess], tmp_path: Path, spark: Any) -> str:
+def reference(servers: tuple[BeavaCluster, BeavaProcess]) -> BeavaProcess:
+    return servers[1]
+
+
+@pytest.fixture
+def shard_map(servers: tuple[BeavaCluster, BeavaProcess], spark: Any) -> str:
+    """The cluster's map file, every shard and the reference reset and registered."""
+    cluster, reference = servers
     payload = compile_register_payload(*PIPELINE)
-    for proc in shards:
-        with TcpClient(*proc.tcp) as client:
+    for address in [s.tcp for s in cluster.map.shards] + [reference.addrs["tcp"]]:
+        with TcpClient(*split_addr(address)) as client:
             client.reset()
             client.register(payload)
-    path = tmp_path / "cluster.json"
-    path.write_text(ShardMap(1, [
-        Shard(f"s{i}", (r,), p.addrs["tcp"], p.http_url)
-        for i, (p, r) in enumerate(zip(shards, split_slots(3), strict=False))]).to_json())
     beava_spark.register(spark)
-    return str(path)
+    return str(cluster.map_file)
 
 
 READS: list[tuple[str, Any]] = [("PayUser", u) for u in USERS] + [
@@ -133,24 +140,24 @@ READS: list[tuple[str, Any]] = [("PayUser", u) for u in USERS] + [
     for n in (-1, 0, 1) for ok in (True, False)]
 
 
-def test_a_sharded_write_reads_back_as_one_server(spark: Any, shards: list[BeavaProcess],
+def test_a_sharded_write_reads_back_as_one_server(spark: Any, reference: BeavaProcess,
                                                   shard_map: str) -> None:
-    reference = f"tcp://{shards[-1].addrs['tcp']}"
+    reference_url = f"tcp://{reference.addrs['tcp']}"
     totals = beava_spark.push_dataframe(pays(spark), "Pay", shard_map=shard_map,
                                         partitions_per_server=2)
     assert totals.rejected == 0 and totals.rows > 300  # rows sent to several owners
     (pays(spark).write.format("beava").option("shard_map", shard_map).option("event", "Pay")
      .mode("append").save())
-    beava_spark.push_dataframe(pays(spark), "Pay", reference)
-    beava_spark.push_dataframe(pays(spark), "Pay", reference)
-    with ShardedClient(shard_map) as sharded, TcpClient(*shards[-1].tcp) as ref:
+    beava_spark.push_dataframe(pays(spark), "Pay", reference_url)
+    beava_spark.push_dataframe(pays(spark), "Pay", reference_url)
+    with ShardedClient(shard_map) as sharded, TcpClient(*reference.tcp) as ref:
         expected = ref.batch_get(READS)
         assert sharded.batch_get(READS) == expected
         assert expected[0]["user_count"] == 100
 
 
-def test_a_streaming_write_with_a_shard_map(spark: Any, shards: list[BeavaProcess],
-                                            shard_map: str, tmp_path: Path) -> None:
+def test_a_streaming_write_with_a_shard_map(spark: Any, shard_map: str,
+                                            tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()
     with (source / "part-0.json").open("w") as fh:
@@ -167,8 +174,7 @@ def test_a_streaming_write_with_a_shard_map(spark: Any, shards: list[BeavaProces
             [{"visits": 4}] * 30
 
 
-def test_a_read_covers_every_shard(spark: Any, shards: list[BeavaProcess],
-                                   shard_map: str) -> None:
+def test_a_read_covers_every_shard(spark: Any, shard_map: str) -> None:
     visits = spark.createDataFrame([(f"u{i % 50}", "p") for i in range(200)],
                                    "user_id string, page string")
     beava_spark.push_dataframe(visits, "Visit", shard_map=shard_map)
@@ -181,7 +187,7 @@ def test_a_read_covers_every_shard(spark: Any, shards: list[BeavaProcess],
 
 
 def test_a_sharded_backfill_reads_back_as_one_server(
-        spark: Any, shards: list[BeavaProcess], shard_map: str) -> None:
+        spark: Any, reference: BeavaProcess, shard_map: str) -> None:
     from pyspark.sql import functions as f
 
     history = pays(spark).withColumn(
@@ -189,12 +195,12 @@ def test_a_sharded_backfill_reads_back_as_one_server(
     tables = ["PayUser", "PayCard", "PayAll"]  # two keys (one through a filter), global
     totals = beava_spark.backfill({"Pay": history}, PIPELINE, shard_map=shard_map,
                                   tables=tables)
-    beava_spark.backfill({"Pay": history}, PIPELINE, f"tcp://{shards[-1].addrs['tcp']}",
+    beava_spark.backfill({"Pay": history}, PIPELINE, f"tcp://{reference.addrs['tcp']}",
                          tables=tables)
     assert list(totals.tables) == ["PayAll", "PayUser", "PayCard"]
     assert totals.tables["PayUser"].entities == len(USERS)
     assert totals.tables["PayCard"].entities == 11
-    with ShardedClient(shard_map) as sharded, TcpClient(*shards[-1].tcp) as ref:
+    with ShardedClient(shard_map) as sharded, TcpClient(*reference.tcp) as ref:
         reads = [r for r in READS if r[0] in tables]
         expected = ref.batch_get(reads)
         assert sharded.batch_get(reads) == expected
@@ -204,9 +210,11 @@ def test_a_sharded_backfill_reads_back_as_one_server(
 
 
 def test_routing_by_one_key_warns_when_it_splits_a_table(
-        spark: Any, shards: list[BeavaProcess], shard_map: str) -> None:
-    urls = [f"tcp://{p.addrs['tcp']}" for p in shards[:2]]
+        spark: Any, servers: tuple[BeavaCluster, BeavaProcess], shard_map: str) -> None:
+    cluster, reference = servers
+    urls = [f"tcp://{reference.addrs['tcp']}", f"tcp://{cluster.map.shards[0].tcp}"]
     # PayPlace, keyed by user_id and more, stays whole on one server
     with pytest.warns(UserWarning, match=r"splits the tables keyed otherwise \(PayAll by "
                                          r"no key, PayCard by \['card'\]\): their rows"):
-        beava_spark.push_dataframe(pays(spark, 10), "Pay", urls, key="user_id")
+        beava_spark.push_dataframe(pays(spark, 10), "Pay", urls, key="user_id",
+                                   on_error="collect")
