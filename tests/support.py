@@ -93,14 +93,15 @@ class BeavaProcess:
 
 
 class BeavaCluster:
-    """``beava cluster up --test-mode`` on ``data_dir`` (durable): ``ready`` is its
-    ``cluster.ready`` line, ``map`` the shard map, ``map_file`` the map's file."""
+    """``beava cluster up --test-mode`` on ``data_dir`` (durable; ``args``: more options):
+    ``ready`` is its ``cluster.ready`` line, ``map`` the shard map, ``map_file`` the map's
+    file."""
 
-    def __init__(self, data_dir: Path, shards: int = 3) -> None:
+    def __init__(self, data_dir: Path, shards: int = 3, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BEAVA_")}
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "beava", "cluster", "up", "--shards", str(shards),
-             "--data-dir", str(data_dir), "--test-mode"],
+             "--data-dir", str(data_dir), "--test-mode", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert self.proc.stdout is not None
         line: list[bytes] = []

@@ -86,6 +86,14 @@ def map_source(shard_map: str | os.PathLike[str] | ShardMap) -> tuple[ShardMap |
     return ShardMap.load(text), text
 
 
+def _map_transport(shard_map: ShardMap | None) -> str:
+    """The framed-TCP transport a map's shards are reached at: TLS when each has a
+    ``tcps`` address."""
+    if shard_map is not None and all(shard.tcps for shard in shard_map.shards):
+        return "tcps"
+    return "tcp"
+
+
 def read_entry(entry: Any) -> tuple[Any, Any]:
     """``(table, key)`` of a batch_get request: a tuple, or a mapping as the wire clients
     take it."""
@@ -179,9 +187,11 @@ class ShardedBase:
     ``shard_map``: a ShardMap, a map file, or any shard's URL (``tcp://``, ``tcps://``,
     ``http(s)://``), from which the map is fetched (op 0x0043, ``GET /cluster/map``).
     ``transport``: ``"tcp"``, ``"tcps"``, ``"http"`` or ``"https"``, the shard address
-    each shard is reached at (default: the URL's scheme, else ``"tcp"``). ``fence_wait``:
-    seconds a request waits on a fenced shard (a registry change under way) before
-    raising ``shard_fenced``. Other keyword arguments go to each shard's client.
+    each shard is reached at (default: the URL's scheme; for a map, ``"tcps"`` when every
+    shard has a ``tcps`` address, as ``beava cluster up`` with TLS writes, else
+    ``"tcp"``). ``fence_wait``: seconds a request waits on a fenced shard (a registry
+    change under way) before raising ``shard_fenced``. Other keyword arguments go to
+    each shard's client.
     """
 
     def __init__(self, shard_map: str | os.PathLike[str] | ShardMap, *,
@@ -191,7 +201,8 @@ class ShardedBase:
         self._current: ShardMap | None = None
         self.map, self._source = map_source(shard_map)
         if transport is None:
-            transport = parse_url(self._source).scheme if "://" in self._source else "tcp"
+            transport = parse_url(self._source).scheme if "://" in self._source \
+                else _map_transport(self._current)
         if transport not in _SCHEMES:
             raise ValueError(f"transport must be one of {', '.join(_SCHEMES)}, got "
                              f"{transport!r}")

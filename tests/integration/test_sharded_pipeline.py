@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 import beava as bv
 from beava.dsl.compiler import compile_register_payload
@@ -194,6 +195,24 @@ def test_the_map_comes_from_any_shards_url(tmp_path: Path) -> None:
             assert client.batch_get(READS) == want
             client.push("Txn", txns(41, 1)[0])
             assert client.map == cluster.map
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_with_tls_is_reached_over_tls_from_its_map(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    for name, pem in (("cert.pem", cert.cert_chain_pems[0]), ("key.pem", cert.private_key_pem),
+                      ("ca.pem", ca.cert_pem)):
+        pem.write_to_path(str(tmp_path / name))
+    cluster = BeavaCluster(tmp_path / "cluster", 2, "--tls-cert", str(tmp_path / "cert.pem"),
+                           "--tls-key", str(tmp_path / "key.pem"))
+    try:
+        assert all(shard.tcps for shard in cluster.map.shards)
+        with bv.App(shard_map=str(cluster.map_file), ca=str(tmp_path / "ca.pem")) as app:
+            app.register(*pipeline())
+            app.push_many("Txn", txns(0, 20))
+            assert app.get("UserSpend", ["u3"])["txns"] == 2
     finally:
         cluster.stop()
 

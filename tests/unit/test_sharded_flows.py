@@ -77,6 +77,17 @@ def _two_owner_body(client: ShardedBase) -> dict[str, Any]:
     raise AssertionError("no such body")
 
 
+def test_a_map_of_tls_shards_is_reached_over_tls() -> None:
+    plain = _client()
+    assert plain.transport == "tcp"
+    assert plain.map is not None
+    shards = [Shard(s.id, s.ranges, s.tcp, s.http, tcps=s.tcp) for s in plain.map.shards]
+    secured = ShardedBase(ShardMap(1, shards))
+    assert secured.transport == "tcps"
+    assert secured.shard_url(shards[0]) == f"tcps://{shards[0].tcp}"
+    assert ShardedBase(ShardMap(1, shards), transport="http").transport == "http"
+
+
 def test_a_push_goes_once_to_each_owner() -> None:
     client = _client()
     body = _two_owner_body(client)
