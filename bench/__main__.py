@@ -49,6 +49,12 @@ def main() -> None:
     memory = sub.add_parser("memory", help="RSS growth per key set")
     memory.add_argument("--workload", default="fraud-team")
     memory.add_argument("--keysets", type=int, default=50_000)
+    offline = sub.add_parser("offline", help="historical_features, backfill and a scan read "
+                             "beside the live server, on one fraud-team history")
+    offline.add_argument("--events", type=int, default=1_000_000)
+    offline.add_argument("--spine", type=int, default=100_000)
+    offline.add_argument("--master", default="local[2]")
+    offline.add_argument("--json", action="store_true")
     spark = sub.add_parser("spark", help="rows/s from Spark into one server (beava_spark)")
     spark.add_argument("workloads", nargs="*", default=["small", "fraud-team"])
     spark.add_argument("--rows", type=int, default=2_000_000)
@@ -192,6 +198,11 @@ def main() -> None:
             parser.error("shards needs --shards N >= 1 and --events >= 1")
         run_shards(args.shards, events=args.events, depth=args.depth, as_json=args.json,
                    together=not args.one_at_a_time)
+    elif args.what == "offline":
+        from bench.offline import main as run_offline
+
+        run_offline(["--events", str(args.events), "--spine", str(args.spine), "--master",
+                     args.master, *(["--json"] if args.json else [])])
     elif args.what == "spark":
         from bench.spark_ingest import main as run_spark
 

@@ -16,57 +16,62 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from typing import Any
 
-from bench import workloads
-from bench.historical import SHARES, event_frame, key_fields
-from bench.process_usage import tree_cpu_seconds
+from bench.historical import History, history, spark_cpu
 from bench.server_process import BenchServer
 from bench.spark_ingest import session
 
 
-def measure(spark: Any, *, events: int, partitions: int) -> dict[str, Any]:
+def run(history: History, server: BenchServer) -> dict[str, Any]:
+    """Time one ``backfill`` of every table of ``history`` into ``server`` (durable, with
+    fraud-team registered): seconds and the CPU of the whole process tree, the server's
+    install included (module docstring)."""
     from beava_client import client_for_url
     from beava_spark import backfill
 
-    wl = workloads.load("fraud-team")
-    nodes = wl.register["nodes"]
-    keys = key_fields(nodes)
-    frames = {}
-    counts = {}
-    for seed, (name, share) in enumerate(SHARES.items()):
-        fields = next(n for n in nodes if n["kind"] == "event" and n["name"] == name)[
-            "schema"]["fields"]
-        counts[name] = int(events * share)
-        frames[name] = event_frame(spark, fields, keys, counts[name], seed, partitions).cache()
-        frames[name].count()
-    with tempfile.TemporaryDirectory() as data:
-        server = BenchServer("--data-dir", data)
-        try:
-            url = f"tcp://{server.addrs['tcp']}"
-            with client_for_url(url) as client:
-                client.register(wl.register)
-                started, cpu = time.perf_counter(), tree_cpu_seconds(os.getpid())
-                totals = backfill(frames, wl.register, url)
-                seconds = time.perf_counter() - started
-                cpu = tree_cpu_seconds(os.getpid()) - cpu
-                probe = client.get("TxnByUser", "us1")
-        finally:
-            server.stop()
-    for frame in frames.values():
-        frame.unpersist()
-    total = sum(counts.values())
-    return {"workload": "fraud-team", "events": total, "events_by_type": counts,
-            "tables": len(totals.tables),
+    url = f"tcp://{server.addrs['tcp']}"
+    cpu = spark_cpu()
+    started = time.perf_counter()
+    totals = backfill(history.frames, history.register, url)
+    seconds = time.perf_counter() - started
+    cpu = spark_cpu() - cpu
+    with client_for_url(url) as client:
+        probe = client.get("TxnByUser", "us1")
+    return {"workload": "fraud-team", "events": history.events,
+            "events_by_type": history.counts, "tables": len(totals.tables),
             "entities": sum(t.entities for t in totals.tables.values()),
             "state_bytes": sum(t.state_bytes for t in totals.tables.values()),
             "parts": sum(t.parts for t in totals.tables.values()),
-            "seconds": round(seconds, 2), "events_per_s": round(total / seconds),
-            "cpu_seconds": round(cpu, 1), "cpu_us_per_event": round(cpu * 1e6 / total, 1),
+            "seconds": round(seconds, 2), "events_per_s": round(history.events / seconds),
+            "spark_cpu_s": round(cpu, 1),
+            "cpu_us_per_event": round(cpu / history.events * 1e6, 1),
             "probe_txn_count": probe.get("txn_count_lifetime")}
+
+
+def durable_server(directory: str, register: dict[str, Any]) -> BenchServer:
+    """A durable server in ``directory`` with ``register`` registered."""
+    from beava_client import client_for_url
+
+    server = BenchServer("--data-dir", directory)
+    with client_for_url(f"tcp://{server.addrs['tcp']}") as client:
+        client.register(register)
+    return server
+
+
+def measure(spark: Any, *, events: int, partitions: int) -> dict[str, Any]:
+    data = history(spark, events=events, spine=1, partitions=partitions)
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            server = durable_server(directory, data.register)
+            try:
+                return run(data, server)
+            finally:
+                server.stop()
+    finally:
+        data.unpersist()
 
 
 def main(argv: list[str] | None = None) -> None:

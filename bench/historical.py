@@ -7,17 +7,21 @@ history of every fraud-team event (Txn, Login, Signup, CardAdd, Refund: 70 / 15 
 flags 0/1), and a spine of ``--spine`` rows at random times holding the keys of every table.
 Both are cached before the clock starts. The timed part is the ``historical_features``
 call (which already runs the shuffle stages) and a ``noop`` write of its result, over all
-nine tables: events/s is ``events / seconds``, spine rows/s is ``spine / seconds``.
+nine tables: events/s is ``events / seconds``; Spark's CPU per event is the CPU time of the
+driver, its JVM and the Python workers over the same window, divided by the events.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench import workloads
+from bench.process_usage import tree_cpu_seconds
 from bench.spark_ingest import KEY_POOL, session
 
 DAY_MS = 86_400_000
@@ -72,9 +76,26 @@ def spine_frame(spark: Any, keys: set[str], rows: int, partitions: int) -> Any:
     return spark.range(rows, numPartitions=partitions).select(*columns)
 
 
-def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str, Any]:
-    from beava_spark import historical_features
+@dataclass
+class History:
+    """A synthetic fraud-team history in Spark, cached: the events by name, their counts,
+    and a spine holding the keys of every table."""
 
+    frames: dict[str, Any]
+    counts: dict[str, int]
+    labels: Any
+    register: dict[str, Any]
+
+    @property
+    def events(self) -> int:
+        return sum(self.counts.values())
+
+    def unpersist(self) -> None:
+        for frame in [*self.frames.values(), self.labels]:
+            frame.unpersist()
+
+
+def history(spark: Any, *, events: int, spine: int, partitions: int) -> History:
     wl = workloads.load("fraud-team")
     nodes = wl.register["nodes"]
     keys = key_fields(nodes)
@@ -88,18 +109,42 @@ def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str
         frames[name].count()
     labels = spine_frame(spark, keys, spine, partitions).cache()
     labels.count()
-    started = time.perf_counter()  # the call runs the shuffle stages already (see README)
-    out = historical_features(labels, frames, wl.register)
+    return History(frames, counts, labels, wl.register)
+
+
+def spark_cpu(exclude: frozenset[int] = frozenset()) -> float:
+    """CPU seconds of this process (the Spark driver) and every one below it (its JVM,
+    the Python workers), the ``exclude`` processes (a server) left out."""
+    return tree_cpu_seconds(os.getpid(), exclude)
+
+
+def run(history: History) -> dict[str, Any]:
+    """Time ``historical_features`` over ``history`` (the call, which runs the shuffle
+    stages already, and a ``noop`` write of its result): seconds and Spark's CPU."""
+    from beava_spark import historical_features
+
+    cpu = spark_cpu()
+    started = time.perf_counter()
+    out = historical_features(history.labels, history.frames, history.register)
     out.write.format("noop").mode("overwrite").save()
     seconds = time.perf_counter() - started
-    total = sum(counts.values())
-    for frame in [*frames.values(), labels]:
-        frame.unpersist()
-    return {"workload": "fraud-team", "events": total, "events_by_type": counts,
-            "spine_rows": spine, "tables": len([n for n in nodes if n["kind"] != "event"]),
-            "feature_columns": len(out.columns) - len(labels.columns),
-            "seconds": round(seconds, 2), "events_per_s": round(total / seconds),
-            "spine_rows_per_s": round(spine / seconds)}
+    cpu = spark_cpu() - cpu
+    nodes = history.register["nodes"]
+    return {"workload": "fraud-team", "events": history.events,
+            "events_by_type": history.counts, "spine_rows": history.labels.count(),
+            "tables": len([n for n in nodes if n["kind"] != "event"]),
+            "feature_columns": len(out.columns) - len(history.labels.columns),
+            "seconds": round(seconds, 2), "events_per_s": round(history.events / seconds),
+            "spark_cpu_s": round(cpu, 1),
+            "cpu_us_per_event": round(cpu / history.events * 1e6, 1)}
+
+
+def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str, Any]:
+    data = history(spark, events=events, spine=spine, partitions=partitions)
+    try:
+        return run(data)
+    finally:
+        data.unpersist()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"events {result['events']:,} ({result['tables']} tables, "
           f"{result['feature_columns']} features)  spine {result['spine_rows']:,} rows")
     print(f"{result['seconds']:.1f} s  {result['events_per_s']:,} events/s  "
-          f"{result['spine_rows_per_s']:,} spine rows/s")
+          f"Spark CPU {result['cpu_us_per_event']} µs per event")
 
 
 if __name__ == "__main__":
