@@ -40,10 +40,15 @@ _KEY_TYPES = frozenset({"string", "bigint", "int", "smallint", "tinyint", "boole
 
 
 def _client(shard_map: str, access: Access, timeout: float) -> ShardedClient:
-    tls = "://" in shard_map and parse_url(shard_map).tls
-    kwargs = access.client_kwargs("tcps://x" if tls else "tcp://x")
-    return ShardedClient(shard_map, transport="tcps" if tls else "tcp", timeout=timeout,
-                         **kwargs)
+    """A sharded client over framed TCP, with TLS when the URL asks for it or the map
+    gives every shard a ``tcps`` address (as the clients decide)."""
+    if "://" in shard_map:
+        tls = parse_url(shard_map).tls
+    else:
+        tls = ShardedClient(shard_map).transport == "tcps"  # reads the file, no I/O else
+    scheme = "tcps" if tls else "tcp"
+    return ShardedClient(shard_map, transport=scheme, timeout=timeout,
+                         **access.client_kwargs(f"{scheme}://map"))
 
 
 def shard_urls(shard_map: ShardMap, tls: bool = False) -> tuple[str, ...]:

@@ -21,7 +21,8 @@ from beava.launcher import split_addr  # noqa: E402
 from beava_client import ShardedClient, TcpClient  # noqa: E402
 from beava_client.shard_routes import Routes  # noqa: E402
 from beava_client.slots import SLOTS, Shard, ShardMap, split_slots  # noqa: E402
-from beava_spark.shards import ShardRouting  # noqa: E402
+from beava_spark.access import Access  # noqa: E402
+from beava_spark.shards import ShardRouting, load_shard_map  # noqa: E402
 from tests.support import BeavaCluster, BeavaProcess  # noqa: E402
 
 
@@ -97,6 +98,16 @@ def test_the_jvm_places_each_row_where_the_client_does(spark: Any) -> None:
         fields = {k: v for k, v in row.asDict().items() if k != "owners" and v is not None}
         assert row["owners"] == routing.owners(fields), fields
     assert {len(row["owners"]) for row in rows} >= {2, 3}
+
+
+def test_a_map_of_tls_shards_is_written_to_over_tls(tmp_path: Path) -> None:
+    shards = [Shard(f"s{i}", (r,), f"127.0.0.1:{i + 1}", f"https://127.0.0.1:{i + 1}",
+                    tcps=f"127.0.0.1:{i + 1}") for i, r in enumerate(split_slots(2))]
+    path = tmp_path / "cluster.json"
+    path.write_text(ShardMap(1, shards).to_json())
+    # the shards are not up: the map is read again from the file
+    assert load_shard_map(str(path), Access(), 1.0) == ("tcps://127.0.0.1:1",
+                                                          "tcps://127.0.0.1:2")
 
 
 @pytest.fixture(scope="module")
