@@ -63,6 +63,25 @@ def shard_urls(shard_map: ShardMap, tls: bool = False) -> tuple[str, ...]:
     return tuple(urls)
 
 
+def _map_and_routes(shard_map: str, access: Access, timeout: float
+                    ) -> tuple[tuple[str, ...], ShardMap, Routes]:
+    """The shards' URLs, the map and the registry's routes (a shard's describe);
+    ServerCheckError when either cannot be had or a table cannot be placed by a client."""
+    client = _client(shard_map, access, timeout)
+    try:
+        loaded = client.refresh_map()
+        routes = Routes.from_describe(client.describe())
+        routes.check_routable()
+    except RoutingError as exc:
+        raise ServerCheckError(f"shard_map: {exc}") from exc
+    except (ServerError, TransportError) as exc:
+        raise ServerCheckError(f"shard_map: cannot read the map and the registry from "
+                               f"{shard_map}: {exc}") from exc
+    finally:
+        client.close()
+    return shard_urls(loaded, client.transport == "tcps"), loaded, routes
+
+
 def load_shard_map(shard_map: str, access: Access, timeout: float) -> tuple[str, ...]:
     """The shards' URLs from a map file or any shard's URL; ServerCheckError when the map
     cannot be had."""
@@ -94,23 +113,11 @@ class ShardRouting:
              ) -> ShardRouting:
         """The map and the registry (a shard's describe); ServerCheckError when either
         cannot be had or the event's tables cannot be placed by a client."""
-        client = _client(shard_map, access, timeout)
-        try:
-            loaded = client.refresh_map()
-            routes = Routes.from_describe(client.describe())
-            routes.check_routable()
-        except RoutingError as exc:
-            raise ServerCheckError(f"shard_map: {exc}") from exc
-        except (ServerError, TransportError) as exc:
-            raise ServerCheckError(f"shard_map: cannot read the map and the registry from "
-                                   f"{shard_map}: {exc}") from exc
-        finally:
-            client.close()
+        urls, loaded, routes = _map_and_routes(shard_map, access, timeout)
         if not routes.knows_event(event):
             raise ServerCheckError(f"event {event!r} is not registered on the shards of "
                                    f"{shard_map}; register it first (nothing was sent)")
-        return cls(event, shard_urls(loaded, client.transport == "tcps"),
-                   _owner_by_slot(loaded), routes)
+        return cls(event, urls, _owner_by_slot(loaded), routes)
 
     @property
     def key_fields(self) -> frozenset[str]:
@@ -272,19 +279,7 @@ def backfill_shards(events: Mapping[str, DataFrame], registry: Any, shard_map: s
     from .replay_exchange import compile_pipeline, table_names
 
     timeout = float(options.get("timeout", 300.0))
-    client = _client(shard_map, Access.resolve(), timeout)
-    try:
-        loaded = client.refresh_map()
-        routes = Routes.from_describe(client.describe())
-        routes.check_routable()
-    except RoutingError as exc:
-        raise ServerCheckError(f"shard_map: {exc}") from exc
-    except (ServerError, TransportError) as exc:
-        raise ServerCheckError(f"shard_map: cannot read the map and the registry from "
-                               f"{shard_map}: {exc}") from exc
-    finally:
-        client.close()
-    urls = shard_urls(loaded, client.transport == "tcps")
+    urls, loaded, routes = _map_and_routes(shard_map, Access.resolve(), timeout)
     by_slot = _owner_by_slot(loaded)
     pipeline = compile_pipeline(registry)
     plans = [pipeline.table(name) for name in table_names(pipeline, options.get("tables"))]
