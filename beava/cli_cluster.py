@@ -167,7 +167,7 @@ def up(argv: list[str]) -> int:
     try:
         for index, shard in enumerate(shard_map.shards):
             servers.append(ServerProcess(_shard_flags(args, map_path, shard, index),
-                                         keep_output=False).start())
+                                         keep_output=False, bound_to_parent=True).start())
         for server in servers:
             server.wait_ready(START_TIMEOUT_S)
     except ServerStartError as exc:

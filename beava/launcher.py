@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from beava.errors import BinaryNotFoundError
+from beava.process_bond import parent_death_signal
 
 __all__ = [
     "BINARY_ENV",
@@ -146,13 +147,16 @@ class ServerProcess:
     def __init__(self, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
                  env: Mapping[str, str] | None = None, inherit_beava: bool = True,
                  cwd: str | os.PathLike[str] | None = None, keep_output: bool = True,
-                 stderr_lines: int = STDERR_TAIL_LINES) -> None:
+                 stderr_lines: int = STDERR_TAIL_LINES, bound_to_parent: bool = False
+                 ) -> None:
         if command is None:
             command = server_command(None if inherit_beava else {})
         self.argv: list[str] = [*command, "--config", os.devnull, *args]
         self.env: dict[str, str] = server_env(env, inherit_beava=inherit_beava)
         self.cwd = cwd
         self.keep_output = keep_output
+        self.bound_to_parent = bound_to_parent
+        """The server gets SIGTERM when this process dies (Linux; beava.process_bond)."""
         self.lines: list[dict[str, Any]] = []
         self.raw_lines: list[str] = []
         self.addrs: dict[str, str] = {}
@@ -176,9 +180,10 @@ class ServerProcess:
         if self._proc is not None:
             raise RuntimeError("the server process was already started")
         self.started_at = time.monotonic()
+        bind = parent_death_signal(signal.SIGTERM) if self.bound_to_parent else None
         self._proc = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=self.env, cwd=self.cwd,
+            stderr=subprocess.PIPE, env=self.env, cwd=self.cwd, preexec_fn=bind,
         )
         assert self._proc.stdout is not None and self._proc.stderr is not None
         self._stdout_thread = threading.Thread(

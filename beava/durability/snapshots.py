@@ -18,7 +18,6 @@ import gc
 import os
 import signal
 import struct
-import sys
 import threading
 import time
 import zlib
@@ -38,6 +37,7 @@ from beava.durability.wal_format import (
     parse_snapshot_name,
     snapshot_name,
 )
+from beava.process_bond import parent_death_signal
 
 SNAPSHOT_MAGIC = b"BVSNAP01"
 SNAPSHOT_FORMAT_VERSION = 1
@@ -553,26 +553,18 @@ def _detach_inherited_fds(keep: int) -> None:
     directory lock, listening and client sockets, WAL segments, stdout) except ``keep``, so
     a killed server frees its lock and its clients see EOF at once, and the child can never
     write to them; ask the kernel to kill the child if the server dies."""
-    _die_with_parent()  # first: once the descriptors are gone, the child is already bound
+    # first: once the descriptors are gone, the child is already bound; an orphaned child
+    # must not rename a snapshot after a new server has started on the same directory
+    bind = parent_death_signal(signal.SIGKILL, parent=os.getppid())
+    if bind is not None:
+        with contextlib.suppress(OSError):
+            bind()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     limit = os.sysconf("SC_OPEN_MAX")
     os.closerange(3, keep)
     os.closerange(keep + 1, limit)
-
-
-def _die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL) on Linux: an orphaned child must not rename a
-    snapshot after a new server has started on the same directory."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from beava_client.slots import SLOTS
@@ -32,6 +33,26 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _register_and_push(cluster: BeavaCluster) -> None:
+    """REGISTER on every shard, one push per user to its owner."""
+    for shard in cluster.ready["shards"]:
+        status, _, raw = http_request(cluster.http(shard["id"]), "POST", "/register",
+                                      REGISTER, JSON)
+        assert status == 200, raw
+    for user in USERS:
+        body = json.dumps({"event": "E", "data": {"user": user}}).encode()
+        status, _, raw = http_request(cluster.owner(user), "POST", "/push", body, JSON)
+        assert status == 200, raw
+
+
+def _check_pushed(cluster: BeavaCluster) -> None:
+    """Every user's one push is read back from its owner."""
+    for user in USERS:
+        body = json.dumps({"table": "ByUser", "key": user}).encode()
+        status, _, raw = http_request(cluster.owner(user), "POST", "/get", body, JSON)
+        assert (status, json.loads(raw)) == (200, {"n": 1})
+
+
 def test_cluster_up_serves_restarts_and_recovers(tmp_path: Path) -> None:
     cluster = BeavaCluster(tmp_path)
     try:
@@ -44,14 +65,8 @@ def test_cluster_up_serves_restarts_and_recovers(tmp_path: Path) -> None:
         for shard in ready["shards"]:
             status, _, raw = http_request(cluster.http(shard["id"]), "GET", "/cluster/map")
             assert status == 200 and json.loads(raw) == ready["map"]
-            status, _, raw = http_request(cluster.http(shard["id"]), "POST", "/register",
-                                          REGISTER, JSON)
-            assert status == 200, raw
             assert (tmp_path / f"shard-{shard['id'][1:]}").is_dir()
-        for user in USERS:
-            body = json.dumps({"event": "E", "data": {"user": user}}).encode()
-            status, _, raw = http_request(cluster.owner(user), "POST", "/push", body, JSON)
-            assert status == 200, raw
+        _register_and_push(cluster)
         pids = [s["pid"] for s in ready["shards"]]
         for pid in pids:  # every shard killed at once: cluster up notices and exits 1
             os.kill(pid, signal.SIGKILL)
@@ -61,11 +76,31 @@ def test_cluster_up_serves_restarts_and_recovers(tmp_path: Path) -> None:
     again = BeavaCluster(tmp_path)
     try:
         assert again.ready["map"] == cluster.ready["map"]  # the same map, ports reused
-        for user in USERS:
-            body = json.dumps({"table": "ByUser", "key": user}).encode()
-            status, _, raw = http_request(again.owner(user), "POST", "/get", body, JSON)
-            assert (status, json.loads(raw)) == (200, {"n": 1})
+        _check_pushed(again)
         pids = [s["pid"] for s in again.ready["shards"]]
     finally:
         assert again.stop() == 0
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_shards_stop_when_cluster_up_itself_is_killed(tmp_path: Path) -> None:
+    """SIGKILL of ``cluster up`` leaves it no chance to stop its shards: the kernel sends
+    each shard SIGTERM (beava.process_bond), so none keeps serving the directory, and a
+    second ``up`` on it serves every acknowledged push."""
+    cluster = BeavaCluster(tmp_path)
+    try:
+        _register_and_push(cluster)
+        pids = [s["pid"] for s in cluster.ready["shards"]]
+        cluster.proc.kill()
+        cluster.proc.wait(60)
+        deadline = time.monotonic() + 30  # a liveness bound, not a speed figure
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in pids)
+    finally:
+        cluster.stop()
+    again = BeavaCluster(tmp_path)
+    try:
+        _check_pushed(again)
+    finally:
+        assert again.stop() == 0
