@@ -53,16 +53,22 @@ def state_of(pushes: list[tuple[int, str, float]]) -> bytes:
     return bytes(msgspec.msgpack.encode(store.table("Visits").dump()))
 
 
+def backfill_call(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """One backfill action: OP_BACKFILL in MessagePack over framed TCP, or POST
+    /admin/backfill over HTTP (``data`` in base64)."""
+    if hasattr(client, "encode_request"):
+        reply: dict[str, Any] = client.request(OP_BACKFILL, body, ct=CT_MSGPACK)
+        return reply
+    if isinstance(body.get("data"), bytes):
+        body = {**body, "data": base64.b64encode(body["data"]).decode()}
+    reply = client.request("POST", "/admin/backfill", body, safe=False)
+    return reply
+
+
 def backfill(client: Any, data: bytes, until_ms: int, nodes: list[Any] = NODES,
              chunk: int = 100, **commit: Any) -> dict[str, Any]:
     def call(body: dict[str, Any]) -> dict[str, Any]:
-        if hasattr(client, "encode_request"):
-            reply: dict[str, Any] = client.request(OP_BACKFILL, body, ct=CT_MSGPACK)
-            return reply
-        if isinstance(body.get("data"), bytes):
-            body = {**body, "data": base64.b64encode(body["data"]).decode()}
-        reply = client.request("POST", "/admin/backfill", body, safe=False)
-        return reply
+        return backfill_call(client, body)
 
     upload = call({"action": "begin", "table": "Visits", "until_ms": until_ms,
                    "size": len(data), "nodes": nodes})["upload"]
@@ -490,13 +496,7 @@ def test_a_table_without_keys_names_its_row_when_it_would_drop(
 def backfill_parts(client: Any, parts: list[bytes], until_ms: int) -> dict[str, Any]:
     """One upload of key-disjoint parts, each opened and sent on its own, then a commit."""
     def call(body: dict[str, Any]) -> dict[str, Any]:
-        if hasattr(client, "encode_request"):
-            reply: dict[str, Any] = client.request(OP_BACKFILL, body, ct=CT_MSGPACK)
-            return reply
-        if isinstance(body.get("data"), bytes):
-            body = {**body, "data": base64.b64encode(body["data"]).decode()}
-        reply = client.request("POST", "/admin/backfill", body, safe=False)
-        return reply
+        return backfill_call(client, body)
 
     upload = call({"action": "begin", "table": "Visits", "until_ms": until_ms,
                    "parts": len(parts), "nodes": NODES})["upload"]
