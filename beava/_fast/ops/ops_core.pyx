@@ -34,6 +34,7 @@ from beava._fast.ops.row cimport (
     Row,
     RowField,
     field_number,
+    field_object,
     row_field,
 )
 from beava._fast.ops.slot_buffers cimport grow_zeroed, row_number
@@ -52,8 +53,6 @@ cdef extern from "Python.h":
     PyObject* dict_get "PyDict_GetItem"(object d, object key)
     PyObject* Py_True
     PyObject* Py_False
-    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
-    void* PyUnicode_DATA(object o)
 
 
 # --- cells --------------------------------------------------------------------------------
@@ -254,8 +253,7 @@ cdef int extreme_feed_field(ExtremeCell* c, const RowField* f, bint is_max,
         return extreme_offer(c, &cand, is_max, objs)
     if f.tag == ROW_BOOL:
         return extreme_feed(c, Py_True if f.i else Py_False, is_max, objs)
-    text = PyUnicode_New(f.size, 127)
-    memcpy(PyUnicode_DATA(text), f.text, f.size)
+    text = field_object(f)
     return extreme_feed(c, <PyObject*>text, is_max, objs)
 
 

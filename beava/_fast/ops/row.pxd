@@ -7,9 +7,12 @@
 
 from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy
 
 
 cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void* PyUnicode_DATA(object o)
     # The hash CPython gives a str whose characters are these bytes (an ASCII str hashes
     # its bytes): a key found by its bytes lands where the same key as a str does.
     Py_hash_t hash_bytes "_Py_HashBytes"(const void* p, Py_ssize_t n) noexcept
@@ -75,3 +78,19 @@ cdef inline Py_hash_t text_hash(RowField* f) noexcept:
     if f.hash == -1:  # never a hash: CPython gives -2 instead
         f.hash = hash_bytes(f.text, f.size)
     return f.hash
+
+
+cdef inline object field_object(const RowField* f):
+    """The value of ``f`` as the dict row holds it (an int, a float, True/False, a str):
+    for a column that keeps the value itself. None when absent (NULL)."""
+    if f == NULL:
+        return None
+    if f.tag == ROW_INT:
+        return f.i
+    if f.tag == ROW_FLOAT:
+        return f.f
+    if f.tag == ROW_BOOL:
+        return f.i != 0
+    text = PyUnicode_New(f.size, 127)  # printable ASCII
+    memcpy(PyUnicode_DATA(text), f.text, f.size)
+    return text
