@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,6 +112,7 @@ class _Cluster:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _sample(wl: workloads.Workload, bodies: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -23,10 +23,12 @@ dedupe window); without one, delivery is at-least-once.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import difflib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -113,6 +115,8 @@ def register(spark: SparkSession) -> None:
     global _results_dir
     if _results_dir is None:
         _results_dir = Path(tempfile.mkdtemp(prefix="beava-spark-writes-"))
+        # the tasks' results are read in this process only: gone with it
+        atexit.register(shutil.rmtree, _results_dir, True)
     ensure_worker_python(spark.sparkContext)
     # A class made here is pickled by value, so the data source on the driver's Python
     # workers knows where to leave its results for this process.
