@@ -6,22 +6,20 @@ from libc.math cimport log2
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 
-from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
-    field_keystr_key,
     KIND_ENTROPY,
     KM_FULL,
     KeyMap,
     KeyView,
     Node,
     SketchColumn,
-    keystr_key,
     km_count,
     km_n,
     km_new,
     km_offer,
     km_room,
     km_union_of,
+    KEY_STR,
 )
 from beava._fast.ops.window cimport MAX_BUCKETS
 
@@ -61,20 +59,10 @@ cdef class EntropyColumn(SketchColumn):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         SketchColumn.__init__(self, name, field, where, params, window_ms)
         self.kind = KIND_ENTROPY
+        self.key_mode = KEY_STR
 
     cdef Node* new_block(self, object value) except NULL:
         return <Node*>km_new(km_room(value, True))
-
-    cdef int insert(self, Node** link, object value) except -1:
-        cdef KeyView key
-        if not keystr_key(value, &key, self.hold):
-            return 0
-        return self.insert_key(link, &key)
-
-    cdef int insert_field(self, Node** link, const RowField* f) except -1:
-        cdef KeyView key
-        field_keystr_key(f, &key)
-        return self.insert_key(link, &key)
 
     cdef int insert_key(self, Node** link, KeyView* key) except -1:
         global _entropy_capped

@@ -6,9 +6,7 @@ from libc.math cimport round
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport free
 
-from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
-    field_typed_key,
     FLOAT_BY_BITS,
     KIND_N_UNIQUE,
     KM_FULL,
@@ -29,7 +27,6 @@ from beava._fast.ops.sketch_base cimport (
     km_room,
     km_union_of,
     obj_block,
-    typed_key,
 )
 from beava._fast.ops.window cimport MAX_BUCKETS
 
@@ -44,20 +41,10 @@ cdef class NUniqueColumn(SketchColumn):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         SketchColumn.__init__(self, name, field, where, params, window_ms)
         self.kind = KIND_N_UNIQUE
+        self.key_mode = FLOAT_BY_BITS
 
     cdef Node* new_block(self, object value) except NULL:
         return <Node*>km_new(km_room(value, False))
-
-    cdef int insert(self, Node** link, object value) except -1:
-        cdef KeyView k
-        if not typed_key(value, &k, FLOAT_BY_BITS, self.hold):
-            return 0
-        return self.insert_key(link, &k)
-
-    cdef int insert_field(self, Node** link, const RowField* f) except -1:
-        cdef KeyView k
-        field_typed_key(f, &k, FLOAT_BY_BITS)
-        return self.insert_key(link, &k)
 
     cdef int insert_key(self, Node** link, KeyView* k_) except -1:
         cdef KeyView k = k_[0]

@@ -8,9 +8,7 @@ from libc.stdlib cimport free, malloc, qsort
 
 import heapq
 
-from beava._fast.ops.row cimport RowField
 from beava._fast.ops.sketch_base cimport (
-    field_typed_key,
     FLOAT_BY_VALUE,
     KIND_TOP_K,
     KM_INSERTED,
@@ -33,7 +31,6 @@ from beava._fast.ops.sketch_base cimport (
     km_union,
     obj_block,
     parse_feed_string,
-    typed_key,
 )
 from beava._fast.ops.window cimport MAX_BUCKETS
 
@@ -112,22 +109,12 @@ cdef class TopKColumn(SketchColumn):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         SketchColumn.__init__(self, name, field, where, params, window_ms)
         self.kind = KIND_TOP_K
+        self.key_mode = FLOAT_BY_VALUE
         k = params.get("k")
         self.k = 10 if k is None else k
 
     cdef Node* new_block(self, object value) except NULL:
         return <Node*>km_new(km_room(value, True))
-
-    cdef int insert(self, Node** link, object value) except -1:
-        cdef KeyView key
-        if not typed_key(value, &key, FLOAT_BY_VALUE, self.hold):
-            return 0
-        return self.insert_key(link, &key)
-
-    cdef int insert_field(self, Node** link, const RowField* f) except -1:
-        cdef KeyView key
-        field_typed_key(f, &key, FLOAT_BY_VALUE)
-        return self.insert_key(link, &key)
 
     cdef int insert_key(self, Node** link, KeyView* k) except -1:
         cdef KeyView key = k[0]

@@ -24,6 +24,7 @@ cdef enum:
     # how a float becomes a typed key
     FLOAT_BY_BITS = 0   # n_unique: IEEE bits, all NaNs one value, 0.0 != -0.0
     FLOAT_BY_VALUE = 1  # top_k: also -0.0 == 0.0
+    KEY_STR = 2         # entropy: a value's keystr, not its typed identity
     SNAPSHOT_FORMAT = 1
     # the exact list of quantile (spec/operators.md §11.2, §18.2): at most this many values
     QUANTILE_EXACT_MAX = 256
@@ -174,12 +175,15 @@ cdef class SketchColumn(BlockColumn):
     cdef uint8_t kind
     cdef KeyHolder hold
     cdef uint8_t guess      # where the last C row had ``field`` (row.pxd's row_field)
+    cdef int key_mode       # how insert keys a value: FLOAT_BY_BITS, FLOAT_BY_VALUE, KEY_STR
     # An empty state block, sized to take ``value`` (None: an unmatched event).
     cdef Node* new_block(self, object value) except NULL
     # Apply one value; ``link[0]`` may be NULL (lifetime) and may be replaced.
     cdef int insert(self, Node** link, object value) except -1
     # The same for a C row's field (row.pxd)
     cdef int insert_field(self, Node** link, const RowField* f) except -1
+    # What insert and insert_field do once the value is a key (key_mode says how it is made)
+    cdef int insert_key(self, Node** link, KeyView* k) except -1
     cdef Node** bucket_link(self, Py_ssize_t slot, int64_t now, object value) except? NULL
     # Active buckets at ``T`` into ``out`` in ascending epoch order; their number.
     cdef int active(self, Py_ssize_t slot, int64_t T, Node** out) noexcept

@@ -821,10 +821,24 @@ cdef class SketchColumn(BlockColumn):
 
     cdef int insert(self, Node** link, object value) except -1:
         # Apply one value; ``link[0]`` may be NULL (lifetime) and may be replaced.
-        raise NotImplementedError
+        cdef KeyView k
+        if self.key_mode == KEY_STR:
+            if not keystr_key(value, &k, self.hold):
+                return 0
+        elif not typed_key(value, &k, self.key_mode, self.hold):
+            return 0
+        return self.insert_key(link, &k)
 
     cdef int insert_field(self, Node** link, const RowField* f) except -1:
         # ``insert`` of a C row's field.
+        cdef KeyView k
+        if self.key_mode == KEY_STR:
+            field_keystr_key(f, &k)
+        else:
+            field_typed_key(f, &k, self.key_mode)
+        return self.insert_key(link, &k)
+
+    cdef int insert_key(self, Node** link, KeyView* k) except -1:
         raise NotImplementedError
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
