@@ -21,6 +21,13 @@ cdef class CheckerEntry:
     cdef readonly bytes name             # its name in UTF-8 (its WAL records')
 
 
+cdef class EventRoute:
+    cdef readonly object event           # the event's name (str)
+    cdef readonly CheckerEntry entry
+    cdef readonly tuple pushes           # its route: the push functions of its tables, or None
+    cdef readonly bint by_row            # every table of its route takes C rows (takes_rows)
+
+
 cdef class Intake:
     cdef readonly int mode
     cdef readonly object log
@@ -39,10 +46,11 @@ cdef class Intake:
     cdef void begin(self) except *
     cdef void end(self) except *
     cdef int take(self, object event, CheckerEntry entry, object fields, const char* raw,
-                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes,
+                  Py_ssize_t raw_len, int64_t now, uint32_t version, tuple pushes,
                   Row* row) except -1
 
 
+cdef dict event_routes(dict checkers, dict routes)
 cdef int feed(tuple pushes, object row, int64_t now) except -1
 cdef bint owns_any(object pushes, object row) except -1
 cdef bint takes_rows(tuple pushes) noexcept

@@ -18,6 +18,14 @@ class CheckerEntry:
     name: bytes
     def __init__(self, name: str, spec: Any, checker: EventChecker, index: int) -> None: ...
 
+class EventRoute:
+    event: str
+    entry: CheckerEntry
+    pushes: tuple[Callable[[dict[str, Any], int], Any], ...] | None
+    by_row: bool
+    def __init__(self, event: str, entry: CheckerEntry,
+                 pushes: tuple[Callable[[dict[str, Any], int], Any], ...] | None) -> None: ...
+
 class Intake:
     mode: int
     log: Any

@@ -23,12 +23,10 @@ from libc.stdint cimport uint64_t
 
 from beava._fast.intake.push_check cimport EventChecker
 from beava._fast.intake.push_counts cimport PushCounts
-from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.row cimport Row
 from beava._fast.ops.table_kernel cimport TableKernel
 from beava._fast.wal.wal_record cimport BODY_MSGPACK, RECORD_EVENT, append_to, close_body
 
-from cpython.object cimport PyObject
 
 # The durability modes as the logs spell them (beava.durability.group_commit).
 MEMORY = MEMORY_MODE
@@ -50,6 +48,26 @@ cdef class CheckerEntry:
         self.index = index
         self.deduped = spec.dedupe_key is not None
         self.name = name.encode()
+
+
+cdef class EventRoute:
+    """Everything a push of one registered event needs, found once per push by its name:
+    its checker entry, its route (the push functions of the tables it feeds; None when it
+    feeds none) and whether that route takes C rows. Made for one registry's checkers and
+    one engine's routes together (``event_routes``), so none of it is looked up per push."""
+
+    def __init__(self, str event, CheckerEntry entry, tuple pushes):
+        self.event = event
+        self.entry = entry
+        self.pushes = pushes
+        self.by_row = pushes is not None and takes_rows(pushes)
+
+
+cdef dict event_routes(dict checkers, dict routes):
+    """Event name -> its EventRoute, for every event of ``checkers`` (a registry's) routed
+    by ``routes`` (event -> push functions)."""
+    return {event: EventRoute(event, entry, routes.get(event))
+            for event, entry in checkers.items()}
 
 
 cdef int feed(tuple pushes, object row, int64_t now) except -1:
@@ -206,19 +224,18 @@ cdef class Intake:
                 self.log.accepted()
 
     cdef int take(self, object event, CheckerEntry entry, object fields, const char* raw,
-                  Py_ssize_t raw_len, int64_t now, uint32_t version, dict routes,
+                  Py_ssize_t raw_len, int64_t now, uint32_t version, tuple pushes,
                   Row* row) except -1:
         """Accept one checked push of ``event`` at time ``now``: its LSN (``last_lsn``
         after), its counts, its WAL record (its body: ``raw``, the pushed bytes, or
         ``fields`` encoded when ``raw`` is NULL), then apply it now (memory-only,
         periodic) or once its batch is durable (strict: from its record; ``fields`` may be
-        None then). ``row`` (or NULL): the push as a C row, for a route that
-        ``takes_rows`` (``fields`` is None then and ``raw`` its bytes). Inside a bracket
+        None then) to ``pushes``, its route (None: no table). ``row`` (or NULL): the push as
+        a C row, for a route that ``takes_rows`` (``fields`` is None then and ``raw`` its bytes). Inside a bracket
         (``begin``). Nothing changes when it raises."""
         cdef int64_t lsn = self.last_lsn + 1
         cdef Py_ssize_t start
         cdef bytes name
-        cdef PyObject* found
         if self.mode != MEMORY_MODE:
             name = entry.name
             start = PyByteArray_GET_SIZE(self.buf)
@@ -242,12 +259,11 @@ cdef class Intake:
             self.b_events.append(event)
             self.hold_lsn = lsn
             return 0
-        found = dict_get(routes, event)
-        if found is not NULL:
+        if pushes is not None:
             if row != NULL:
-                feed_row(<tuple>found, row, now)
+                feed_row(pushes, row, now)
             else:
-                feed(<tuple>found, fields, now)
+                feed(pushes, fields, now)
         self.applied_lsn = lsn
         if now > self.watermark_ms:
             self.watermark_ms = now
@@ -260,7 +276,7 @@ cdef class Intake:
         is, and its acknowledgement waits until ``applied_lsn`` reaches ``hold_lsn``."""
         self.begin()
         try:
-            self.take(event, entry, row, NULL, 0, now, version, routes, NULL)
+            self.take(event, entry, row, NULL, 0, now, version, routes.get(event), NULL)
             if self.mode == STRICT_MODE and on_durable is not None:
                 self.batch.waiters.append((len(self.b_events), on_durable))
         finally:

@@ -43,7 +43,9 @@ from beava._fast.wire.number_text cimport uint_text
 from beava._fast.intake.intake cimport (
     STRICT_MODE,
     CheckerEntry,
+    EventRoute,
     Intake,
+    event_routes,
     feed,
     feed_row,
     owns_any,
@@ -95,11 +97,6 @@ cdef inline void put_ack(bytearray out, uint32_t reply_op, uint64_t lsn,
     cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
     resize_growing(out, start + (p - frame))
     memcpy(PyByteArray_AS_STRING(out) + start, frame, p - frame)
-
-
-cdef dict row_routes(dict routes):
-    """The routes of ``routes`` whose tables all take C rows (takes_rows), by event."""
-    return {event: True for event, route in routes.items() if takes_rows(<tuple>route)}
 
 
 cdef Row _records_row  # apply_records' row (the event loop's thread only)
@@ -171,16 +168,14 @@ cdef class PushPass:
     cdef object decode_json_body
     cdef object wall_clock      # the store's clock when it is the wall clock
     cdef uint32_t reply_op
-    cdef object names_for       # the checkers dict the event names below belong to
-    cdef object rows_for        # the routes dict ``by_row`` was made of
-    cdef dict by_row            # event -> True: its route takes C rows (row_routes)
+    cdef object checkers_for    # the checkers dict ``by_event`` was made of
+    cdef object routes_for      # and the routes dict
+    cdef dict by_event          # event -> its EventRoute (event_routes)
     cdef Row row                # the C row of the push at hand
-    cdef RawName* event_table   # every registered event, found by its UTF-8 bytes
+    cdef RawName* event_table   # ``by_event``'s EventRoutes, found by their names' UTF-8 bytes
     cdef Py_ssize_t event_mask
     # set by _begin for one call
     cdef Intake intake
-    cdef dict checkers          # event -> its CheckerEntry
-    cdef dict routes
     cdef object clock
     cdef bint wall
     cdef int64_t wall_now       # the wall clock's last reading (ms), good for wall_left pushes
@@ -201,39 +196,41 @@ cdef class PushPass:
         self.decode_json_body = decode_json_body
         self.wall_clock = wall_clock
         self.reply_op = reply_op
-        self.names_for = None
+        self.checkers_for = self.routes_for = None
         self.event_table = NULL
 
     def __dealloc__(self):
         PyMem_Free(self.event_table)
 
-    cdef void _index_events(self) except *:
-        """The table of the events of ``self.checkers`` (the registry's), by name bytes."""
-        cdef Py_ssize_t size = table_slots(len(self.checkers))
+    cdef void _index_events(self, dict checkers, dict routes) except *:
+        """The EventRoutes of the registry's ``checkers`` and the engine's ``routes``, by
+        event and by name bytes (both are replaced, never changed in place, when a
+        registry or a table state is installed)."""
+        cdef dict by_event = event_routes(checkers, routes)
+        cdef Py_ssize_t size = table_slots(len(by_event))
         cdef RawName* table = <RawName*>PyMem_Malloc(size * sizeof(RawName))
         cdef bytes name
         if table is NULL:
             raise MemoryError()
         memset(table, 0, size * sizeof(RawName))
-        for event, entry in self.checkers.items():
-            name = (<CheckerEntry>entry).name
+        for route in by_event.values():
+            name = (<EventRoute>route).entry.name
             add_name(table, size - 1, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
-                     <PyObject*>event)
+                     <PyObject*>route)
         PyMem_Free(self.event_table)
         self.event_table = table
         self.event_mask = size - 1
-        self.names_for = self.checkers
+        self.by_event = by_event
+        self.checkers_for = checkers
+        self.routes_for = routes
 
     cdef void _begin(self) except *:
         store = self.store
         self.intake = <Intake>store.intake
-        self.checkers = store.checkers
-        self.routes = store.engine.routes
-        if self.routes is not self.rows_for:
-            self.by_row = row_routes(self.routes)
-            self.rows_for = self.routes
-        if self.checkers is not self.names_for:
-            self._index_events()
+        checkers = store.checkers
+        routes = store.engine.routes
+        if checkers is not self.checkers_for or routes is not self.routes_for:
+            self._index_events(checkers, routes)
         self.clock = store.clock
         self.wall = self.clock is self.wall_clock
         self.wall_left = 0  # each call reads the clock afresh
@@ -248,7 +245,7 @@ cdef class PushPass:
         (<Intake>intake).end()
 
     cdef object _split(self, bytes payload, Py_ssize_t* body_at):
-        """The event of a MessagePack envelope laid out ``{"event": name, "body": ...}``
+        """The EventRoute of a MessagePack envelope laid out ``{"event": name, "body": ...}``
         (in that order, the name at most 255 bytes), its body from byte ``body_at[0]`` to
         the end; None when it is laid out otherwise or names no registered event (msgspec
         decodes the envelope then, and the handler answers what is wrong with it)."""
@@ -275,19 +272,22 @@ cdef class PushPass:
                       name_len, n - at)
         return None if e is NULL else <object>e.object
 
-    cdef CheckerEntry _entry(self, object event):
-        """``event``'s checker entry when the pass takes its pushes, else None (not a
-        registered event, a dedupe key: the store's path; writes refused)."""
-        if not self.writable:
-            return None
-        cdef PyObject* found = dict_get(self.checkers, event)
-        if found is NULL or (<CheckerEntry>found).deduped:  # deduped: the store's path
-            return None
-        return <CheckerEntry>found
+    cdef EventRoute _route(self, object event):
+        """``event``'s EventRoute, or None (not a registered event)."""
+        cdef PyObject* found = dict_get(self.by_event, event)
+        return <EventRoute>found if found is not NULL else None
 
-    cdef int _accept(self, object event, CheckerEntry entry, object fields, const char* raw,
-                     Py_ssize_t raw_len) except -1:
-        """Accept one push of ``event`` (``entry``: its ``_entry``): 1 when done (the
+    cdef CheckerEntry _entry(self, EventRoute route):
+        """The checker entry of an event (``route``: its EventRoute, or None) when the pass
+        takes its pushes, else None (not a registered event, a dedupe key: the store's
+        path; writes refused)."""
+        if not self.writable or route is None or route.entry.deduped:
+            return None
+        return route.entry
+
+    cdef int _accept(self, EventRoute route, CheckerEntry entry, object fields,
+                     const char* raw, Py_ssize_t raw_len) except -1:
+        """Accept one push of ``route``'s event (``entry``: its ``_entry``): 1 when done (the
         intake's ``last_lsn`` is its LSN), 0 when it must go to the store's Python path
         instead (not a map, no entry, a check that fails): nothing has been touched then.
         ``raw`` (or NULL): the MessagePack bytes ``fields`` were decoded from."""
@@ -296,24 +296,23 @@ cdef class PushPass:
         checker = entry.checker
         if checker.check(<dict>fields) is not None:
             return 0
-        if not self._owned(event, fields):
+        if not self._owned(route, fields):
             return 0
         if checker.changed:  # the pushed bytes are not the row any more
             raw = NULL
             raw_len = 0
-        self._take(event, entry, fields, raw, raw_len, NULL)
+        self._take(route, entry, fields, raw, raw_len, NULL)
         return 1
 
-    cdef inline bint _owned(self, object event, object fields) except -1:
+    cdef inline bint _owned(self, EventRoute route, object fields) except -1:
         """Whether this server applies a checked push (always, unless sharded: then it
         must own one of its tables' keys; a misrouted push takes the store's path, which
         answers wrong_shard)."""
         if not self.sharded:
             return True
-        cdef PyObject* found = dict_get(self.routes, event)
-        return owns_any(<object>found if found is not NULL else None, fields)
+        return owns_any(route.pushes, fields)
 
-    cdef inline void _take(self, object event, CheckerEntry entry, object fields,
+    cdef inline void _take(self, EventRoute route, CheckerEntry entry, object fields,
                            const char* raw, Py_ssize_t raw_len, Row* row) except *:
         """Hand an accepted push to the intake at the call's clock (``row``: its C row, or
         NULL)."""
@@ -326,8 +325,8 @@ cdef class PushPass:
                 self.wall_left = CHECK_EVERY
             self.wall_left -= 1
             now = self.wall_now
-        self.intake.take(event, entry, fields, raw, raw_len, now, self.version, self.routes,
-                         row)
+        self.intake.take(route.event, entry, fields, raw, raw_len, now, self.version,
+                         route.pushes, row)
 
     def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
             double deadline=0.0):
@@ -344,6 +343,7 @@ cdef class PushPass:
         cdef bint checked
         cdef Row* row
         cdef CheckerEntry entry = None
+        cdef EventRoute route
         self._begin()
         try:
             while i < stop:
@@ -362,19 +362,18 @@ cdef class PushPass:
                 checked = False
                 row = NULL
                 try:
-                    event = None
+                    route = None
                     if ct == CT_MSGPACK and type(payload) is bytes:
-                        event = self._split(<bytes>payload, &body_at)
-                    if event is not None:
+                        route = self._split(<bytes>payload, &body_at)
+                    if route is not None:
                         raw = PyBytes_AS_STRING(payload) + body_at
                         raw_len = PyBytes_GET_SIZE(payload) - body_at
-                        entry = self._entry(event)
+                        entry = self._entry(route)
                         fields = None
                         # strict: no row until applied (a shard's check reads the row)
                         if entry is not None and self.strict and not self.sharded:
                             checked = entry.checker.check_msgpack(raw, raw_len)
-                        elif (entry is not None and not self.sharded
-                              and dict_get(self.by_row, event) is not NULL):
+                        elif entry is not None and not self.sharded and route.by_row:
                             checked = entry.checker.fill_row(raw, raw_len, &self.row)
                             if checked:  # the row without objects, read in one pass
                                 row = &self.row
@@ -386,26 +385,26 @@ cdef class PushPass:
                     elif ct == CT_MSGPACK:
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
-                        event = envelope.event
-                        entry = self._entry(event)
+                        route = self._route(envelope.event)
+                        entry = self._entry(route)
                     else:
                         envelope = self.decode_json(payload)
                         fields = self.decode_json_body(envelope.body)
-                        event = envelope.event
-                        entry = self._entry(event)
+                        route = self._route(envelope.event)
+                        entry = self._entry(route)
                 except Exception:  # the handler answers what is wrong with it
-                    event = fields = entry = None
+                    route = fields = entry = None
                     raw = NULL
                     raw_len = 0
                     checked = False
                     row = NULL
                 try:
                     if checked:  # check() would accept it unchanged: not asked
-                        taken = self._owned(event, fields)
+                        taken = self._owned(route, fields)
                         if taken:
-                            self._take(event, entry, fields, raw, raw_len, row)
+                            self._take(route, entry, fields, raw, raw_len, row)
                     else:
-                        taken = self._accept(event, entry, fields, raw, raw_len)
+                        taken = self._accept(route, entry, fields, raw, raw_len)
                 except Exception as exc:  # a bug: this push answers internal_error
                     out += self.failed(exc)
                     continue
@@ -430,10 +429,11 @@ cdef class PushPass:
         cdef int64_t newest = 0
         self._begin()
         try:
-            entry = self._entry(event)  # one event for the whole call
+            route = self._route(event)  # one event for the whole call
+            entry = self._entry(route)
             for index in range(len(bodies)):
                 body = bodies[index]
-                if self._accept(event, entry, body, NULL, 0):
+                if self._accept(route, entry, body, NULL, 0):
                     acks += 1
                     newest = self.intake.last_lsn
                 else:
