@@ -26,8 +26,9 @@ HOUR = 3_600_000
 
 
 def features() -> list[tuple[str, Any, int]]:
-    """One feature of each op that reads a C row, lifetime and windowed: the core ops and
-    the sketches (typed keys, keystr keys and numbers of every kind of value)."""
+    """One feature of each op that reads a C row, lifetime and windowed: the core ops, the
+    sketches (typed keys, keystr keys and numbers of every kind of value), the decay and
+    velocity ops (numbers, events alone, and values of every type compared)."""
     specs: list[tuple[str, str, str | None, int | None, dict[str, Any]]] = [
         ("n", "count", None, None, {}), ("total", "sum", "v", None, {}),
         ("avg", "mean", "v", HOUR, {}), ("lo", "min", "v", None, {}),
@@ -39,6 +40,21 @@ def features() -> list[tuple[str, Any, int]]:
         ("mix", "entropy", "i", None, {}), ("mix_s", "entropy", "s", HOUR, {}),
         ("seen", "bloom_member", "i", None, {}), ("seen_b", "bloom_member", "b", None, {}),
         ("p50", "quantile", "v", HOUR, {"q": 0.5}), ("p90", "quantile", "i", None, {"q": 0.9}),
+        ("ew", "ewma", "v", None, {"half_life": HOUR}),
+        ("ew_i", "ewma", "i", HOUR, {"half_life": 600_000}),  # a window is ignored
+        ("ewv", "ewvar", "v", None, {"half_life": HOUR}),
+        ("ewz", "ew_zscore", "v", None, {"half_life": 600_000}),
+        ("dsum", "decayed_sum", "i", None, {"half_life": HOUR}),
+        ("dcount", "decayed_count", None, None, {"half_life": HOUR}),
+        ("twa", "twa", "v", None, {}), ("roc", "rate_of_change", "v", None, {}),
+        ("gaps", "inter_arrival_stats", None, HOUR, {}),
+        ("burst", "burst_count", None, HOUR, {"sub_window": 2_000_000}),
+        ("delta", "delta_from_prev", "i", None, {}), ("slope", "trend", "v", None, {}),
+        ("resid", "trend_residual", "v", None, {}),
+        ("outliers", "outlier_count", "v", None, {"sigma": 0.5}),
+        ("z", "z_score", "v", None, {}), ("changes_s", "value_change_count", "s", None, {}),
+        ("changes_i", "value_change_count", "i", None, {}),
+        ("changes_b", "value_change_count", "b", None, {}),
     ]
     return [(name, COLUMNS[op](name, field, None, params, window), 0)
             for name, op, field, window, params in specs]

@@ -5,13 +5,15 @@ decayed_sum, decayed_count, twa.
 All run lifetime: a `window` is accepted and ignored. Each value is "as of the last
 qualifying event"; nothing decays at read time, so reads ignore `T`. Per entity an op keeps
 one small C struct in a column-wide growable array (16 or 32 bytes), never a Python object.
+Every op takes C rows: what an event feeds it is one number (NumberColumn) or, for
+decayed_count, the match alone.
 """
 
 from libc.math cimport exp, fmax, sqrt
 from libc.stdint cimport int64_t
 
-from beava._fast.ops.slot_buffers cimport row_number
-from beava._fast.ops.struct_column cimport NO_TIME, StructColumn
+from beava._fast.ops.row cimport Row
+from beava._fast.ops.struct_column cimport NO_TIME, NumberColumn
 
 cdef double LN2 = 0.6931471805599453  # ln 2, correctly rounded (Rust's f64::consts::LN_2)
 
@@ -41,13 +43,13 @@ cdef double _decay_rate(dict params) except -1.0:
     return LN2 / <double>half_life
 
 
-cdef class _DecayColumn(StructColumn):
+cdef class _DecayColumn(NumberColumn):
     """Base of the half-life ops: holds λ."""
 
     cdef double lam
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.lam = _decay_rate(params)
 
 
@@ -59,13 +61,10 @@ cdef class EwmaColumn(_DecayColumn):
         _DecayColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(EwmaState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef EwmaState* s
-        cdef double x, alpha
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef EwmaState* s = (<EwmaState*>self.buf) + slot
+        cdef double alpha
         cdef int64_t dt
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<EwmaState*>self.buf) + slot
         if s.last_t == NO_TIME:
             s.v = x
             s.last_t = now
@@ -92,13 +91,10 @@ cdef class EwvarColumn(_DecayColumn):
         _DecayColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(EwvarState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef EwvarState* s
-        cdef double x, alpha, delta, mean
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef EwvarState* s = (<EwvarState*>self.buf) + slot
+        cdef double alpha, delta, mean
         cdef int64_t dt
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<EwvarState*>self.buf) + slot
         if s.last_t == NO_TIME:
             s.mean = x
             s.m2 = 0.0
@@ -144,22 +140,17 @@ cdef class DecayedSumColumn(_DecayColumn):
         _DecayColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(EwmaState), False)
 
-    cdef void _add(self, Py_ssize_t slot, double x, int64_t now) noexcept:
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
         cdef EwmaState* s = (<EwmaState*>self.buf) + slot
         cdef int64_t dt
         if s.last_t == NO_TIME:
             s.v = x
             s.last_t = now
-            return
+            return 0
         dt = now - s.last_t
         s.v = s.v * exp(-self.lam * <double>(dt if dt > 0 else 0)) + x
         if now > s.last_t:
             s.last_t = now
-
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef double x
-        if matched and row_number(row, self.field, &x):
-            self._add(slot, x, now)
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
@@ -171,26 +162,24 @@ cdef class DecayedCountColumn(DecayedSumColumn):
     """decayed_count: decayed_sum of 1 per matched event (fieldless)."""
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        if matched:
-            self._add(slot, 1.0, now)
-        return 0
+        return self.add(slot, 1.0, now) if matched else 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)  # reads nothing of the row
 
 
-cdef class TwaColumn(StructColumn):
+cdef class TwaColumn(NumberColumn):
     """twa: time-weighted average of a step function up to the last event; F64 or null."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef TwaState empty = TwaState(0.0, 0.0, 0.0, NO_TIME)
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(TwaState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef TwaState* s
-        cdef double x
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef TwaState* s = (<TwaState*>self.buf) + slot
         cdef int64_t d
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<TwaState*>self.buf) + slot
         if s.last_t != NO_TIME:
             d = now - s.last_t
             if d > 0:

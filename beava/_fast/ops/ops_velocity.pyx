@@ -7,6 +7,8 @@ All run lifetime: a `window` is accepted and ignored. Per entity an op keeps one
 (16-64 bytes) in a column-wide growable array. Two ops also own a lazily allocated side
 block: burst_count for sub-window slots other than the current one (only after events in
 two different sub-windows), value_change_count for a remembered string longer than 16 bytes.
+Every op takes C rows: what an event feeds it is one number (NumberColumn), the match alone
+(inter_arrival_stats, burst_count) or the value's type and bytes (value_change_count).
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -19,8 +21,9 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.ops.moments cimport Moments, moments_add
-from beava._fast.ops.slot_buffers cimport row_number, row_value
-from beava._fast.ops.struct_column cimport NO_TIME, StructColumn, block_entries
+from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_TEXT, Row, RowField, row_field
+from beava._fast.ops.slot_buffers cimport row_value
+from beava._fast.ops.struct_column cimport NO_TIME, NumberColumn, StructColumn, block_entries
 from beava._fast.ops.window cimport floor_div
 
 cdef double NAN = float("nan")
@@ -34,20 +37,16 @@ ctypedef struct RateState:
     int64_t last_t   # NO_TIME: no value yet
 
 
-cdef class RateOfChangeColumn(StructColumn):
+cdef class RateOfChangeColumn(NumberColumn):
     """rate_of_change: (x - last_x) / dt per millisecond over the last pair with dt > 0."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef RateState empty = RateState(0.0, NAN, NO_TIME)
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(RateState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef RateState* s
-        cdef double x
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<RateState*>self.buf) + slot
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef RateState* s = (<RateState*>self.buf) + slot
         if s.last_t != NO_TIME and now > s.last_t:
             s.rate = (x - s.last_x) / <double>(now - s.last_t)
         s.last_x = x
@@ -72,6 +71,7 @@ cdef class InterArrivalStatsColumn(StructColumn):
         cdef GapState empty = GapState(0.0, 0, NO_TIME)
         StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(GapState), False)
+        self.takes_row = True
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         cdef GapState* s
@@ -86,6 +86,10 @@ cdef class InterArrivalStatsColumn(StructColumn):
         s.last_t = now
         return 0
 
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)  # reads nothing of the row
+
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef GapState* s = (<GapState*>self.buf) + slot
         return None if s.n == 0 else s.mean
@@ -98,20 +102,16 @@ ctypedef struct DeltaState:
     double delta
 
 
-cdef class DeltaFromPrevColumn(StructColumn):
+cdef class DeltaFromPrevColumn(NumberColumn):
     """delta_from_prev: latest value minus the one before (F64), null before two values."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef DeltaState empty = DeltaState(NAN, NAN)
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(DeltaState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef DeltaState* s
-        cdef double x
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<DeltaState*>self.buf) + slot
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef DeltaState* s = (<DeltaState*>self.buf) + slot
         if not isnan(s.prev):
             s.delta = x - s.prev
         s.prev = x
@@ -163,6 +163,7 @@ cdef class BurstCountColumn(StructColumn):
             raise ValueError(f"sub_window must be a positive number of ms, got {sub_window!r}")
         self.width = sub_window
         self.set_layout(&empty, sizeof(BurstState), True)
+        self.takes_row = True
 
     cdef Py_ssize_t block_size(self, Py_ssize_t slot) except -1:
         cdef BurstSpill* spill = <BurstSpill*>self.blocks[slot]
@@ -247,6 +248,10 @@ cdef class BurstCountColumn(StructColumn):
             s.max_seen = s.cur_count
         return 0
 
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)  # reads nothing of the row
+
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return (<BurstState*>self.buf)[slot].max_seen
 
@@ -291,18 +296,16 @@ cdef inline bint _slope(TrendFit* f, double* slope) noexcept nogil:
     return True
 
 
-cdef class TrendColumn(StructColumn):
+cdef class TrendColumn(NumberColumn):
     """trend: least-squares slope of value over time since the first point, per ms."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef TrendFit empty = TrendFit(0, 0, 0.0, 0.0, 0.0, 0.0)
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(TrendFit), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef double y
-        if matched and row_number(row, self.field, &y):
-            _trend_add((<TrendFit*>self.buf) + slot, now, y)
+    cdef int add(self, Py_ssize_t slot, double y, int64_t now) except -1:
+        _trend_add((<TrendFit*>self.buf) + slot, now, y)
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
@@ -310,7 +313,7 @@ cdef class TrendColumn(StructColumn):
         return slope if _slope((<TrendFit*>self.buf) + slot, &slope) else None
 
 
-cdef class TrendResidualColumn(StructColumn):
+cdef class TrendResidualColumn(NumberColumn):
     """trend_residual: the latest point's residual against the fitted line."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
@@ -318,15 +321,11 @@ cdef class TrendResidualColumn(StructColumn):
         empty.fit = TrendFit(0, 0, 0.0, 0.0, 0.0, 0.0)
         empty.last_x = 0.0
         empty.last_y = 0.0
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(ResidualState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef ResidualState* s
-        cdef double y
-        if not matched or not row_number(row, self.field, &y):
-            return 0
-        s = (<ResidualState*>self.buf) + slot
+    cdef int add(self, Py_ssize_t slot, double y, int64_t now) except -1:
+        cdef ResidualState* s = (<ResidualState*>self.buf) + slot
         s.last_x = _trend_add(&s.fit, now, y)
         s.last_y = y
         return 0
@@ -346,7 +345,7 @@ ctypedef struct OutlierState:
     int64_t outliers
 
 
-cdef class OutlierCountColumn(StructColumn):
+cdef class OutlierCountColumn(NumberColumn):
     """outlier_count: values farther than sigma sample-std from the mean of those before."""
 
     cdef double sigma
@@ -356,16 +355,13 @@ cdef class OutlierCountColumn(StructColumn):
         cdef object sigma = params.get("sigma")
         empty.m = Moments(0, 0.0, 0.0)
         empty.outliers = 0
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.sigma = 3.0 if sigma is None else float(sigma)
         self.set_layout(&empty, sizeof(OutlierState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef OutlierState* s
-        cdef double x, var
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<OutlierState*>self.buf) + slot
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef OutlierState* s = (<OutlierState*>self.buf) + slot
+        cdef double var
         if s.m.n >= 5:
             var = s.m.m2 / <double>(s.m.n - 1)
             if var > 0.0 and fabs(x - s.m.mean) > self.sigma * sqrt(var):
@@ -382,22 +378,18 @@ ctypedef struct ZState:
     double last_x
 
 
-cdef class ZScoreColumn(StructColumn):
+cdef class ZScoreColumn(NumberColumn):
     """z_score: (latest - mean) / sample std over all values, the latest included."""
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef ZState empty
         empty.m = Moments(0, 0.0, 0.0)
         empty.last_x = 0.0
-        StructColumn.__init__(self, name, field, where, params, window_ms)
+        NumberColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(ZState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef ZState* s
-        cdef double x
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        s = (<ZState*>self.buf) + slot
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        cdef ZState* s = (<ZState*>self.buf) + slot
         moments_add(&s.m, x)
         s.last_x = x
         return 0
@@ -440,11 +432,14 @@ ctypedef struct VcState:
 cdef class ValueChangeCountColumn(StructColumn):
     """value_change_count: how often the value differed from the previous one (typed)."""
 
+    cdef uint8_t guess  # where the last C row had ``field`` (row_field)
+
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef VcState empty
         memset(&empty, 0, sizeof(VcState))  # padding too: snapshots stay deterministic
         StructColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(VcState), True)
+        self.takes_row = True
 
     cdef Py_ssize_t block_size(self, Py_ssize_t slot) except -1:
         cdef VcState* s = (<VcState*>self.buf) + slot
@@ -473,12 +468,11 @@ cdef class ValueChangeCountColumn(StructColumn):
         s.nbytes = <uint32_t>nbytes
         return 0
 
-    cdef int _text(self, Py_ssize_t slot, VcState* s, uint8_t tag, object text) except -1:
-        # Compare a str (or big int digits) with the remembered value by tag, PEP 393 kind
-        # and code units: equal strings always share the kind, so this is equality.
-        cdef uint8_t kind = PyUnicode_KIND(text)
-        cdef const char* data = <const char*>PyUnicode_DATA(text)
-        cdef Py_ssize_t nbytes = PyUnicode_GET_LENGTH(text) * kind
+    cdef int _text(self, Py_ssize_t slot, VcState* s, uint8_t tag, uint8_t kind,
+                   const char* data, Py_ssize_t nbytes) except -1:
+        # Compare a text (the code units, of PEP 393 ``kind``, of a str or of big int
+        # digits) with the remembered value by tag, kind and code units: equal strings
+        # always share the kind, so this is equality.
         cdef const char* kept
         if s.tag == tag and s.kind == kind and s.nbytes == nbytes:
             if nbytes <= VC_INLINE:
@@ -521,19 +515,45 @@ cdef class ValueChangeCountColumn(StructColumn):
         s = (<VcState*>self.buf) + slot
         t = type(value)
         if t is str:
-            return self._text(slot, s, VC_STR, value)
+            return self._str(slot, s, VC_STR, value)
         if t is float:
             v.f = PyFloat_AS_DOUBLE(value)
             return self._scalar(slot, s, VC_FLOAT, v)
         if t is int:
             v.i = PyLong_AsLongLongAndOverflow(value, &overflow)
             if overflow:
-                return self._text(slot, s, VC_BIGINT, str(value))
+                return self._str(slot, s, VC_BIGINT, str(value))
             return self._scalar(slot, s, VC_INT, v)
         if t is bool:
             v.i = value is True
             return self._scalar(slot, s, VC_BOOL, v)
         return 0  # anything that is not a row value
+
+    cdef int _str(self, Py_ssize_t slot, VcState* s, uint8_t tag, str text) except -1:
+        cdef uint8_t kind = PyUnicode_KIND(text)
+        return self._text(slot, s, tag, kind, <const char*>PyUnicode_DATA(text),
+                          PyUnicode_GET_LENGTH(text) * kind)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        # A C row holds no big int, and its text is ASCII: one byte per code point, the
+        # kind of the str a dict row holds for it.
+        cdef const RowField* f
+        cdef VcState* s
+        cdef VcValue v
+        if not matched:
+            return 0
+        f = row_field(row, self.field, &self.guess)
+        if f == NULL:
+            return 0
+        s = (<VcState*>self.buf) + slot
+        if f.tag == ROW_TEXT:
+            return self._text(slot, s, VC_STR, 1, f.text, f.size)
+        if f.tag == ROW_FLOAT:
+            v.f = f.f
+            return self._scalar(slot, s, VC_FLOAT, v)
+        v.i = f.i  # an int, or a bool's 0 or 1
+        return self._scalar(slot, s, VC_BOOL if f.tag == ROW_BOOL else VC_INT, v)
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return (<VcState*>self.buf)[slot].changes

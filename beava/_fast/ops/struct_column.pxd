@@ -1,6 +1,6 @@
 # Lifetime state columns whose per-slot state is one fixed-size C struct (ops_decay,
 # ops_velocity, ops_geo), optionally with one owned, lazily allocated side block per slot.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t
 
 from beava._fast.ops.column cimport Column
 
@@ -41,3 +41,11 @@ cdef class StructColumn(Column):
     # whose updates index by stored values); raises ValueError. The default accepts it.
     cdef int check_state(self, Py_ssize_t nslots) except -1
     cdef int _load_blocks(self, bytes records, Py_ssize_t nslots) except -1
+
+
+cdef class NumberColumn(StructColumn):
+    # A struct column fed the number a matched event holds under ``field`` (an int or a
+    # float; a bool is not a number), read alike from a dict row and a C row, so it takes C
+    # rows: ``add`` changes the slot's state, the one routine both kinds of rows reach.
+    cdef uint8_t guess          # where the last C row had ``field`` (row_field)
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1

@@ -5,7 +5,8 @@ The state is always lifetime: a window is ignored (ops that reject one check it 
 The structs of all slots live in one growable buffer; new and cleared slots get a copy of
 the op's empty struct. Ops whose state can grow (a ring, a spilled list, a long string)
 also own one side block per slot, allocated on first need; the struct never holds the
-pointer, so the struct buffer snapshots as plain bytes.
+pointer, so the struct buffer snapshots as plain bytes. NumberColumn is the base of the ops
+fed one number per event: it reads the number from a dict row or a C row alike.
 
 Snapshot format: ``dump`` returns the struct bytes, or, for ops with side blocks,
 ``[struct_bytes, records]`` where ``records`` holds one block record (snapshot_state.pxd)
@@ -17,6 +18,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
 from beava._fast.ops.column cimport prefetch_line
+from beava._fast.ops.row cimport Row, field_number, row_field
 from beava._fast.ops.slot_buffers cimport (
     buffer_bytes,
     check_dump_slots,
@@ -24,6 +26,7 @@ from beava._fast.ops.slot_buffers cimport (
     grown_capacity,
     load_bytes,
     release_blocks,
+    row_number,
 )
 from beava._fast.ops.snapshot_state cimport (
     RECORD_HEADER,
@@ -178,4 +181,28 @@ cdef class StructColumn(Column):
             used = self.block_size(slot)
             if (self.blocks[slot] == NULL) != (used == 0):
                 raise ValueError(f"snapshot side block of slot {slot} does not match its state")
+        return 0
+
+
+cdef class NumberColumn(StructColumn):
+    """A struct column fed one number per matched event; subclasses define ``add``."""
+
+    def __init__(self, str name, object field, object where, dict params, object window_ms):
+        StructColumn.__init__(self, name, field, where, params, window_ms)
+        self.takes_row = True
+
+    cdef int add(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        raise NotImplementedError(type(self).__name__)
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef double x
+        if matched and row_number(row, self.field, &x):
+            return self.add(slot, x, now)
+        return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef double x
+        if matched and field_number(row_field(row, self.field, &self.guess), &x):
+            return self.add(slot, x, now)
         return 0
