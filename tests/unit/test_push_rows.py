@@ -133,6 +133,7 @@ def test_c_rows_and_dict_rows_give_the_same_state(key_fields: tuple[str, ...]) -
         by_dicts.apply(DECODE_MSGPACK(msgspec.msgpack.encode(body)) if fmt == wf.BODY_MSGPACK
                        else DECODE_JSON(json.dumps(body).encode()), now)
     assert by_rows.dump()["keys"] == by_dicts.dump()["keys"]  # one entity per key
+    assert by_rows.dump() == by_dicts.dump()  # each column's state, to the bit
     T = rows[-1][1]
     assert read_all(by_rows, T) == read_all(by_dicts, T)
     if key_fields == ("i",):
