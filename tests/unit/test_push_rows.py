@@ -28,7 +28,8 @@ HOUR = 3_600_000
 def features() -> list[tuple[str, Any, int]]:
     """One feature of each op that reads a C row, lifetime and windowed: the core ops, the
     sketches (typed keys, keystr keys and numbers of every kind of value), the decay and
-    velocity ops (numbers, events alone, and values of every type compared)."""
+    velocity ops (numbers, events alone, and values of every type compared), the values
+    kept as they are (first, last, their lists) and the recency ops."""
     specs: list[tuple[str, str, str | None, int | None, dict[str, Any]]] = [
         ("n", "count", None, None, {}), ("total", "sum", "v", None, {}),
         ("avg", "mean", "v", HOUR, {}), ("lo", "min", "v", None, {}),
@@ -55,6 +56,18 @@ def features() -> list[tuple[str, Any, int]]:
         ("z", "z_score", "v", None, {}), ("changes_s", "value_change_count", "s", None, {}),
         ("changes_i", "value_change_count", "i", None, {}),
         ("changes_b", "value_change_count", "b", None, {}),
+        ("first_i", "first", "i", None, {}), ("first_v", "first", "v", None, {}),
+        ("last_i", "last", "i", None, {}), ("last_s", "last", "s", None, {}),
+        ("last_v", "last", "v", None, {}), ("first_n_i", "first_n", "i", None, {"n": 4}),
+        ("last_n_i", "last_n", "i", None, {"n": 3}), ("last_n_v", "last_n", "v", None, {"n": 2}),
+        ("lag_i", "lag", "i", None, {"n": 1}), ("lag_b", "lag", "b", None, {"n": 2}),
+        ("first_seen", "first_seen", None, None, {}), ("last_seen", "last_seen", None, None, {}),
+        ("age", "age", None, None, {}), ("has_seen", "has_seen", None, None, {}),
+        ("since", "time_since", None, None, {}), ("streak", "streak", None, None, {}),
+        ("since_3", "time_since_last_n", None, None, {"n": 3}),
+        ("max_streak", "max_streak", None, None, {}),
+        ("negative_streak", "negative_streak", None, None, {}),
+        ("recent", "first_seen_in_window", None, None, {"window": HOUR}),
     ]
     return [(name, COLUMNS[op](name, field, None, params, window), 0)
             for name, op, field, window, params in specs]
@@ -69,8 +82,6 @@ def test_tables_that_take_c_rows() -> None:
     assert kernel(()).takes_row  # a global table
     assert not kernel(("k", "i")).takes_row  # a composite key: its text is built from objects
     assert not TableKernel(("k",), features(), [lambda row: True], None).takes_row  # a where
-    last = COLUMNS["last"]("last_v", "v", None, {}, None)
-    assert not TableKernel(("k",), [*features(), ("last_v", last, 0)], [], None).takes_row
 
 
 EVENT = {"kind": "event", "name": "A",
@@ -120,24 +131,42 @@ def read_all(table: TableKernel, now: int) -> dict[str, Any]:
     return {key: table.read(slot, now) for slot, key in enumerate(state["keys"])}
 
 
-@pytest.mark.parametrize("key_fields", [("k",), ("i",), ()])
-def test_c_rows_and_dict_rows_give_the_same_state(key_fields: tuple[str, ...]) -> None:
-    rows = pushes()
+def apply_both(rows: list[tuple[dict[str, Any], int, int]], by_rows: TableKernel,
+               by_dicts: TableKernel) -> None:
+    """The records of ``rows`` applied to ``by_rows`` as the push path does (a MessagePack
+    body as a C row), and the rows the decoders give to ``by_dicts`` as dicts."""
     data = records(rows)
-    by_rows, by_dicts = kernel(key_fields), kernel(key_fields)
-    assert by_rows.takes_row
     newest, end, done = apply_records({"A": (by_rows,)}, checkers(), ["A"] * len(rows), data,
                                       0, 0, len(rows), 0.0, DECODE_MSGPACK, DECODE_JSON)
     assert (newest, end, done) == (rows[-1][1], len(data), len(rows))
-    for body, now, fmt in rows:  # the rows the decoders give, applied as dicts
+    for body, now, fmt in rows:
         by_dicts.apply(DECODE_MSGPACK(msgspec.msgpack.encode(body)) if fmt == wf.BODY_MSGPACK
                        else DECODE_JSON(json.dumps(body).encode()), now)
+
+
+@pytest.mark.parametrize("key_fields", [("k",), ("i",), ()])
+def test_c_rows_and_dict_rows_give_the_same_state(key_fields: tuple[str, ...]) -> None:
+    rows = pushes()
+    by_rows, by_dicts = kernel(key_fields), kernel(key_fields)
+    assert by_rows.takes_row
+    apply_both(rows, by_rows, by_dicts)
     assert by_rows.dump()["keys"] == by_dicts.dump()["keys"]  # one entity per key
     assert by_rows.dump() == by_dicts.dump()  # each column's state, to the bit
     T = rows[-1][1]
     assert read_all(by_rows, T) == read_all(by_dicts, T)
     if key_fields == ("i",):
         assert set(by_rows.dump()["keys"]) >= {"7", "-42", "true", "2.5", "1e16", "u1"}
+
+
+def test_every_column_keeps_from_c_rows_what_it_keeps_from_dict_rows() -> None:
+    """Every push a C row: each column's whole state (its snapshot, where a boolean kept
+    is not the int 1, and a ring holds more than its value shows) is the one the dict rows
+    of the same bodies leave."""
+    rows = [(body, now, wf.BODY_MSGPACK) for body, now, _ in pushes()]
+    by_rows, by_dicts = kernel(("k",)), kernel(("k",))
+    apply_both(rows, by_rows, by_dicts)
+    expected = by_dicts.dump()
+    assert expected["keys"] and by_rows.dump() == expected
 
 
 def test_a_push_read_as_a_c_row_builds_no_python_object() -> None:
@@ -169,7 +198,6 @@ def test_a_push_read_as_a_c_row_builds_no_python_object() -> None:
 def test_a_shard_skips_the_c_rows_of_keys_it_does_not_own() -> None:
     """A sharded table tests a C row's key slot from its bytes as it tests a dict row's."""
     rows = pushes()
-    data = records(rows)
     owned = bytearray(2048)
     for key in ("u1", "key-4", "key-7"):  # the keys of other shards are skipped
         slot = key_slot(key)
@@ -177,11 +205,7 @@ def test_a_shard_skips_the_c_rows_of_keys_it_does_not_own() -> None:
     by_rows, by_dicts = kernel(("k",)), kernel(("k",))
     for table in (by_rows, by_dicts):
         table.set_ownership(bytes(owned), False)
-    apply_records({"A": (by_rows,)}, checkers(), ["A"] * len(rows), data, 0, 0, len(rows),
-                  0.0, DECODE_MSGPACK, DECODE_JSON)
-    for body, now, fmt in rows:
-        by_dicts.apply(DECODE_MSGPACK(msgspec.msgpack.encode(body)) if fmt == wf.BODY_MSGPACK
-                       else DECODE_JSON(json.dumps(body).encode()), now)
+    apply_both(rows, by_rows, by_dicts)
     assert sorted(by_rows.dump()["keys"]) == ["key-4", "key-7", "u1"]
     assert by_rows.dump()["keys"] == by_dicts.dump()["keys"]
     assert by_rows.skipped == by_dicts.skipped == len(rows) - 3 * 6

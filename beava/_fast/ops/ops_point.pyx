@@ -13,6 +13,7 @@ from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from beava._fast.ops.column cimport prefetch_line
+from beava._fast.ops.row cimport Row, RowField, row_field
 from beava._fast.wire.msgpack_out cimport (
     Writer,
     put_array_header,
@@ -31,11 +32,12 @@ from beava._fast.ops.slot_buffers cimport (
     ValueRing,
     buffer_bytes,
     check_dump_slots,
+    event_encode,
     grow_zeroed,
     grown_capacity,
     load_bytes,
     release_blocks,
-    ring_append,
+    ring_append_value,
     ring_free,
     ring_get,
     ring_oldest_to_newest,
@@ -46,7 +48,6 @@ from beava._fast.ops.slot_buffers cimport (
     rings_load,
     row_value,
     value_decode,
-    value_encode,
     value_release,
 )
 
@@ -57,6 +58,7 @@ cdef class ValueColumn(Column):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only(type(self).__name__, window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
+        self.takes_row = True
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -85,6 +87,16 @@ cdef class ValueColumn(Column):
         self.tags[slot] = TAG_EMPTY
         self.values[slot].i = 0
         return 0
+
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        return self.offer(slot, row_value(row, self.field), NULL) if matched else 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.offer(slot, NULL, row_field(row, self.field, &self.guess)) if matched else 0
+
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        raise NotImplementedError(type(self).__name__)
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return value_decode(self.tags[slot], self.values[slot])
@@ -151,32 +163,22 @@ cdef class ValueColumn(Column):
 cdef class FirstColumn(ValueColumn):
     """first (§12.1): the first matched non-null value."""
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        if not matched or self.tags[slot] != TAG_EMPTY:
-            return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            self.tags[slot] = value_encode(<object>v, self.values + slot)
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        if self.tags[slot] == TAG_EMPTY:
+            self.tags[slot] = event_encode(v, f, self.values + slot)
         return 0
 
 
 cdef class LastColumn(ValueColumn):
     """last (§12.2): the latest matched non-null value."""
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        cdef uint8_t old_tag
-        cdef Payload old
-        if not matched:
-            return 0
-        v = row_value(row, self.field)
-        if v == NULL:
-            return 0
-        old_tag = self.tags[slot]
-        old = self.values[slot]
-        self.tags[slot] = value_encode(<object>v, self.values + slot)
-        value_release(old_tag, old)
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        cdef Payload value
+        cdef uint8_t tag = event_encode(v, f, &value)
+        if tag != TAG_EMPTY:
+            value_release(self.tags[slot], self.values[slot])
+            self.tags[slot] = tag
+            self.values[slot] = value
         return 0
 
 
@@ -215,6 +217,16 @@ cdef class RingColumn(BlockColumn):
     def __cinit__(self, *args, **kwargs):
         self.release = ring_free
 
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        return self.offer(slot, row_value(row, self.field), NULL) if matched else 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.offer(slot, NULL, row_field(row, self.field, &self.guess)) if matched else 0
+
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        raise NotImplementedError(type(self).__name__)
+
     cpdef object dump(self, Py_ssize_t nslots):
         check_dump_slots(nslots, self.capacity)
         return rings_dump(<ValueRing**>self.blocks, nslots)
@@ -236,15 +248,17 @@ cdef class FirstNColumn(RingColumn):
         lifetime_only("first_n", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("first_n", params)
+        self.takes_row = True
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
         cdef ValueRing* r = <ValueRing*>self.blocks[slot]
-        cdef PyObject* v
-        if not matched or (r != NULL and r.held == self.limit):
+        cdef Payload value
+        cdef uint8_t tag
+        if r != NULL and r.held == self.limit:
             return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            r = ring_append(r, <object>v, self.limit)
+        tag = event_encode(v, f, &value)
+        if tag != TAG_EMPTY:
+            r = ring_append_value(r, tag, value, self.limit)
             r.seen += 1
             self.blocks[slot] = r
         return 0
@@ -259,13 +273,14 @@ cdef class FirstNColumn(RingColumn):
 cdef class LatestRingColumn(RingColumn):
     """The last ``limit`` matched non-null values, oldest -> newest (none when limit is 0)."""
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        if not matched or self.limit == 0:
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        cdef Payload value
+        cdef uint8_t tag
+        if self.limit == 0:
             return 0
-        v = row_value(row, self.field)
-        if v != NULL:
-            self.blocks[slot] = ring_push_latest(<ValueRing*>self.blocks[slot], <object>v,
+        tag = event_encode(v, f, &value)
+        if tag != TAG_EMPTY:
+            self.blocks[slot] = ring_push_latest(<ValueRing*>self.blocks[slot], tag, value,
                                                  self.limit)
         return 0
 
@@ -280,6 +295,7 @@ cdef class LastNColumn(LatestRingColumn):
         lifetime_only("last_n", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("last_n", params)
+        self.takes_row = True
 
     # on the leaf classes, not LatestRingColumn: lag reads its ring otherwise
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
@@ -293,6 +309,7 @@ cdef class LagColumn(LatestRingColumn):
         lifetime_only("lag", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.limit = bounded_n("lag", params) + 1
+        self.takes_row = True
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef ValueRing* r = <ValueRing*>self.blocks[slot]

@@ -4,7 +4,8 @@
 All fieldless and lifetime. State is a few int64 words per slot in one typed buffer (has_seen:
 one byte); time_since_last_n keeps a ring of event times per slot, allocated on the slot's
 first matched event. Times are the events' ``now`` in arrival order (a clock step back is
-not reordered); elapsed-time reads clamp at 0.
+not reordered); elapsed-time reads clamp at 0. No op reads a field of the row: a C row's
+event (update_row) is update()'s without a row.
 """
 
 from cpython.long cimport PyLong_FromUnsignedLongLong
@@ -15,6 +16,7 @@ from libc.string cimport memcpy, memset
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.column cimport Column, prefetch_line
 from beava._fast.ops.op_params cimport bounded_n, lifetime_only
+from beava._fast.ops.row cimport Row
 from beava._fast.ops.slot_buffers cimport (
     RingHead,
     buffer_bytes,
@@ -55,6 +57,7 @@ cdef class WordsColumn(Column):
         lifetime_only(type(self).__name__, window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.width = 1
+        self.takes_row = True
 
     def __dealloc__(self):
         PyMem_Free(self.words)
@@ -68,6 +71,10 @@ cdef class WordsColumn(Column):
                               self.fill)
         self.capacity = new
         return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)
 
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
         if stage == 0:
@@ -215,6 +222,7 @@ cdef class HasSeenColumn(Column):
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only("has_seen", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
+        self.takes_row = True
 
     def __dealloc__(self):
         PyMem_Free(self.flags)
@@ -236,6 +244,10 @@ cdef class HasSeenColumn(Column):
         if matched:
             self.flags[slot] = 1
         return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return self.flags[slot] != 0
@@ -277,6 +289,11 @@ cdef class TimeSinceLastNColumn(BlockColumn):
         lifetime_only("time_since_last_n", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.n = bounded_n("time_since_last_n", params)
+        self.takes_row = True
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         cdef TimeRing* r = <TimeRing*>self.blocks[slot]

@@ -8,6 +8,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy, memset
 
+from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_INT, RowField, field_object
 from beava._fast.ops.snapshot_state cimport (
     RECORD_HEADER,
     new_bytes,
@@ -152,6 +153,29 @@ cdef inline uint8_t value_encode(object v, Payload* out) except 255:
     return TAG_OBJ
 
 
+cdef inline uint8_t event_encode(PyObject* v, const RowField* f, Payload* out) except 255:
+    # The op's value in one event as a tagged value (one reference owned when TAG_OBJ):
+    # from a dict row, v, its value (row_value: NULL when absent or null) and f NULL; from
+    # a C row (row.pxd), f, its field (NULL when absent) and v NULL. TAG_EMPTY when none.
+    # The C row's value is the dict row's: a number or a boolean in place, a text as the
+    # str the dict row holds (printable ASCII; no int beyond 64 bits reaches a C row).
+    if f == NULL:
+        return TAG_EMPTY if v == NULL else value_encode(<object>v, out)
+    if f.tag == ROW_INT:
+        out.i = f.i
+        return TAG_INT
+    if f.tag == ROW_FLOAT:
+        out.f = f.f
+        return TAG_FLOAT
+    if f.tag == ROW_BOOL:
+        out.i = f.i
+        return TAG_BOOL
+    text = field_object(f)
+    Py_INCREF(text)
+    out.o = <PyObject*>text
+    return TAG_OBJ
+
+
 cdef inline object value_decode(uint8_t tag, Payload p):
     if tag == TAG_INT:
         return p.i
@@ -230,23 +254,45 @@ cdef inline ValueRing* ring_resize(ValueRing* r, int32_t cap) except NULL:
     return n
 
 
-cdef inline ValueRing* ring_append(ValueRing* r, object v, int32_t limit) except NULL:
-    # Append v (not None) at index held; r may be NULL. Caller guarantees held < limit.
-    if r == NULL:
-        r = ring_alloc(ring_next_cap(NULL, limit))
-    elif r.held == r.cap:
-        r = ring_resize(r, ring_next_cap(r, limit))
-    ring_tags(r)[r.held] = value_encode(v, ring_values(r) + r.held)
+cdef inline ValueRing* ring_append_value(ValueRing* r, uint8_t tag, Payload v,
+                                         int32_t limit) except NULL:
+    # Append the tagged value (tag, v), taking its reference, at index held; r may be NULL.
+    # Caller guarantees held < limit.
+    if r == NULL or r.held == r.cap:
+        try:
+            r = (ring_alloc(ring_next_cap(NULL, limit)) if r == NULL
+                 else ring_resize(r, ring_next_cap(r, limit)))
+        except MemoryError:
+            value_release(tag, v)  # not kept
+            raise
+    ring_tags(r)[r.held] = tag
+    ring_values(r)[r.held] = v
     r.held += 1
     return r
 
 
-cdef inline int ring_replace(ValueRing* r, int32_t i, object v) except -1:
-    # Overwrite entry i < held with v (not None).
+cdef inline ValueRing* ring_append(ValueRing* r, object v, int32_t limit) except NULL:
+    # ring_append_value of v (not None).
+    cdef Payload p
+    cdef uint8_t tag = value_encode(v, &p)
+    return ring_append_value(r, tag, p, limit)
+
+
+cdef inline void ring_replace_value(ValueRing* r, int32_t i, uint8_t tag,
+                                    Payload v) noexcept:
+    # Overwrite entry i < held with the tagged value (tag, v), taking its reference.
     cdef uint8_t old_tag = ring_tags(r)[i]
     cdef Payload old = ring_values(r)[i]
-    ring_tags(r)[i] = value_encode(v, ring_values(r) + i)
+    ring_tags(r)[i] = tag
+    ring_values(r)[i] = v
     value_release(old_tag, old)
+
+
+cdef inline int ring_replace(ValueRing* r, int32_t i, object v) except -1:
+    # ring_replace_value of v (not None).
+    cdef Payload p
+    cdef uint8_t tag = value_encode(v, &p)
+    ring_replace_value(r, i, tag, p)
     return 0
 
 
@@ -254,13 +300,15 @@ cdef inline object ring_get(ValueRing* r, int32_t i):
     return value_decode(ring_tags(r)[i], ring_values(r)[i])
 
 
-cdef inline ValueRing* ring_push_latest(ValueRing* r, object v, int32_t limit) except NULL:
-    # Keep the last `limit` (>= 1) values: append until full, then overwrite the oldest,
-    # which sits at seen % limit. r may be NULL; returns the (possibly new) ring.
+cdef inline ValueRing* ring_push_latest(ValueRing* r, uint8_t tag, Payload v,
+                                        int32_t limit) except NULL:
+    # Keep the last `limit` (>= 1) values: append the tagged value (tag, v), taking its
+    # reference, until full, then overwrite the oldest, which sits at seen % limit. r may be
+    # NULL; returns the (possibly new) ring.
     if r == NULL or r.held < limit:
-        r = ring_append(r, v, limit)
+        r = ring_append_value(r, tag, v, limit)
     else:
-        ring_replace(r, <int32_t>(r.seen % limit), v)
+        ring_replace_value(r, <int32_t>(r.seen % limit), tag, v)
     r.seen += 1
     return r
 
