@@ -218,3 +218,42 @@ def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
     assert decoded == {"a": 2, "b": True, "c": 0.0, "n": 5, "s": -1.0, "user": "a|b|",
                        "z": [-1.0, 0.0]}
     assert msgspec.msgpack.decode(rows[1])["s"] is None  # an infinite sum
+
+
+def test_count_and_mix_writers_are_the_encoded_values() -> None:
+    """The histograms and event_type_mix write their values from their state: the bytes of
+    each are those of read()'s value encoded, for a slot they hold nothing for (its events
+    never match), for counts of one byte and of more, for categories whose order needs
+    more than their first byte (a prefix, upper case, text that is not Latin-1), at several
+    query times."""
+    clock = Clock()
+    store = FeatureStore(clock=clock)
+    matched = {"where": "(b == true)"}
+    status, body = store.register(msgspec.json.encode({"nodes": [
+        {"kind": "event", "name": "Ev",
+         "schema": {"fields": {"user": "str", "c": "str", "b": "bool"}}},
+        {"kind": "derivation", "name": "T", "upstreams": ["Ev"], "key": ["user"],
+         "agg": {"hod": {"op": "hour_of_day_histogram", "params": matched},
+                 "dow": {"op": "dow_hour_histogram", "params": matched},
+                 "mix": {"op": "event_type_mix", "params": {"field": "c", **matched}},
+                 "n": {"op": "count", "params": {}}}}]}))
+    assert status == 200, body
+    categories = ["b", "ab", "a", "B", "é", "€", "😀", "abc", "", "a b"]
+    start = clock.now
+    for j in range(300):
+        clock.now = start + j * 1_700_000
+        store.push("Ev", {"user": "spread", "c": categories[j % len(categories)], "b": True})
+        store.push("Ev", {"user": "never", "c": "x", "b": False})
+    for j in range(200):  # one hour of one day past the one-byte counts
+        clock.now += 1_000
+        store.push("Ev", {"user": "crowded", "c": categories[j % 3], "b": True})
+    table = store.table("T")
+    for T in (clock.now, clock.now + HOUR, clock.now + 30 * 24 * HOUR):
+        for key in ("spread", "never", "crowded"):
+            for feature in ("hod", "dow", "mix"):
+                value = table.row(key, T, [feature])
+                assert table.row_msgpack(key, T, [feature]) == reply_bytes(value), \
+                    (key, feature)
+    assert table.row("never", clock.now)["mix"] == {}
+    assert max(table.row("crowded", clock.now)["dow"].values()) == 200
+    assert list(table.row("spread", clock.now)["mix"]) == sorted(categories)

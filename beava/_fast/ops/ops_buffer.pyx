@@ -19,14 +19,18 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, PyObject, Py_XDECREF
 from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.unicode cimport PyUnicode_Compare
 from libc.math cimport sqrt
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint64_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.column cimport Column
-from beava._fast.wire.msgpack_out cimport Writer, put_int, put_map_header, put_raw
+from beava._fast.wire.msgpack_bytes cimport INT_MAX_BYTES, big_endian, int_at
+from beava._fast.wire.msgpack_out cimport (
+    Writer, put_double, put_map_header, put_raw, put_str,
+)
 from beava._fast.wire.number_text cimport int_text
 from beava._fast.ops.op_params cimport lifetime_only
 from beava._fast.ops.ops_point cimport (
@@ -449,6 +453,19 @@ cdef class HourOfDayHistogramColumn(CountColumn):
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return self.cells(slot)
 
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        # read()'s 24 counts as an array, written from the counts into a stack buffer
+        cdef int64_t counts[24]
+        cdef uint8_t buf[3 + 24 * INT_MAX_BYTES]
+        cdef Py_ssize_t n = 3
+        cdef int i
+        count_block_fill(<CountBlock*>self.blocks[slot], counts, 24)
+        buf[0] = 0xdc  # array 16 of 24 items
+        big_endian(buf + 1, 24, 2)
+        for i in range(24):
+            n += int_at(buf + n, counts[i])
+        return put_raw(out, <const char*>buf, n)
+
 
 DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 # (key, cell) in ascending key order; cell = weekday * 24 + hour.
@@ -457,6 +474,9 @@ DOW_HOUR_CELLS = sorted((f"{DAY_NAMES[d]}-{h:02d}", d * 24 + h)
 # The same keys as MessagePack text (fixstr of 6 bytes: 7 each), and their cells, in order.
 DEF DOW_HOUR_KEY_BYTES = 7
 cdef bytes DOW_HOUR_KEYS = b"".join(b"\xa6" + key.encode() for key, _ in DOW_HOUR_CELLS)
+# The map of 168 zero counts (map 16 header, then each key and a fixint 0).
+cdef bytes DOW_HOUR_ZEROS = b"\xde\x00\xa8" + b"".join(
+    b"\xa6" + key.encode() + b"\x00" for key, _ in DOW_HOUR_CELLS)
 cdef int32_t DOW_HOUR_ORDER[168]
 for _i, (_key, _cell) in enumerate(DOW_HOUR_CELLS):
     DOW_HOUR_ORDER[_i] = _cell
@@ -485,16 +505,32 @@ cdef class DowHourHistogramColumn(CountColumn):
         return {key: counts[cell] for key, cell in DOW_HOUR_CELLS}
 
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
-        # read()'s map written from the counts: 168 keys, already in sorted order
+        # read()'s map written from the counts (168 keys, already in sorted order): while
+        # every count is a one-byte fixint (the common case), the map with zero counts is
+        # copied and the counts set in it; otherwise it is built in a stack buffer
         cdef int64_t counts[168]
+        cdef uint8_t buf[3 + 168 * (DOW_HOUR_KEY_BYTES + INT_MAX_BYTES)]
         cdef const char* keys = DOW_HOUR_KEYS
+        cdef uint8_t* p
+        cdef Py_ssize_t n = 3, begin = out.size
+        cdef int64_t bits = 0
         cdef int i
         count_block_fill(<CountBlock*>self.blocks[slot], counts, 168)
-        put_map_header(out, 168)
         for i in range(168):
-            put_raw(out, keys + DOW_HOUR_KEY_BYTES * i, DOW_HOUR_KEY_BYTES)
-            put_int(out, counts[DOW_HOUR_ORDER[i]])
-        return 0
+            bits |= counts[i]
+        if 0 <= bits < 0x80:
+            put_raw(out, DOW_HOUR_ZEROS, len(DOW_HOUR_ZEROS))
+            p = <uint8_t*>out.data + begin + 3 + DOW_HOUR_KEY_BYTES
+            for i in range(168):
+                p[(DOW_HOUR_KEY_BYTES + 1) * i] = <uint8_t>counts[DOW_HOUR_ORDER[i]]
+            return 0
+        buf[0] = 0xde  # map 16 of 168 entries
+        big_endian(buf + 1, 168, 2)
+        for i in range(168):
+            memcpy(buf + n, keys + DOW_HOUR_KEY_BYTES * i, DOW_HOUR_KEY_BYTES)
+            n += DOW_HOUR_KEY_BYTES
+            n += int_at(buf + n, counts[DOW_HOUR_ORDER[i]])
+        return put_raw(out, <const char*>buf, n)
 
     cdef object json_value(self, Py_ssize_t slot, int64_t T):
         # read()'s map as the JSON text the reply encoder gives it, written from the counts
@@ -643,9 +679,25 @@ cdef inline bint same_text(PyObject* key, const void* data, int kind,
             and memcmp(uni_data(key), data, <size_t>(length * kind)) == 0)
 
 
+cdef inline bint text_after(PyObject* a, PyObject* b) noexcept:
+    # Whether str ``a`` sorts after str ``b`` (code point order, as Python compares them):
+    # the bytes of two one-byte-per-character strings compared directly.
+    cdef Py_ssize_t na, nb
+    cdef int c
+    if uni_kind(a) == 1 and uni_kind(b) == 1:
+        na = uni_length(a)
+        nb = uni_length(b)
+        c = memcmp(uni_data(a), uni_data(b), <size_t>(na if na < nb else nb))
+        return c > 0 or (c == 0 and na > nb)
+    return PyUnicode_Compare(<object>a, <object>b) > 0
+
+
 # Categories of each column are shared between its entities (at most this many distinct
 # strings kept), so an entity holding "view" costs a pointer, not a string.
 cdef Py_ssize_t MAX_SHARED_NAMES = 4096
+cdef enum:
+    MIX_SORTED_ON_STACK = 64  # categories a MessagePack write sorts in a stack array
+cdef int64_t EXACT_DOUBLE_INT = 1LL << 53  # every integer up to this is exact as a double
 
 
 cdef void mix_free(void* block) noexcept:
@@ -783,6 +835,42 @@ cdef class EventTypeMixColumn(BlockColumn):
                       for i in range(b.used))
         total = b.total
         return {key: count / total for key, count in held}
+
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        # read()'s map written from the block: categories in sorted order (an insertion
+        # sort of the few held), each count / total as a C division, which is Python's
+        # true division of two integers while the total is exact as a double
+        cdef MixBlock* b = <MixBlock*>self.blocks[slot]
+        cdef int32_t on_stack[MIX_SORTED_ON_STACK]
+        cdef int32_t* order = on_stack
+        cdef int32_t i, j, k
+        cdef double total
+        if b == NULL or b.total == 0:
+            return put_map_header(out, 0)
+        if b.total > EXACT_DOUBLE_INT:
+            return Column.put_msgpack(self, out, slot, T)
+        if b.used > MIX_SORTED_ON_STACK:
+            order = <int32_t*>PyMem_Malloc(b.used * sizeof(int32_t))
+            if order == NULL:
+                raise MemoryError()
+        try:
+            for i in range(b.used):
+                k = i
+                j = i
+                while j > 0 and text_after(mix_entries(b)[order[j - 1]].key,
+                                           mix_entries(b)[k].key):
+                    order[j] = order[j - 1]
+                    j -= 1
+                order[j] = k
+            total = <double>b.total
+            put_map_header(out, b.used)
+            for i in range(b.used):
+                put_str(out, <str>mix_entries(b)[order[i]].key)
+                put_double(out, <double>mix_entries(b)[order[i]].count / total)
+        finally:
+            if order != on_stack:
+                PyMem_Free(order)
+        return 0
 
     cpdef object dump(self, Py_ssize_t nslots):
         # [names, records]: `names` lists the categories held in this column (first-seen

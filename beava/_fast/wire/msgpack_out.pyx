@@ -18,6 +18,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
+from beava._fast.wire.msgpack_bytes cimport INT_MAX_BYTES, big_endian, int_at
+
 import msgspec
 
 from beava._fast.wire.reply_values import finite_or_none
@@ -63,16 +65,10 @@ cdef void release(Writer* out) noexcept:
     out.size = out.cap = 0
 
 
-cdef inline void _big_endian(uint8_t* p, uint64_t v, int nbytes) noexcept:
-    cdef int i
-    for i in range(nbytes):
-        p[i] = <uint8_t>(v >> (8 * (nbytes - 1 - i)))
-
-
 cdef inline int _tagged(Writer* out, uint8_t tag, uint64_t v, int nbytes) except -1:
     cdef uint8_t* p = _room(out, 1 + nbytes)
     p[0] = tag
-    _big_endian(p + 1, v, nbytes)
+    big_endian(p + 1, v, nbytes)
     return 0
 
 
@@ -82,16 +78,8 @@ cdef int put_nil(Writer* out) except -1:
 
 
 cdef int put_int(Writer* out, int64_t v) except -1:
-    cdef int k  # the width of a tagged integer: 1 << k bytes
-    if -32 <= v < 0x80:  # positive and negative fixint
-        _room(out, 1)[0] = <uint8_t>v
-        return 0
-    if v >= 0:  # uint 8 / 16 / 32 / 64
-        k = 0 if v <= 0xff else (1 if v <= 0xffff else (2 if v <= 0xffffffff else 3))
-        return _tagged(out, 0xcc + k, <uint64_t>v, 1 << k)
-    # int 8 / 16 / 32 / 64
-    k = 0 if v >= -0x80 else (1 if v >= -0x8000 else (2 if v >= -0x80000000 else 3))
-    return _tagged(out, 0xd0 + k, <uint64_t>v, 1 << k)
+    out.size -= INT_MAX_BYTES - int_at(_room(out, INT_MAX_BYTES), v)
+    return 0
 
 
 cdef int put_double(Writer* out, double x) except -1:
