@@ -48,7 +48,6 @@ __all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _encode_msgpack = msgspec.msgpack.Encoder().encode
-_decode_json = msgspec.json.Decoder().decode
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # What a feature's value is in a GET row: long, double, boolean, string, or json (a list
@@ -248,28 +247,33 @@ class Replay:
             return {}
 
     def replay_batch(self, batch: Any, events: tuple[str, ...],
+                     fields: Sequence[Sequence[tuple[int, str]]],
                      reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
                      ) -> tuple[list[int], list[list[Any]]]:
         """Apply the rows of an Arrow batch in order, in one C loop (no :meth:`push` per
         row). ``batch``: any object with ``__arrow_c_array__`` (a ``pyarrow.RecordBatch``)
-        holding four columns: ``code`` (int32: an index into ``events``, or :data:`READ`,
-        or :data:`NO_READ` for a row that reads nothing), ``time`` (int64 epoch ms), ``body``
-        (text: the event's JSON body), ``key`` (text: a read's canonical key). Rows must be
-        in time order. Each event is checked exactly as a live push and applied to the
-        store's tables at its own time; dedupe is not applied (remove replays first, over
-        the whole history). A read row gets the GET row of its key at its time in each
-        table of ``reads`` (``(table, its features)``): returns the read rows' indexes and
-        one column per feature (tables in order), each value as its kind says (long,
-        double: non-finite as None, boolean, string, json: GET's JSON text; None where the
-        key has no row). Raises :class:`ReplayRefused` (with ``row``) at the first event
-        the server would refuse; the events before it are applied."""
+        holding ``code`` (int32: an index into ``events``, or :data:`READ`, or
+        :data:`NO_READ` for a row that reads nothing), ``time`` (int64 epoch ms), ``key``
+        (text: a read's canonical key), then value columns (int64, float64, bool, text or
+        null). ``fields[code]``: the ``(value column, field name)`` pairs of that event's
+        fields (value column 0 is the batch's fourth column; a null value is an absent
+        field). Rows must be in time order. Each event is checked exactly as a live push
+        of those fields and applied to the store's tables at its own time; dedupe is not
+        applied (remove replays first, over the whole history). A read row gets the GET
+        row of its key at its time in each table of ``reads`` (``(table, its
+        features)``): returns the read rows' indexes and one column per feature (tables
+        in order), each value as its kind says (long, double: non-finite as None,
+        boolean, string, json: GET's JSON text; None where the key has no row). Raises
+        :class:`ReplayRefused` (with ``row``) at the first event the server would refuse;
+        the events before it are applied."""
         rows: list[int] = []
         tables = [(self._store.table(name), tuple((f.name, KINDS.index(f.kind))
                                                   for f in features))
                   for name, features in reads]
         columns: list[list[Any]] = [[] for _, features in reads for _ in features]
         refused = replay_rows(batch, self._store.engine.routes, self._store.checkers,
-                              events, _decode_json, tables, _encode_json, rows, columns)
+                              events, tuple(tuple(f) for f in fields), tables, _encode_json,
+                              rows, columns)
         if refused is not None:
             row, event, time_ms, code = refused
             raise ReplayRefused(event, time_ms, code, row)

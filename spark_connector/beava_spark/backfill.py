@@ -42,21 +42,20 @@ import msgspec
 from .errors import BeavaSparkError
 from .historical import HistoricalReplayError
 from .replay_exchange import (
-    B,
     E,
     G,
-    K,
     KeyGroup,
-    T,
+    ValueColumns,
     bucket_count,
     check_event_names,
     compile_pipeline,
     event_codes,
     event_rows,
     event_stream,
+    group_fields,
     key_groups,
     new_replay,
-    refusal,
+    replay_part,
     replay_stream,
     table_names,
     time_ms,
@@ -284,13 +283,15 @@ class _Sender:
 
 @dataclass(frozen=True)
 class _PartGroup:
-    """What a task needs of a key group: its store's payload, its tables, and for each
-    table the codes of the events that feed it and whether it has keys."""
+    """What a task needs of a key group: its store's payload, its tables, for each table
+    the codes of the events that feed it and whether it has keys, and the fields it takes
+    of each event (by event code, ``Replay.replay_batch``'s fields)."""
 
     payload: bytes
     tables: tuple[str, ...]
     feeding: tuple[frozenset[int], ...]
     keyed: tuple[bool, ...]
+    fields: tuple[tuple[tuple[int, str], ...], ...]
 
 
 def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
@@ -302,28 +303,35 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
     from pyspark.sql import functions as f
 
     groups = key_groups(pipeline, plans)
-    rows = []
+    streams = {}
     for event in dict.fromkeys(e for g in groups for e in g.events):
         df = events[event]
         at = time_ms(df, time_col, f"events[{event!r}]")
         # null times stay: the replay refuses them, as historical_features does
         kept = df.where(at.isNull() | (at <= f.lit(until_ms)))
-        fed = [g for g in groups if event in g.events]
-        stream = event_stream(kept, pipeline, event, time_col, order_col,
-                              {k for g in fed for k in g.keys}, HistoricalReplayError, fed)
-        rows += event_rows(*stream, fed, event, pipeline, 0, HistoricalReplayError)
+        streams[event] = event_stream(kept, pipeline, event, time_col, order_col,
+                                      HistoricalReplayError)
+    values = ValueColumns.of(wire for _, wire in streams.values())
+    rows = []
+    for event, (stream, wire) in streams.items():
+        rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
+                           pipeline, 0, HistoricalReplayError, values)
     codes = event_codes(pipeline)
-    task = functools.partial(_part_task, groups=[_part_group(g, codes) for g in groups],
-                             events=codes, sender=sender)
+    wires = {event: wire for event, (_, wire) in streams.items()}
+    task = functools.partial(
+        _part_task, groups=[_part_group(g, codes, wires, values) for g in groups],
+        events=codes, values=values, sender=sender)
     out = replay_stream(rows, buckets).mapInArrow(task, _PARTS_SCHEMA)
     return {(row["table"], row["part"]): (row["events"], row["state_bytes"])
             for row in out.collect()}
 
 
-def _part_group(group: KeyGroup, codes: tuple[str, ...]) -> _PartGroup:
+def _part_group(group: KeyGroup, codes: tuple[str, ...],
+                wires: Mapping[str, Mapping[str, str]], values: ValueColumns) -> _PartGroup:
     return _PartGroup(group.payload, tuple(t.name for t in group.tables),
                       tuple(frozenset(codes.index(e) for e in t.events) for t in group.tables),
-                      tuple(bool(t.keys) for t in group.tables))
+                      tuple(bool(t.keys) for t in group.tables),
+                      group_fields(group, wires, values, codes))
 
 
 def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -371,15 +379,15 @@ def _commit(client: Any, plan: TableInfo, nparts: int, upload: str,
 
 
 def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup],
-               events: tuple[str, ...], sender: _Sender) -> Iterator[pa.RecordBatch]:
+               events: tuple[str, ...], values: ValueColumns, sender: _Sender
+               ) -> Iterator[pa.RecordBatch]:
     """Replay a partition of the stream (sorted by group, then push order), one group at
     a time, and send each table's state as this partition's part (``mapInArrow``'s
     function); yields one row per part sent."""
     import numpy as np
-    import pyarrow as pa
     from pyspark import TaskContext
 
-    from beava.offline import ReplayRefused, gc_paused
+    from beava.offline import gc_paused
 
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
@@ -405,14 +413,8 @@ def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup
                                               return_counts=True), strict=True):
                     counts[int(code)] = counts.get(int(code), 0) + int(n)
                 assert replay is not None
-                try:
-                    replay.replay_batch(pa.RecordBatch.from_arrays(
-                        [codes, part.column(T), part.column(B), part.column(K)],
-                        names=["code", "time", "body", "key"]), events)
-                except ReplayRefused as err:
-                    body = part.column(B)[err.row].as_py() or ""
-                    raise HistoricalReplayError(
-                        refusal(err.event, err.time_ms, body, err.code)) from None
+                replay_part(replay, part, events, groups[number].fields, values,
+                            HistoricalReplayError)
         if replay is not None:
             yield uploader.send(groups[number], replay, counts)
 

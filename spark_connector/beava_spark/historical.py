@@ -34,7 +34,6 @@ from .conversion import quoted
 from .errors import BeavaSparkError
 from .replay_exchange import (
     PREFIX,
-    B,
     E,
     G,
     K,
@@ -43,12 +42,14 @@ from .replay_exchange import (
     P,
     S,
     T,
+    ValueColumns,
     bucket_count,
     check_event_names,
     compile_pipeline,
     event_codes,
     event_rows,
     event_stream,
+    group_fields,
     key_groups,
     replay_stream,
     row_key,
@@ -120,21 +121,21 @@ def historical_features(
     groups = key_groups(pipeline, plans)
     event_phase, spine_phase = (0, 1) if inclusive else (1, 0)
     streams: dict[str, tuple[DataFrame, dict[str, str]]] = {}
-    rows = []
     for event in dict.fromkeys(e for g in groups for e in g.events):
         if event not in events:
             users = [p.name for p in plans if event in p.events]
             raise ValueError(f"table {users[0]} is fed by event {event}, which events does "
                              f"not give (events: {', '.join(events) or 'none'})")
-        fed = [g for g in groups if event in g.events]
         streams[event] = event_stream(events[event], pipeline, event, time_col, order_col,
-                                      {k for g in fed for k in g.keys}, HistoricalReplayError,
-                                      fed)
-        rows += event_rows(*streams[event], fed, event, pipeline, event_phase,
-                           HistoricalReplayError)
+                                      HistoricalReplayError)
+    values = ValueColumns.of(wire for _, wire in streams.values())
+    rows = []
+    for event, (stream, wire) in streams.items():
+        rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
+                           pipeline, event_phase, HistoricalReplayError, values)
     event_part = [r.withColumn(_R, f.lit(None).cast(packed_type(spine))) for r in rows]
     spine_part = _spine_rows(spine, groups, time_col, spine_phase,
-                             event_part[0].schema[O].dataType)
+                             event_part[0].schema[O].dataType, values)
     stream = replay_stream([*event_part, spine_part],
                            bucket_count([spine, *[events[e] for e in streams]]))
     # the task's rows: the row id, the spine's columns (on one group's row only) and one
@@ -145,11 +146,14 @@ def historical_features(
         schema = schema.add(_features_of(group), t.StructType(
             [t.StructField(ft.name, _spark_type(ft.kind)) for plan in group.tables
              for ft in plan.features]))
+    codes = event_codes(pipeline)
+    wires = {event: wire for event, (_, wire) in streams.items()}
     task = functools.partial(
-        read_rows, groups=[_task_group(g) for g in groups], events=event_codes(pipeline),
+        read_rows, groups=[_task_group(g, wires, values, codes) for g in groups],
+        events=codes, values=values,
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
-    out = stream.select(G, E, T, B, K, S, _R).mapInArrow(task, schema)
+    out = stream.select(G, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
     if len(groups) > 1:  # one row per group: the features of a spine row joined back
         out = out.groupBy(S).agg(
             f.first(_R, ignorenulls=True).alias(_R),
@@ -216,8 +220,9 @@ def packed_type(spine: DataFrame) -> Any:
 
 
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
-                order_type: Any) -> DataFrame:
-    """The spine in the stream: one read row per group (``(G, K, T, P, O, E, S, B, _R)``),
+                order_type: Any, values: ValueColumns) -> DataFrame:
+    """The spine in the stream: one read row per group (``(G, K, T, P, O, E, S, V0, ...,
+    _R)``, its values null),
     read once: its row id and time computed once, its columns on its first group's copy
     only."""
     from pyspark.sql import functions as f
@@ -237,10 +242,12 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
         f.lit(None).cast(order_type).alias(O),
         f.when(f.col(T).isNull() | key.isNull(), f.lit(NO_READ)).otherwise(f.lit(READ))
         .alias(E),
-        S, f.lit(None).cast("string").alias(B),
+        S, *values.nulls(),
         f.when(f.col("pos") == 0, f.col(_R)).alias(_R))
 
 
-def _task_group(group: KeyGroup) -> ReplayGroup:
+def _task_group(group: KeyGroup, wires: Mapping[str, Mapping[str, str]],
+                values: ValueColumns, codes: Sequence[str]) -> ReplayGroup:
     return ReplayGroup(group.payload, tuple(t.name for t in group.tables),
-                       tuple(t.features for t in group.tables))
+                       tuple(t.features for t in group.tables),
+                       group_fields(group, wires, values, codes))

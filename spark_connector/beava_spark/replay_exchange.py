@@ -21,14 +21,18 @@ Arrow batches and hands each to ``beava.offline.Replay.replay_batch``
 Stream columns (the ``__bv_`` prefix is reserved): ``G`` group id, ``BK`` bucket, ``K``
 canonical key, ``T`` time (epoch ms), ``P`` phase within a millisecond, ``O`` order_col
 value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ`` for read rows),
-``S`` input position of the event (a read's row id), ``B`` JSON body (null for reads).
+``S`` input position of the event (a read's row id), then the value columns ``V0``,
+``V1``, ... (:class:`ValueColumns`): one per (field name, Spark type) among the events'
+fields, holding an event's field values as Spark converted them (``conversion``), null
+where the event lacks the field or its group does not take it (and on read rows). No
+event is turned into a JSON text: the task reads the typed columns straight into rows.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,13 +43,15 @@ from .driver import plan_for
 from .event_schema import EventSchema
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import Column, DataFrame
 
-    from beava.offline import Pipeline, Replay, TableInfo
+    from beava.offline import FeatureInfo, Pipeline, Replay, TableInfo
 
-__all__ = ["KeyGroup", "bucket_count", "check_event_names", "compile_pipeline", "event_codes",
-           "event_rows", "event_stream", "key_groups", "new_replay", "refusal",
-           "replay_stream", "row_key", "spark_key", "table_names", "time_ms"]
+__all__ = ["KeyGroup", "ValueColumns", "bucket_count", "check_event_names", "compile_pipeline",
+           "event_codes", "event_rows", "event_stream", "group_fields", "key_groups",
+           "new_replay", "refusal", "replay_part", "replay_stream", "row_key", "spark_key",
+           "table_names", "time_ms"]
 
 PREFIX = "__bv_"
 G = PREFIX + "g"
@@ -56,7 +62,7 @@ P = PREFIX + "p"
 O = PREFIX + "o"  # noqa: E741 - the order column
 E = PREFIX + "e"
 S = PREFIX + "s"
-B = PREFIX + "b"
+V = PREFIX + "v"  # value columns: V + index (ValueColumns)
 _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
 FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
 
@@ -65,7 +71,11 @@ FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys com
 _BUCKET_BYTES = 128 << 20
 _BUCKETS_PER_CORE = 16
 
-_decode_json = msgspec.json.Decoder().decode
+_encode_json = msgspec.json.Encoder().encode
+
+# wire type (conversion) -> the Spark type of its value column
+_VALUE_TYPES = {"i64": "long", "f64": "double", "bool": "boolean", "str": "string",
+                "datetime": "string"}
 
 # the caller's exception for a row it cannot replay, from its message
 Refused = Callable[[str], Exception]
@@ -184,14 +194,11 @@ def time_ms(df: DataFrame, column: str, what: str) -> Column:
 
 
 def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
-                 order_col: str | None, key_fields: set[str], refused: Refused,
-                 groups: Sequence[KeyGroup] = ()) -> tuple[DataFrame, dict[str, str]]:
-    """The rows of ``event`` as ``(T, O, E, S, B)`` plus the converted values of
-    ``key_fields`` (``FIELD`` + name, for keys computed in Spark) and, for each of
-    ``groups`` that takes only some fields of the event, the body of those
-    (``body_column``); dedupe replays removed (one pass over the whole event, partitioned
-    by the dedupe value, as the server recognises replays across entities); and the wire
-    type of each field column."""
+                 order_col: str | None, refused: Refused) -> tuple[DataFrame, dict[str, str]]:
+    """The rows of ``event`` as ``(T, O, E, S)`` plus each field's converted value
+    (``FIELD`` + name, as its value column's Spark type), dedupe replays removed (one pass
+    over the whole event, partitioned by the dedupe value, as the server recognises
+    replays across entities); and the wire type of each field."""
     from pyspark.sql import functions as f
 
     spec = pipeline.events[event]
@@ -204,24 +211,14 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
     known = EventSchema(spec.name, dict(spec.fields), spec.optional,
                         frozenset(spec.defaults), spec.dedupe_key)
     plan = plan_for(df.select(*[quoted(c) for c in field_cols]).schema, None, known)
-    converted = plan.columns()
-    body = (f.to_json(f.struct(*converted)) if converted else f.lit("{}"))
+    wire = plan.wire_types()
     columns = [time.alias(T),
                (f.col(quoted(order_col)) if order_col is not None
                 else f.lit(None).cast("long")).alias(O),
                f.lit(event_codes(pipeline).index(event)).alias(E),
                f.monotonically_increasing_id().alias(S),
-               body.alias(B)]
-    wire = plan.wire_types()
-    for conv in plan.fields:
-        if conv.name in key_fields or conv.name == spec.dedupe_key:
-            columns.append(conv.column().alias(FIELD + conv.name))
-    for group in groups:
-        fields = group.bodies[event]
-        if fields is not None:
-            some = [conv.column() for conv in plan.fields if conv.name in fields]
-            columns.append((f.to_json(f.struct(*some)) if some else f.lit("{}"))
-                           .alias(body_column(group, event)))
+               *[conv.column().cast(_VALUE_TYPES[conv.wire_type]).alias(FIELD + conv.name)
+                 for conv in plan.fields]]
     stream = df.select(*columns)
     dedupe = FIELD + (spec.dedupe_key or "")
     if spec.dedupe_key is None or dedupe not in stream.columns:
@@ -229,24 +226,80 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
     keyed = stream.withColumn(_D, f.col(quoted(dedupe)).cast("string"))
     ordered = keyed.repartition(_D).sortWithinPartitions(T, O, S).drop(_D)
     task = functools.partial(_dedupe_task, payload=pipeline.events_payload(), event=event,
-                             at=(ordered.columns.index(T), ordered.columns.index(B)),
+                             at=(ordered.columns.index(T), _field_positions(ordered, wire)),
                              refused=refused)
     return _frame(ordered.rdd.mapPartitions(task), ordered.schema), wire
 
 
-def body_column(group: KeyGroup, event: str) -> str:
-    """The stream column holding ``event``'s bodies as ``group`` takes them."""
-    return B if group.bodies[event] is None else f"{B}_{group.id}"
+@dataclass(frozen=True)
+class ValueColumns:
+    """The exchange's value columns (module docstring): ``types[i]`` is the (field name,
+    Spark type) of column ``V`` + ``i``, over every event of the job."""
+
+    types: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, wires: Iterable[Mapping[str, str]]) -> ValueColumns:
+        """The columns of events whose fields have the wire types ``wires``."""
+        return cls(tuple(sorted({(name, _VALUE_TYPES[wire_type]) for wire in wires
+                                 for name, wire_type in wire.items()})))
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{V}{i}" for i in range(len(self.types))]
+
+    def fields(self, wire: Mapping[str, str], taken: Collection[str]
+               ) -> tuple[tuple[int, str], ...]:
+        """``(value column index, field name)`` of the fields ``taken`` of an event whose
+        fields have the wire types ``wire`` (``Replay.replay_batch``'s fields)."""
+        return tuple((i, name) for i, (name, spark_type) in enumerate(self.types)
+                     if name in taken and _VALUE_TYPES[wire[name]] == spark_type)
+
+    def columns(self, wire: Mapping[str, str], taken: Collection[str]) -> list[Column]:
+        """The value columns of an ``event_stream``'s rows: its fields ``taken`` in their
+        columns, every other column null."""
+        from pyspark.sql import functions as f
+
+        mine = dict(self.fields(wire, taken))
+        return [(f.col(quoted(FIELD + mine[i])) if i in mine else
+                 f.lit(None).cast(spark_type)).alias(name)
+                for i, ((_, spark_type), name) in enumerate(zip(self.types, self.names,
+                                                                strict=True))]
+
+    def nulls(self) -> list[Column]:
+        """Every value column null (read rows)."""
+        return self.columns({}, ())
+
+
+def _taken(group: KeyGroup, event: str, wire: Mapping[str, str]) -> Collection[str]:
+    """The fields of ``event`` that ``group``'s store takes."""
+    fields = group.bodies[event]
+    return wire.keys() if fields is None else fields
+
+
+def group_fields(group: KeyGroup, wires: Mapping[str, Mapping[str, str]],
+                 values: ValueColumns, codes: Sequence[str]) -> tuple[tuple[tuple[int, str],
+                                                                            ...], ...]:
+    """``Replay.replay_batch``'s fields of ``group`` by event code (none for an event the
+    group does not take)."""
+    return tuple(values.fields(wires[event], _taken(group, event, wires[event]))
+                 if event in group.events else () for event in codes)
+
+
+def _field_positions(df: DataFrame, wire: Mapping[str, str]) -> tuple[tuple[int, str], ...]:
+    """Where the fields' values are among the columns of an ``event_stream``."""
+    return tuple((df.columns.index(FIELD + name), name) for name in wire)
 
 
 def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyGroup],
-               event: str, pipeline: Pipeline, phase: int, refused: Refused
-               ) -> list[DataFrame]:
+               event: str, pipeline: Pipeline, phase: int, refused: Refused,
+               values: ValueColumns) -> list[DataFrame]:
     """``stream`` (of ``event_stream``) as rows of the exchange, ``(G, K, T, P, O, E, S,
-    B)``, one per group of ``groups`` (those ``event`` feeds). The groups whose key Spark
-    computes share one projection exploded per group (the body is made once); a group
-    whose key is the engine's to compute gets a Python pass of its own, which keeps only
-    the events that reach a row of it (a chain filter or a null key skips them)."""
+    V0, ...)``, one per group of ``groups`` (those ``event`` feeds), each holding the
+    fields its group takes. The groups whose key Spark computes share one projection
+    exploded per group; a group whose key is the engine's to compute gets a Python pass of
+    its own, which keeps only the events that reach a row of it (a chain filter or a null
+    key skips them)."""
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
@@ -255,26 +308,28 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
     frames = []
     keys = []
     for group in groups:
-        body = f.col(body_column(group, event))
+        taken = _taken(group, event, wire)
         if (not group.chained and all(k not in source.defaults for k in group.keys)
                 and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys)):
             parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
             # a null key reaches no row; such events still go to the replay, whose checks
             # refuse them when the server would
             keys.append(f.struct(f.lit(group.id).alias("g"), _join_key(parts).alias("k"),
-                                 body.alias("b")))
+                                 *values.columns(wire, taken)))
             continue
         table = next(t.name for t in group.tables if event in t.events)
-        rows = stream.select(*base, body.alias(B))
         task = functools.partial(_key_task, payload=group.payload, table=table,
-                                 event=event, refused=refused)
-        keyed = _frame(rows.rdd.mapPartitions(task), rows.schema.add(K, t.StringType()))
+                                 event=event, fields=_field_positions(stream, wire),
+                                 refused=refused)
+        keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
         frames.append(keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O,
-                                   E, S, B))
+                                   E, S, *values.columns(wire, taken)))
     if keys:
         exploded = stream.select(*base, f.explode(f.array(*keys)).alias("x"))
         frames.append(exploded.select(f.col("x.g").alias(G), f.col("x.k").alias(K), T,
-                                      f.lit(phase).alias(P), O, E, S, f.col("x.b").alias(B)))
+                                      f.lit(phase).alias(P), O, E, S,
+                                      *[f.col(f"x.{name}").alias(name)
+                                        for name in values.names]))
     return frames
 
 
@@ -348,7 +403,7 @@ def bucket_count(frames: Sequence[DataFrame]) -> int:
 
 
 def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
-    """``rows`` (each ``(G, K, T, P, O, E, S, B, ...)``, same columns) in one stream with
+    """``rows`` (each ``(G, K, T, P, O, E, S, V0, ...)``, same columns) in one stream with
     ``BK``, repartitioned once by (group, bucket) into ``buckets`` partitions, each sorted
     by (group, time, phase, order, event, seq)."""
     from pyspark.sql import functions as f
@@ -382,6 +437,11 @@ def refusal(event: str, time: int | None, body: str, code: str) -> str:
             f"({code}): {shown}")
 
 
+def _body(row: Sequence[Any], fields: Sequence[tuple[int, str]]) -> dict[str, Any]:
+    """The body of an event from its row's field values (a null value is left out)."""
+    return {name: row[at] for at, name in fields if row[at] is not None}
+
+
 def new_replay(payload: bytes, refused: Refused) -> Replay:
     """A ``beava.offline.Replay`` of ``payload`` in a task."""
     from beava.offline import Replay
@@ -392,22 +452,47 @@ def new_replay(payload: bytes, refused: Refused) -> Replay:
         raise refused(f"in the task: {err}") from None
 
 
-def _dedupe_task(rows: Iterable[Any], *, payload: bytes, event: str, at: tuple[int, int],
-                 refused: Refused) -> Iterator[Any]:
+def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
+                fields: tuple[tuple[tuple[int, str], ...], ...], values: ValueColumns,
+                refused: Refused, reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
+                ) -> tuple[list[int], list[list[Any]]]:
+    """``Replay.replay_batch`` of a run of one group's rows of the stream (``fields``: its
+    fields by event code); a refused event raises ``refused`` naming it and its body."""
+    import pyarrow as pa
+
+    from beava.offline import ReplayRefused
+
+    columns = [part.column(E), part.column(T), part.column(K),
+               *[part.column(name) for name in values.names]]
+    batch = pa.RecordBatch.from_arrays(columns, names=["code", "time", "key", *values.names])
+    try:
+        return replay.replay_batch(batch, events, fields, reads)
+    except ReplayRefused as err:
+        assert err.row is not None
+        row = [column[err.row].as_py() for column in columns]
+        body = _body(row, [(3 + at, name) for at, name in fields[row[0]]])
+        raise refused(refusal(err.event, err.time_ms, _encode_json(body).decode(),
+                              err.code)) from None
+
+
+def _dedupe_task(rows: Iterable[Any], *, payload: bytes, event: str,
+                 at: tuple[int, tuple[tuple[int, str], ...]], refused: Refused
+                 ) -> Iterator[Any]:
     """Drop the events the server answers as dedupe replays (rows in push order)."""
     from beava.offline import ReplayRefused
 
     replay = new_replay(payload, refused)
-    t, b = at
+    t, fields = at
     seen = 0
     for row in rows:
-        time, body = row[t], row[b]
+        time, body = row[t], _body(row, fields)
         if time is None:
-            raise refused(refusal(event, None, body, "null_time"))
+            raise refused(refusal(event, None, _encode_json(body).decode(), "null_time"))
         try:
-            replayed = replay.push(event, time, _decode_json(body))
+            replayed = replay.push(event, time, body)
         except ReplayRefused as err:
-            raise refused(refusal(event, time, body, err.code)) from None
+            raise refused(refusal(event, time, _encode_json(body).decode(),
+                                  err.code)) from None
         if not replayed:
             yield row
         seen += 1
@@ -417,17 +502,19 @@ def _dedupe_task(rows: Iterable[Any], *, payload: bytes, event: str, at: tuple[i
 
 
 def _key_task(rows: Iterable[Any], *, payload: bytes, table: str, event: str,
-              refused: Refused) -> Iterator[Any]:
-    """Append ``K`` to each ``(T, O, E, S, B)`` of ``event``: the table's chain and key
-    function applied to the event (the engine's own); drop the events the table skips."""
+              fields: tuple[tuple[int, str], ...], refused: Refused) -> Iterator[Any]:
+    """Append ``K`` to each row of an ``event_stream`` of ``event`` (its fields at
+    ``fields``): the table's chain and key function applied to the event (the engine's
+    own); drop the events the table skips."""
     from beava.offline import ReplayRefused
 
     replay = new_replay(payload, refused)
     for row in rows:
-        time, body = row[0], row[4]
+        time, body = row[0], _body(row, fields)
         try:
-            key = replay.key_of(table, event, time, _decode_json(body))
+            key = replay.key_of(table, event, time, body)
         except ReplayRefused as err:
-            raise refused(refusal(event, time, body, err.code)) from None
+            raise refused(refusal(event, time, _encode_json(body).decode(),
+                                  err.code)) from None
         if key is not None:
             yield (*row, key)

@@ -2,8 +2,9 @@
 (:mod:`beava_spark.replay_exchange`) in, Arrow batches of feature rows out.
 
 One ``beava.offline.Replay`` per key group replays the group's rows batch by batch through
-``Replay.replay_batch`` (one C loop: each event checked as a live push and applied at its
-time, each read row answered as a GET at its time), with the garbage collector paused.
+``Replay.replay_batch`` (one C loop: each event's fields read from the typed value
+columns, checked as a live push and applied at its time, each read row answered as a GET
+at its time), with the garbage collector paused.
 A read row comes out as its row id, the columns it carries (``R``, passed through), and
 the features of its group's tables; other groups' features are null.
 """
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .replay_exchange import B, E, G, K, Refused, T, new_replay, refusal
+from .replay_exchange import G, Refused, ValueColumns, new_replay, replay_part
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -28,11 +29,13 @@ __all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
 @dataclass(frozen=True)
 class ReplayGroup:
     """What a task needs of a key group: its store's payload, its tables (in feature
-    order) and the features of each."""
+    order), the features of each, and the fields it takes of each event (by event code,
+    ``Replay.replay_batch``'s fields)."""
 
     payload: bytes
     tables: tuple[str, ...]
     features: tuple[tuple[FeatureInfo, ...], ...]  # by table
+    fields: tuple[tuple[tuple[int, str], ...], ...]
 
     @property
     def reads(self) -> list[tuple[str, tuple[FeatureInfo, ...]]]:
@@ -55,13 +58,13 @@ _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "strin
 
 
 def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup],
-              events: tuple[str, ...], output: ReplayOutput, refused: Refused
-              ) -> Iterator[pa.RecordBatch]:
+              events: tuple[str, ...], values: ValueColumns, output: ReplayOutput,
+              refused: Refused) -> Iterator[pa.RecordBatch]:
     """Replay a partition of the stream (sorted by group, then push order) and yield the
     read rows (``mapInArrow``'s function)."""
     import pyarrow as pa
 
-    from beava.offline import ReplayRefused, gc_paused
+    from beava.offline import gc_paused
 
     types = [pa.struct([(f.name, getattr(pa, _ARROW_TYPES[f.kind])()) for fs in g.features
                         for f in fs]) for g in groups]
@@ -73,18 +76,12 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
             for start, stop, number in _runs(batch.column(G)):
                 if number != current[0]:  # sorted by group: the previous one is done
                     current = (number, new_replay(groups[number].payload, refused))
-                replay = current[1]
+                group = groups[number]
                 part = batch.slice(start, stop - start)
-                columns = pa.RecordBatch.from_arrays(
-                    [part.column(E), part.column(T), part.column(B), part.column(K)],
-                    names=["code", "time", "body", "key"])
-                try:
-                    rows, values = replay.replay_batch(columns, events, groups[number].reads)
-                except ReplayRefused as err:
-                    body = part.column(B)[err.row].as_py() or ""
-                    raise refused(refusal(err.event, err.time_ms, body, err.code)) from None
+                rows, features = replay_part(current[1], part, events, group.fields, values,
+                                             refused, group.reads)
                 if rows:
-                    yield _rows(part, rows, values, number, output, types)
+                    yield _rows(part, rows, features, number, output, types)
 
 
 def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:

@@ -7,6 +7,20 @@ from beava._fast.intake.name_table cimport RawName
 from beava._fast.ops.row cimport Row
 
 
+# type codes of declared fields (EventChecker.declared; the offline replay reads them too)
+cdef enum:
+    T_ANY = 0       # bytes, datetime, json: any non-null value
+    T_STR = 1
+    T_NUM = 2       # i64, f64: int or float, never bool
+    T_BOOL = 3
+
+# flags of a declared name beside its type code (EventChecker.declared)
+cdef enum:
+    TYPE_BITS = 3
+    REQUIRED = 4    # a required field
+    CONTROL = 8     # the name holds a control character (pushing it is refused)
+
+
 cdef class EventChecker:
     cdef dict declared      # every pushable name -> its type code and flags (push_check.pyx)
     cdef tuple required     # ((name, type code), ...)

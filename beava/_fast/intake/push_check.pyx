@@ -43,21 +43,7 @@ cdef extern from "Python.h":
     Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index)
     int PyUnicode_IS_ASCII(object o)
 
-# type codes of declared fields
-cdef enum:
-    T_ANY = 0       # bytes, datetime, json: any non-null value
-    T_STR = 1
-    T_NUM = 2       # i64, f64: int or float, never bool
-    T_BOOL = 3
-
 _CODES = {"str": T_STR, "i64": T_NUM, "f64": T_NUM, "bool": T_BOOL}
-
-# flags of a declared name beside its type code (EventChecker.declared)
-cdef enum:
-    TYPE_BITS = 3
-    REQUIRED = 4    # a required field
-    CONTROL = 8     # the name holds a control character (pushing it is refused)
-
 
 # Bits of a body's seen-names mask: check_msgpack takes schemas of at most this many names.
 cdef enum:
