@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
-from beava._fast.wire.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import Frames, encode_frame
 from beava._fast.wire.reply_values import finite_or_none
 from beava.catalogue.errors import BeavaError
 from beava.protocol import messages
@@ -48,7 +48,7 @@ FrameHandler = Callable[[int, bytes], "bytes | PendingReply"]
 # push_run(frames, start, stop, replies, deadline) -> index of the first frame not handled:
 # a run of OP_PUSH frames handled at once until the deadline (perf_counter; 0.0 = none),
 # their replies appended to ``replies`` (the push pass)
-PushRun = Callable[[list[tuple[int, int, bytes]], int, int, bytearray, float], int]
+PushRun = Callable[[Frames, int, int, bytearray, float], int]
 # handler(request, route params) -> HTTP response, or a PendingReply resolved later
 HttpHandler = Callable[[HttpRequest, tuple[str, ...]], "bytes | PendingReply"]
 

@@ -1,10 +1,11 @@
 """Framed-TCP connection protocol (spec/wire.md §2).
 
 One :class:`FramedTcpProtocol` per connection. Everything one ``data_received`` brings is
-split into frames (Cython), each frame goes to its command's handler (looked up in the
-:class:`FrameDispatch` routes derived from the command table) in arrival order, and the
-replies of that read go out in one ``transport.write``: strict FIFO with no per-frame
-syscalls. A push waiting for its fsync raises the store's ``hold_lsn``: its ack frame is
+split into frames (Cython: one Frames per read, no object per frame; a handler other than
+the push pass gets its payload as bytes), each frame goes to its command's handler (looked
+up in the :class:`FrameDispatch` routes derived from the command table) in arrival order,
+and the replies of that read go out in one ``transport.write``: strict FIFO with no
+per-frame syscalls. A push waiting for its fsync raises the store's ``hold_lsn``: its ack frame is
 queued behind an LSN tag (one per run of acks in the same pending batch); a handler may
 also return a :class:`PendingReply` (PUSH_MANY). Replies behind either wait, and a read
 behind them is parked until they are released, so a read always observes the earlier
@@ -18,9 +19,14 @@ import contextlib
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable
 
-from beava._fast.wire.frame_splitter import FRAME_TOO_LARGE, FRAME_TOO_SHORT, FrameSplitter
+from beava._fast.wire.frame_splitter import (
+    FRAME_TOO_LARGE,
+    FRAME_TOO_SHORT,
+    Frames,
+    FrameSplitter,
+    join_frames,
+)
 from beava.catalogue.errors import BeavaError
 from beava.protocol.commands import STATE_READ_OPS
 from beava.protocol.connection import HIGH_WATER, LOW_WATER, TURN_SECONDS, ServerConnection
@@ -29,9 +35,6 @@ from beava.protocol.read_gate import PARKED, WRITES
 from beava.protocol.reply_slots import PendingReply
 from beava.protocol.server_state import ServerState
 from beava_client.opcodes import OP_PUSH
-
-# (op, ct, payload); a framing error is (FRAME_TOO_LARGE | FRAME_TOO_SHORT, declared, b"")
-Frame = tuple[int, int, bytes]
 
 TURN_CHECK_EVERY = 16  # frames between clock reads
 # Input drained after our FIN before the socket is closed: at shutdown, and after a fatal
@@ -59,7 +62,7 @@ class FramedTcpProtocol(ServerConnection):
         super().__init__(state)
         self._dispatch = dispatch
         self._splitter = FrameSplitter(max_payload)
-        self._parked: deque[Frame] = deque()
+        self._parked: deque[Frames] = deque()  # the frames of reads, in order
         self._turn_scheduled = False
         self._close_after = False  # close once every queued reply is written
         self._linger = CLOSE_LINGER_SECONDS
@@ -86,14 +89,14 @@ class FramedTcpProtocol(ServerConnection):
         self.received(bool(frames), held > 0)
         if frames:
             if self._parked:  # never overtake frames that are still waiting
-                self._parked.extend(frames)
+                self._parked.append(frames)
                 return
             if self.held_back():  # nor a request still evaluated in slices
                 self._park(frames)
                 return
             deadline = started + TURN_SECONDS
             turns = self.state.turns
-            if frames[0][0] == OP_PUSH:  # a pipeline: it shares this iteration's budget
+            if frames.op(0) == OP_PUSH:  # a pipeline: it shares this iteration's budget
                 reads_end = turns.reads_deadline(started)
                 if started > reads_end:  # spent: its turn comes in a round
                     self._defer(frames)
@@ -103,7 +106,7 @@ class FramedTcpProtocol(ServerConnection):
                 deadline = started  # a request (a GET, say) is answered: a few frames
             self._process(frames, started, deadline)
 
-    def _process(self, frames: list[Frame], started: float,
+    def _process(self, frames: Frames, started: float,
                  deadline: float | None = None) -> None:
         """Handle ``frames`` in order until ``deadline`` (perf_counter; None = no limit);
         leftovers wait for this connection's next turn. Runs of pushes go to the dispatch's
@@ -132,7 +135,7 @@ class FramedTcpProtocol(ServerConnection):
                     and time.perf_counter() > deadline):  # cheapest test first: per frame
                 self._defer(frames[index:])
                 break
-            op, ct, payload = frames[index]
+            op = frames.op(index)
             if op == OP_PUSH and push_run is not None:
                 replies = bytearray()
                 done = push_run(frames, index, count, replies,
@@ -145,7 +148,7 @@ class FramedTcpProtocol(ServerConnection):
                         self.hold(seen)
                         pending = True
                     out.append(bytes(replies))
-                    if (index < count and deadline is not None and frames[index][0] == OP_PUSH
+                    if (index < count and deadline is not None and frames.op(index) == OP_PUSH
                             and time.perf_counter() > deadline):
                         # the pass stopped at the deadline: leave the rest for a later turn
                         self._defer(frames[index:])
@@ -155,6 +158,7 @@ class FramedTcpProtocol(ServerConnection):
             if pending and op in STATE_READ_OPS:
                 self._park(frames[index - 1:])
                 break
+            _, ct, payload = frames[index - 1]  # a handler's payload is a bytes of its own
             route = routes.get(op)
             if route is not None and ct in route[0]:
                 began = time.perf_counter()
@@ -203,7 +207,7 @@ class FramedTcpProtocol(ServerConnection):
     def _run_parked(self, started: float, deadline: float | None) -> None:
         """Handle the parked frames (as ``_process``); the socket is read again once none
         is left waiting."""
-        frames = list(self._parked)
+        frames = join_frames(self._parked)
         self._parked.clear()
         self._process(frames, started, deadline)
         if not self._parked:
@@ -215,17 +219,17 @@ class FramedTcpProtocol(ServerConnection):
             self._turn_scheduled = True
             self.state.turns.add(self)
 
-    def _defer(self, frames: Iterable[Frame]) -> None:
+    def _defer(self, frames: Frames) -> None:
         """Leave ``frames`` for a later turn of this connection."""
         self._park(frames)
         self._schedule_turn()
 
     def _waiting_for_pending(self) -> bool:
-        return self.held_back() or (self._parked[0][0] in STATE_READ_OPS and self.waiting())
+        return self.held_back() or (self._parked[0].op(0) in STATE_READ_OPS and self.waiting())
 
-    def _park(self, frames: Iterable[Frame]) -> None:
-        """Leave ``frames`` waiting; read nothing more until they are handled."""
-        self._parked.extend(frames)
+    def _park(self, frames: Frames) -> None:
+        """Leave ``frames`` (not empty) waiting; read nothing more until they are handled."""
+        self._parked.append(frames)
         self.reads.pause(PARKED)
 
     def end_after_replies(self) -> None:

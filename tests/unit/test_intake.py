@@ -13,6 +13,7 @@ import pytest
 
 from beava._fast.intake.intake import MEMORY, STRICT, Intake
 from beava._fast.wal.wal_record import seal
+from beava._fast.wire.frame_splitter import FrameSplitter, encode_frame
 from beava.catalogue.errors import BeavaError
 from beava.durability.wal_format import RECORD_EVENT, parse_record
 from beava.engine.store import FeatureStore
@@ -69,7 +70,8 @@ def test_pass_and_python_path_interleaved_give_dense_lsns_and_exact_counts(mode:
         _frame("Fast", {"k": "c", "n": 3}),                  # the pass again
     ]
     out = bytearray()
-    assert service.push_pass.run(frames, 0, len(frames), out) == len(frames)
+    read = FrameSplitter().feed(b"".join(encode_frame(*frame) for frame in frames))
+    assert service.push_pass.run(read, 0, len(read), out) == len(frames)
     lsn, _version, replay, _pending = store.push("Deduped", {"k": "b", "id": "y"})  # HTTP
     assert (lsn, replay) == (6, False)
     refused: list[tuple[int, str]] = []

@@ -9,6 +9,7 @@ import pkgutil
 from collections import deque
 
 import beava.protocol
+from beava._fast.wire.frame_splitter import FrameSplitter
 from beava.protocol.commands import FRAMED
 from beava.protocol.dispatch import FrameDispatch, FrameHandler
 from beava.protocol.reply_slots import PendingReply
@@ -96,7 +97,8 @@ async def test_turn_schedulers_are_per_server() -> None:
     dispatch = FrameDispatch(_pending_pushes()[0])
     one, two = ServerState(), ServerState()
     conn, transport = _connect(dispatch, one)
-    conn._process([(0x0000, CT_JSON, b"")] * (TURN_CHECK_EVERY * 4), 0.0, deadline=0.0)
+    conn._process(FrameSplitter().feed(frame(0x0000, CT_JSON) * (TURN_CHECK_EVERY * 4)), 0.0,
+                  deadline=0.0)
     assert transport.take() == b"<reply>" * TURN_CHECK_EVERY
     assert len(one.turns._queue) == 1 and len(two.turns._queue) == 0
     for _ in range(10):

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 from beava._fast.intake.intake import CheckerEntry
+from beava._fast.wire.frame_splitter import Frames
 
 def apply_records(routes: dict[str, tuple[Callable[[dict[str, Any], int], Any], ...]],
                   checkers: dict[str, CheckerEntry],
@@ -18,7 +19,7 @@ class PushPass:
                  decode_json_body: Callable[[Any], Any],
                  wall_clock: Callable[[], int],
                  reply_op: int) -> None: ...
-    def run(self, frames: list[tuple[int, int, bytes]], start: int, stop: int,
+    def run(self, frames: Frames, start: int, stop: int,
             out: bytearray, deadline: float = 0.0) -> int: ...
     def push_bodies(self, event: str, bodies: list[Any],
                     fallback: Callable[[int, Any], None]) -> tuple[int, int]: ...

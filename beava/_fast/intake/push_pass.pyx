@@ -6,7 +6,8 @@ clock is read once per CHECK_EVERY pushes of a call: they arrived in the same so
 hand it to the store's intake (beava._fast.intake.intake: its LSN, counts, WAL record, and its
 apply now or once durable, as the durability mode says), and, for a framed-TCP push, write
 the ack frame. ``PushPass.run`` takes runs of
-OP_PUSH frames (decoding each envelope first); ``PushPass.push_bodies`` the bodies of one
+OP_PUSH frames of a socket read (frame_splitter.Frames: each payload read where it lies in
+the read's bytes, no object per frame); ``PushPass.push_bodies`` the bodies of one
 PUSH_MANY. A MessagePack envelope laid out as clients write it (``{"event": name, "body":
 ...}`` in that order) is split here and only its body decoded; when the checks change
 nothing, the WAL record's body is the pushed body's own bytes. When the event's checker can
@@ -55,6 +56,7 @@ from beava._fast.intake.push_check cimport EventChecker
 from beava._fast.ops.row cimport Row
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.wal.wal_record cimport event_record_at
+from beava._fast.wire.frame_splitter cimport Frames, FrameSpan
 
 
 cdef enum:
@@ -244,13 +246,12 @@ cdef class PushPass:
         intake, self.intake = self.intake, None
         (<Intake>intake).end()
 
-    cdef object _split(self, bytes payload, Py_ssize_t* body_at):
-        """The EventRoute of a MessagePack envelope laid out ``{"event": name, "body": ...}``
-        (in that order, the name at most 255 bytes), its body from byte ``body_at[0]`` to
-        the end; None when it is laid out otherwise or names no registered event (msgspec
-        decodes the envelope then, and the handler answers what is wrong with it)."""
-        cdef const char* p = PyBytes_AS_STRING(payload)
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(payload)
+    cdef object _split(self, const char* p, Py_ssize_t n, Py_ssize_t* body_at):
+        """The EventRoute of a MessagePack envelope (the ``n`` bytes at ``p``) laid out
+        ``{"event": name, "body": ...}`` (in that order, the name at most 255 bytes), its
+        body from byte ``body_at[0]`` to the end; None when it is laid out otherwise or
+        names no registered event (msgspec decodes the envelope then, and the handler
+        answers what is wrong with it)."""
         cdef Py_ssize_t at, name_len
         cdef unsigned char c
         cdef const RawName* e
@@ -328,15 +329,21 @@ cdef class PushPass:
         self.intake.take(route.event, entry, fields, raw, raw_len, now, self.version,
                          route.pushes, row)
 
-    def run(self, list frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
+    def run(self, Frames frames, Py_ssize_t start, Py_ssize_t stop, bytearray out,
             double deadline=0.0):
         """Handle the frames ``start..stop-1`` while they are OP_PUSH frames in a content
         type the pass takes, appending each reply to ``out``, and, when ``deadline`` (a
         time.perf_counter() value) is given, until it passes (checked every CHECK_EVERY
-        frames); returns the index of the first frame not handled."""
+        frames); returns the index of the first frame not handled. A push's payload is
+        read where it lies in ``frames``' bytes: a bytes object is made of it only for
+        a decoder or the Python handler."""
+        if start < 0 or stop > frames.n:
+            raise IndexError(f"frames {start}..{stop - 1} of {frames.n}")
         cdef Py_ssize_t i = start
-        cdef tuple frame
-        cdef int op, ct
+        cdef const FrameSpan* span
+        cdef const char* p
+        cdef Py_ssize_t size
+        cdef unsigned int op, ct
         cdef int taken
         cdef Py_ssize_t body_at, raw_len
         cdef const char* raw
@@ -350,12 +357,14 @@ cdef class PushPass:
                 if (deadline != 0.0 and i != start and (i - start) % CHECK_EVERY == 0
                         and monotonic() > deadline):
                     break
-                frame = <tuple>frames[i]
-                op = frame[0]
-                ct = frame[1]
+                span = &frames.spans[i]
+                op = span.op
+                ct = span.ct
                 if op != OP_PUSH or (ct != CT_MSGPACK and ct != CT_JSON):
                     break
-                payload = frame[2]
+                p = PyBytes_AS_STRING(frames.data) + span.at
+                size = span.size
+                payload = None  # made only when a decoder or the handler needs it
                 i += 1
                 raw = NULL
                 raw_len = 0
@@ -363,11 +372,11 @@ cdef class PushPass:
                 row = NULL
                 try:
                     route = None
-                    if ct == CT_MSGPACK and type(payload) is bytes:
-                        route = self._split(<bytes>payload, &body_at)
+                    if ct == CT_MSGPACK:
+                        route = self._split(p, size, &body_at)
                     if route is not None:
-                        raw = PyBytes_AS_STRING(payload) + body_at
-                        raw_len = PyBytes_GET_SIZE(payload) - body_at
+                        raw = p + body_at
+                        raw_len = size - body_at
                         entry = self._entry(route)
                         fields = None
                         # strict: no row until applied (a shard's check reads the row)
@@ -383,11 +392,13 @@ cdef class PushPass:
                         if not checked:
                             fields = self.decode_body(PyBytes_FromStringAndSize(raw, raw_len))
                     elif ct == CT_MSGPACK:
+                        payload = PyBytes_FromStringAndSize(p, size)
                         envelope = self.decode_msgpack(payload)
                         fields = envelope.body
                         route = self._route(envelope.event)
                         entry = self._entry(route)
                     else:
+                        payload = PyBytes_FromStringAndSize(p, size)
                         envelope = self.decode_json(payload)
                         fields = self.decode_json_body(envelope.body)
                         route = self._route(envelope.event)
@@ -411,6 +422,8 @@ cdef class PushPass:
                 if taken:
                     put_ack(out, self.reply_op, <uint64_t>self.intake.last_lsn, self.version)
                 else:  # the Python handler answers (an ack, a replay or the error)
+                    if payload is None:
+                        payload = PyBytes_FromStringAndSize(p, size)
                     try:
                         reply = self.slow(ct, payload)
                     except Exception as exc:

@@ -1,0 +1,28 @@
+# The frames of a socket read without an object per frame (frame_splitter.pyx): the push
+# pass (beava._fast.intake.push_pass) walks a Frames' spans in C.
+
+cdef struct FrameSpan:
+    Py_ssize_t at           # the payload's first byte in the Frames' ``data``
+    Py_ssize_t size         # the payload's length
+    unsigned int op         # or a framing-error marker (FRAME_TOO_LARGE | FRAME_TOO_SHORT)
+    unsigned int ct         # a marker's: the declared length
+
+
+cdef class Frames:
+    cdef bytes data         # the bytes every span points into
+    cdef FrameSpan* spans
+    cdef Py_ssize_t n
+    cdef Py_ssize_t room    # spans allocated
+
+    cdef int add(self, Py_ssize_t at, Py_ssize_t size, unsigned int op,
+                 unsigned int ct) except -1
+
+
+cdef class FrameSplitter:
+    cdef bytearray _pending
+    cdef Py_ssize_t _need   # bytes the pending prefix must reach before a frame completes
+    cdef readonly unsigned long long max_payload
+    cdef readonly bint failed
+
+    cdef Py_ssize_t _split(self, Frames frames) except -1
+    cdef void _fail(self, Frames frames, unsigned int marker, unsigned int declared) except *
