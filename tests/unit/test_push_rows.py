@@ -30,6 +30,7 @@ from tests.unit.fake_transport import FakeTransport, frame, split_frames
 
 DECODE_MSGPACK = msgspec.msgpack.Decoder().decode
 DECODE_JSON = msgspec.json.Decoder().decode
+ENCODE_JSON = msgspec.json.Encoder().encode
 HOUR = 3_600_000
 
 
@@ -76,6 +77,21 @@ def features() -> list[tuple[str, Any, int]]:
         ("max_streak", "max_streak", None, None, {}),
         ("negative_streak", "negative_streak", None, None, {}),
         ("recent", "first_seen_in_window", None, None, {"window": HOUR}),
+        ("hist", "histogram", "v", None, {"buckets": [-1, 0.5, 3]}),
+        ("hist_i", "histogram", "i", None, {"buckets": [0, 10]}),
+        ("hours", "hour_of_day_histogram", None, None, {}),
+        ("dow", "dow_hour_histogram", None, None, {}),
+        ("season", "seasonal_deviation", "v", None, {}),
+        ("kinds", "event_type_mix", "c", None, {}),
+        ("kinds_few", "event_type_mix", "c", None, {"max_categories": 2}),
+        ("kinds_of", "event_type_mix", "c", None, {"categories": ["u1", "7", "true", "t1"]}),
+        ("recent_c", "most_recent_n", "c", None, {"n": 3}),
+        ("sample", "reservoir_sample", "c", None, {"samples": 2}),
+        ("sample_s", "reservoir_sample", "s", None, {"samples": 3}),
+        ("speed", "geo_velocity", None, None, {}),
+        ("travel", "geo_distance", None, None, {}),
+        ("spread", "geo_spread", None, None, {"lat_field": "lat", "lon_field": "lon"}),
+        ("away", "distance_from_home", None, None, {"samples": 3}),
     ]
     return [(name, COLUMNS[op](name, field, None, params, window), 0)
             for name, op, field, window, params in specs]
@@ -94,8 +110,10 @@ def test_tables_that_take_c_rows() -> None:
 
 EVENT = {"kind": "event", "name": "A",
          "schema": {"fields": {"k": "str", "i": "i64", "v": "f64", "s": "str", "b": "bool",
-                               "x": "str"},
-                    "optional_fields": ["i", "v", "s", "b", "x"]}}
+                               "x": "str",
+                               "c": "str", "lat": "f64", "lon": "f64"},
+                    "optional_fields": ["i", "v", "s", "b", "x",
+                                        "c", "lat", "lon"]}}
 
 
 def checkers() -> dict[str, Any]:
@@ -130,6 +148,14 @@ def pushes() -> list[tuple[dict[str, Any], int, int]]:
                     body["k"] = key
                 if n == 3:
                     del body["v"]  # absent: count, ratio and min of s only
+                # values of every kind and a point of floats or ints (none without a latitude,
+                # nor with a true longitude), each other than the other body's of the key
+                body["c"] = keys[(n * (round_ + 1) + 3 * (fmt == wf.BODY_JSON)) % len(keys)]
+                body["lat"] = ((40 + n + round_ if n % 2 else 40.5 + n * 0.25 - round_)
+                               if fmt == wf.BODY_MSGPACK else 30 - n)
+                body["lon"] = -70.25 + round_ * 1.5 if n != 6 else True
+                if n == 5:
+                    del body["lat"]
                 out.append((body, now, fmt))
     return out
 
@@ -162,6 +188,7 @@ def test_c_rows_and_dict_rows_give_the_same_state(key_fields: tuple[str, ...]) -
     assert by_rows.dump() == by_dicts.dump()  # each column's state, to the bit
     T = rows[-1][1]
     assert read_all(by_rows, T) == read_all(by_dicts, T)
+    assert ENCODE_JSON(read_all(by_rows, T)) == ENCODE_JSON(read_all(by_dicts, T))  # types
     if key_fields == ("i",):
         assert set(by_rows.dump()["keys"]) >= {"7", "-42", "true", "2.5", "1e16", "u1"}
 
@@ -182,7 +209,8 @@ def test_a_push_read_as_a_c_row_builds_no_python_object() -> None:
     allocators: no row dict, no key str, no value objects (a dict row of these bodies holds
     a str of a kilobyte, which no column reads)."""
     table = kernel(("k",))
-    rows = [({"k": f"user-{i % 8}", "i": i, "v": i * 0.5, "x": "p" * 1000, "b": True},
+    rows = [({"k": f"user-{i % 8}", "i": i, "v": i * 0.5, "x": "p" * 1000, "b": True,
+              "c": i % 4, "lat": i * 0.01, "lon": i * -0.02},  # c: categories already held
              1_000 + i, wf.BODY_MSGPACK) for i in range(400)]
     data = records(rows)
     routes, checks, events = {"A": (table,)}, checkers(), ["A"] * len(rows)

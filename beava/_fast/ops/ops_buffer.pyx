@@ -33,6 +33,7 @@ from beava._fast.wire.msgpack_out cimport (
 )
 from beava._fast.wire.number_text cimport int_text
 from beava._fast.ops.op_params cimport lifetime_only
+from beava._fast.ops.row cimport ROW_BOOL, ROW_INT, ROW_TEXT, Row, RowField, field_number, row_field
 from beava._fast.ops.ops_point cimport (
     LatestRingColumn,
     RingColumn,
@@ -48,12 +49,14 @@ from beava._fast.ops.snapshot_state cimport (
     state_list,
 )
 from beava._fast.ops.slot_buffers cimport (
+    Payload,
     ValueRing,
     check_dump_slots,
+    event_encode,
     release_blocks,
-    ring_append,
+    ring_append_value,
     ring_get,
-    ring_replace,
+    ring_replace_value,
     row_number,
     row_value,
 )
@@ -193,6 +196,8 @@ cdef CountBlock* count_block_add(CountBlock* b, int32_t cell) except NULL:
         if grown == NULL:
             raise MemoryError()
         b = grown
+        # zeroed so that snapshot bytes depend on the state only
+        memset(sparse_cells(b) + b.cap, 0, <size_t>b.cap * sizeof(SparseCell))
         b.cap *= 2
     e = sparse_cells(b) + b.used
     e.cell = cell
@@ -370,6 +375,7 @@ cdef class HistogramColumn(CountColumn):
     cdef int32_t* json_key_ends
     cdef int32_t* json_cells
     cdef int32_t njson
+    cdef uint8_t guess          # where the last C row had ``field`` (row_field)
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         cdef int32_t i
@@ -378,6 +384,7 @@ cdef class HistogramColumn(CountColumn):
         edges = tuple(params.get("buckets") or ())
         self.nedges = len(edges)
         self.ncells = self.nedges + 1
+        self.takes_row = True
         self.edges = <double*>PyMem_Malloc((self.nedges + 1) * sizeof(double))
         if self.edges == NULL:
             raise MemoryError()
@@ -428,6 +435,13 @@ cdef class HistogramColumn(CountColumn):
             self.count(slot, self.cell_of(x))
         return 0
 
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef double x
+        if matched and field_number(row_field(row, self.field, &self.guess), &x):
+            self.count(slot, self.cell_of(x))
+        return 0
+
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef list counts = self.cells(slot)
         return {label: counts[cell] for label, cell in self.label_cells}
@@ -444,11 +458,16 @@ cdef class HourOfDayHistogramColumn(CountColumn):
         lifetime_only("hour_of_day_histogram", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.ncells = 24
+        self.takes_row = True
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         if matched:
             self.count(slot, utc_hour(now))
         return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)  # the row is not read
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return self.cells(slot)
@@ -494,11 +513,16 @@ cdef class DowHourHistogramColumn(CountColumn):
         lifetime_only("dow_hour_histogram", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
         self.ncells = 168
+        self.takes_row = True
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         if matched:
             self.count(slot, utc_weekday(now) * 24 + utc_hour(now))
         return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        return self.update(slot, None, matched, now)  # the row is not read
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef list counts = self.cells(slot)
@@ -567,18 +591,31 @@ cdef inline size_t season_size(int32_t cap) noexcept nogil:
 cdef class SeasonalDeviationColumn(BlockColumn):
     """seasonal_deviation (§16.4): z of the latest value within its own UTC-hour bucket."""
 
+    cdef uint8_t guess          # where the last C row had ``field`` (row_field)
+
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only("seasonal_deviation", window_ms)
         Column.__init__(self, name, field, where, params, window_ms)
+        self.takes_row = True
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         cdef double x
-        cdef int32_t h, i, cap
+        if matched and row_number(row, self.field, &x):
+            self.observe(slot, x, now)
+        return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef double x
+        if matched and field_number(row_field(row, self.field, &self.guess), &x):
+            self.observe(slot, x, now)
+        return 0
+
+    cdef int observe(self, Py_ssize_t slot, double x, int64_t now) except -1:
+        # One numeric value of a matched event at ``now``.
+        cdef int32_t h = utc_hour(now), i, cap
         cdef SeasonBlock* b
         cdef HourStats* e
-        if not matched or not row_number(row, self.field, &x):
-            return 0
-        h = utc_hour(now)
         b = <SeasonBlock*>self.blocks[slot]
         if b == NULL:
             b = <SeasonBlock*>PyMem_Malloc(season_size(1))
@@ -717,6 +754,7 @@ cdef class EventTypeMixColumn(BlockColumn):
     cdef object allow           # tuple of allowed categories, or None
     cdef int64_t max_categories
     cdef dict shared_names
+    cdef uint8_t guess          # where the last C row had ``field`` (row_field)
 
     def __cinit__(self, *args, **kwargs):
         self.release = mix_free
@@ -736,6 +774,7 @@ cdef class EventTypeMixColumn(BlockColumn):
                              f"got {max_categories!r}")
         self.max_categories = min(max_categories, INT32_MAX)
         self.shared_names = {}
+        self.takes_row = True
 
     cdef object shared(self, object key):
         # One str object per distinct category of this column (bounded).
@@ -767,15 +806,9 @@ cdef class EventTypeMixColumn(BlockColumn):
         cdef PyObject* v
         cdef type t
         cdef char digits[24]
-        cdef const void* data = NULL
-        cdef int kind = 1
-        cdef Py_ssize_t length = 0
         cdef long long i64
         cdef int overflow = 0
-        cdef int32_t i
-        cdef MixBlock* b
-        cdef object text = None   # keeps a formatted category alive
-        cdef object key
+        cdef object text   # the category's str, unless it is ``digits``
         if not matched:
             return 0
         v = row_value(row, self.field)
@@ -788,18 +821,39 @@ cdef class EventTypeMixColumn(BlockColumn):
             text = "true" if <object>v is True else "false"
         elif t is int:
             i64 = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
-            if overflow:
-                text = str(<object>v)
-            else:
-                length = snprintf(digits, sizeof(digits), "%lld", i64)
-                data = digits
+            if not overflow:
+                return self.tally(slot, digits, 1, snprintf(digits, sizeof(digits), "%lld", i64),
+                                  None)
+            text = str(<object>v)
         else:
             return 0  # F64 and other values are not categories
-        if text is not None:
-            data = uni_data(<PyObject*>text)
-            kind = uni_kind(<PyObject*>text)
-            length = uni_length(<PyObject*>text)
-        b = <MixBlock*>self.blocks[slot]
+        return self.tally(slot, uni_data(<PyObject*>text), uni_kind(<PyObject*>text),
+                          uni_length(<PyObject*>text), text)
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef const RowField* f
+        cdef char digits[24]
+        if not matched:
+            return 0
+        f = row_field(row, self.field, &self.guess)
+        if f == NULL:
+            return 0
+        if f.tag == ROW_TEXT:  # ASCII: one byte per character, as its str holds it
+            return self.tally(slot, f.text, 1, f.size, None)
+        if f.tag == ROW_BOOL:
+            return self.tally(slot, b"true" if f.i else b"false", 1, 4 if f.i else 5, None)
+        if f.tag == ROW_INT:
+            return self.tally(slot, digits, 1,
+                              snprintf(digits, sizeof(digits), "%lld", <long long>f.i), None)
+        return 0  # F64 is not a category
+
+    cdef int tally(self, Py_ssize_t slot, const void* data, int kind, Py_ssize_t length,
+                   object text) except -1:
+        # One categorisable matched event of the category whose str has these characters
+        # (PEP 393 ``kind``); ``text`` is that str, or None when it is ASCII not yet built.
+        cdef int32_t i
+        cdef MixBlock* b = <MixBlock*>self.blocks[slot]
         if b == NULL:
             b = <MixBlock*>PyMem_Malloc(mix_size(0))
             if b == NULL:
@@ -821,9 +875,8 @@ cdef class EventTypeMixColumn(BlockColumn):
             return 0
         if b.used < self.max_categories:
             if text is None:
-                text = (<char*>digits)[:length].decode("ascii")
-            key = self.shared(text)
-            self.add_entry(slot, b, key)
+                text = (<const char*>data)[:length].decode("ascii")
+            self.add_entry(slot, b, self.shared(text))
         return 0
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
@@ -969,6 +1022,7 @@ cdef class MostRecentNColumn(LatestRingColumn):
         Column.__init__(self, name, field, where, params, window_ms)
         n = params.get("n")
         self.limit = ring_bound("most_recent_n", 10 if n is None else n)
+        self.takes_row = True
 
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
         return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
@@ -993,26 +1047,27 @@ cdef class ReservoirSampleColumn(RingColumn):
         Column.__init__(self, name, field, where, params, window_ms)
         k = params.get("samples")
         self.limit = ring_bound("reservoir_sample", 10 if k is None else k)
+        self.takes_row = True
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef PyObject* v
-        cdef ValueRing* r
-        cdef int64_t seen
-        cdef uint64_t j
-        if not matched or self.limit == 0:
+    cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
+        # Kept while the reservoir fills, then over entry j when j < limit; the value is
+        # only encoded (a C row's text built as a str) when kept.
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        cdef int64_t seen = (0 if r == NULL else r.seen) + 1
+        cdef uint64_t j = 0
+        cdef Payload value
+        cdef uint8_t tag
+        if self.limit == 0 or (v == NULL and f == NULL):  # none: absent or null
             return 0
-        v = row_value(row, self.field)
-        if v == NULL:
-            return 0
-        r = <ValueRing*>self.blocks[slot]
-        seen = (0 if r == NULL else r.seen) + 1
-        if r == NULL or r.held < self.limit:
-            r = ring_append(r, <object>v, self.limit)
-            self.blocks[slot] = r
-        else:
+        if r != NULL and r.held == self.limit:
             j = reservoir_draw(<uint64_t>seen)
             if j < <uint64_t>self.limit:
-                ring_replace(r, <int32_t>j, <object>v)
+                tag = event_encode(v, f, &value)
+                ring_replace_value(r, <int32_t>j, tag, value)
+        else:
+            tag = event_encode(v, f, &value)
+            r = ring_append_value(r, tag, value, self.limit)
+            self.blocks[slot] = r
         r.seen = seen
         return 0
 

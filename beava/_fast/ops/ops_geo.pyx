@@ -11,10 +11,11 @@ owns a ring of its last `samples` points, grown as points arrive.
 
 from cpython.mem cimport PyMem_Realloc
 from libc.math cimport atan2, cos, sin, sqrt
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t
 
 from beava._fast.ops.moments cimport welford_step
 from beava._fast.ops.op_params cimport lifetime_only
+from beava._fast.ops.row cimport Row, field_number, row_field
 from beava._fast.ops.slot_buffers cimport row_number
 from beava._fast.ops.struct_column cimport NO_TIME, StructColumn, block_entries
 
@@ -37,10 +38,13 @@ ctypedef struct Point:
 
 
 cdef class _GeoColumn(StructColumn):
-    """Reads the point of a matched event from the lat/lon fields named in the params."""
+    """Reads the point of a matched event from the lat/lon fields named in the params and
+    feeds it to ``feed``, from a dict row or a C row alike."""
 
     cdef readonly str lat_field
     cdef readonly str lon_field
+    cdef uint8_t lat_guess      # where the last C row had each field (row_field)
+    cdef uint8_t lon_guess
 
     def __init__(self, str name, object field, object where, dict params, object window_ms):
         lifetime_only(type(self).__name__, window_ms)
@@ -49,10 +53,26 @@ cdef class _GeoColumn(StructColumn):
         lon_field = params.get("lon_field")
         self.lat_field = "lat" if lat_field is None else lat_field
         self.lon_field = "lon" if lon_field is None else lon_field
+        self.takes_row = True
 
-    cdef bint _point(self, dict row, bint matched, Point* p) except -1:
-        return (matched and row_number(row, self.lat_field, &p.lat)
-                and row_number(row, self.lon_field, &p.lon))
+    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
+        cdef Point p
+        if (matched and row_number(row, self.lat_field, &p.lat)
+                and row_number(row, self.lon_field, &p.lon)):
+            return self.feed(slot, &p, now)
+        return 0
+
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        cdef Point p
+        if (matched and field_number(row_field(row, self.lat_field, &self.lat_guess), &p.lat)
+                and field_number(row_field(row, self.lon_field, &self.lon_guess), &p.lon)):
+            return self.feed(slot, &p, now)
+        return 0
+
+    cdef int feed(self, Py_ssize_t slot, const Point* p, int64_t now) except -1:
+        """One point of a matched event at ``now``."""
+        raise NotImplementedError(type(self).__name__)
 
 
 ctypedef struct VelocityState:
@@ -69,19 +89,15 @@ cdef class GeoVelocityColumn(_GeoColumn):
         _GeoColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(VelocityState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef VelocityState* s
-        cdef Point p
+    cdef int feed(self, Py_ssize_t slot, const Point* p, int64_t now) except -1:
+        cdef VelocityState* s = (<VelocityState*>self.buf) + slot
         cdef double kmh
-        if not self._point(row, matched, &p):
-            return 0
-        s = (<VelocityState*>self.buf) + slot
         if s.prev_t != NO_TIME and now > s.prev_t:
             kmh = (haversine_km(s.prev.lat, s.prev.lon, p.lat, p.lon)
                    / (<double>(now - s.prev_t) / MS_PER_HOUR))
             if kmh > s.best:  # a NaN speed never wins (f64::max semantics)
                 s.best = kmh
-        s.prev = p  # replaced always, also when dt <= 0
+        s.prev = p[0]  # replaced always, also when dt <= 0
         s.prev_t = now
         return 0
 
@@ -104,15 +120,11 @@ cdef class GeoDistanceColumn(_GeoColumn):
         _GeoColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(DistanceState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef DistanceState* s
-        cdef Point p
-        if not self._point(row, matched, &p):
-            return 0
-        s = (<DistanceState*>self.buf) + slot
+    cdef int feed(self, Py_ssize_t slot, const Point* p, int64_t now) except -1:
+        cdef DistanceState* s = (<DistanceState*>self.buf) + slot
         if s.has_prev:
             s.total += haversine_km(s.prev.lat, s.prev.lon, p.lat, p.lon)
-        s.prev = p
+        s.prev = p[0]
         s.has_prev = 1
         return 0
 
@@ -137,12 +149,8 @@ cdef class GeoSpreadColumn(_GeoColumn):
         _GeoColumn.__init__(self, name, field, where, params, window_ms)
         self.set_layout(&empty, sizeof(SpreadState), False)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef SpreadState* s
-        cdef Point p
-        if not self._point(row, matched, &p):
-            return 0
-        s = (<SpreadState*>self.buf) + slot
+    cdef int feed(self, Py_ssize_t slot, const Point* p, int64_t now) except -1:
+        cdef SpreadState* s = (<SpreadState*>self.buf) + slot
         s.n += 1
         welford_step(p.lat, <double>s.n, &s.mean_lat, &s.m2_lat)
         welford_step(p.lon, <double>s.n, &s.mean_lon, &s.m2_lon)
@@ -190,23 +198,17 @@ cdef class DistanceFromHomeColumn(_GeoColumn):
     cdef Py_ssize_t block_capacity(self, Py_ssize_t slot, Py_ssize_t used) except -1:
         return block_entries(used // sizeof(Point), self.samples) * sizeof(Point)
 
-    cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
-        cdef HomeState* s
-        cdef Point p
-        cdef Point* ring
-        cdef Py_ssize_t held
-        if not self._point(row, matched, &p):
-            return 0
-        s = (<HomeState*>self.buf) + slot
-        ring = <Point*>self.blocks[slot]
-        held = self._held(s)
+    cdef int feed(self, Py_ssize_t slot, const Point* p, int64_t now) except -1:
+        cdef HomeState* s = (<HomeState*>self.buf) + slot
+        cdef Point* ring = <Point*>self.blocks[slot]
+        cdef Py_ssize_t held = self._held(s)
         if held < self.samples and held == block_entries(held, self.samples):
             ring = <Point*>PyMem_Realloc(
                 ring, block_entries(held + 1, self.samples) * sizeof(Point))
             if ring == NULL:
                 raise MemoryError()
             self.blocks[slot] = ring
-        ring[s.seen % self.samples] = p
+        ring[s.seen % self.samples] = p[0]
         s.seen += 1
         return 0
 

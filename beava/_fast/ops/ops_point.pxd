@@ -28,8 +28,8 @@ cdef class ValueColumn(Column):
 # those values (an empty array for NULL), without the list.
 cdef int put_ring(Writer* out, ValueRing* r, int32_t first, int32_t count,
                   int32_t limit) except -1
-# What ring_oldest_to_newest reads (a ring filled by ring_push_latest or ring_append), as
-# put_ring writes it.
+# What ring_oldest_to_newest reads (a ring filled by ring_push_latest or ring_append_value),
+# as put_ring writes it.
 cdef int put_oldest_to_newest(Writer* out, ValueRing* r, int32_t limit) except -1
 
 

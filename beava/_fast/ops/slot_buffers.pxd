@@ -271,13 +271,6 @@ cdef inline ValueRing* ring_append_value(ValueRing* r, uint8_t tag, Payload v,
     return r
 
 
-cdef inline ValueRing* ring_append(ValueRing* r, object v, int32_t limit) except NULL:
-    # ring_append_value of v (not None).
-    cdef Payload p
-    cdef uint8_t tag = value_encode(v, &p)
-    return ring_append_value(r, tag, p, limit)
-
-
 cdef inline void ring_replace_value(ValueRing* r, int32_t i, uint8_t tag,
                                     Payload v) noexcept:
     # Overwrite entry i < held with the tagged value (tag, v), taking its reference.
@@ -286,14 +279,6 @@ cdef inline void ring_replace_value(ValueRing* r, int32_t i, uint8_t tag,
     ring_tags(r)[i] = tag
     ring_values(r)[i] = v
     value_release(old_tag, old)
-
-
-cdef inline int ring_replace(ValueRing* r, int32_t i, object v) except -1:
-    # ring_replace_value of v (not None).
-    cdef Payload p
-    cdef uint8_t tag = value_encode(v, &p)
-    ring_replace_value(r, i, tag, p)
-    return 0
 
 
 cdef inline object ring_get(ValueRing* r, int32_t i):
