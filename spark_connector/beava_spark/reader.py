@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
-from beava.offline import gc_paused, json_texts
+from beava._fast.wire.msgpack_json import page_columns
+from beava.offline import gc_paused
 from beava_client import ServerError, TransportError, client_for_url
 from beava_client.urls import parse_url
 
@@ -229,29 +230,27 @@ _FITTING = {"long": int | None, "double": float | None, "boolean": bool | None,
             "string": str | None}
 """Spark type -> the values msgspec decodes for a column as they are: a double column takes
 integers too (as floats), never a bool; a long column takes no float."""
-_NIL = msgspec.Raw(b"\xc0")  # a JSON column's value absent from a MessagePack row
+_JSON_NULL = msgspec.Raw(b"null")  # a JSON column's value absent from a row
 _typed_dict: Any = TypedDict  # called with fields known at run time (mypy checks literal ones)
 
 
 class PageColumns:
-    """Scan pages as Arrow record batches, built column by column.
+    """JSON scan pages (HTTP) as Arrow record batches, built column by column.
 
     A page is decoded to ``page_type``: its rows are msgspec Structs whose fields are the
     columns (entries of other names are skipped, absent ones are null), each typed as its
     Spark type takes its values, so that msgspec checks them in C; a JSON column's value is
-    left encoded (``msgspec.Raw``), so its maps and lists never become Python objects: from
-    MessagePack its JSON text is written straight from the bytes
-    (``beava.offline.json_texts``), from JSON it is the bytes. Each column's values are
-    then taken from every row at once and become an Arrow array in one call. A page that
-    does not decode so holds a value that does not fit its column (an i64 field also takes
-    floats): it is decoded to ``loose_type``, where each value is converted on its own (as
-    :func:`_converter` says)."""
+    left encoded (``msgspec.Raw``): its JSON text is the bytes, so its maps and lists never
+    become Python objects. Each column's values are then taken from every row at once and
+    become an Arrow array in one call. A page that does not decode so holds a value that
+    does not fit its column (an i64 field also takes floats): it is decoded to
+    ``loose_type``, where each value is converted on its own (as :func:`_converter`
+    says)."""
 
-    def __init__(self, columns: Sequence[Column], msgpack: bool) -> None:
+    def __init__(self, columns: Sequence[Column]) -> None:
         import pyarrow as pa
 
         self._pa = pa
-        self._msgpack = msgpack
         self.columns = list(columns)
         self.names = [c.name for c in columns]
         self._types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
@@ -263,13 +262,31 @@ class PageColumns:
     def _page(self, kinds: list[Any]) -> Any:
         """A page whose rows are Structs with ``kinds`` as the fields of the columns that are
         not JSON, named f0, f1, ... (a column's name need not be an identifier)."""
-        json_null = _NIL if self._msgpack else msgspec.Raw(b"null")
-        fields = [(f"f{i}", msgspec.Raw, json_null) if c.as_json else (f"f{i}", kind, None)
+        fields = [(f"f{i}", msgspec.Raw, _JSON_NULL) if c.as_json else (f"f{i}", kind, None)
                   for i, (c, kind) in enumerate(zip(self.columns, kinds, strict=True))]
         row = msgspec.defstruct("ScanRow", fields, gc=False, forbid_unknown_fields=False,
                                 rename={f"f{i}": name for i, name in enumerate(self.names)})
         rows = list[row]  # type: ignore[valid-type]
         return _typed_dict("ScanPage", {"rows": rows, "cursor": str | None}, total=False)
+
+    def read(self, client: Any, table: str, cursor: str | None, limit: int,
+             until: str | None) -> tuple[pa.RecordBatch | None, str | None]:
+        """The batch of the page at ``cursor`` (None: no rows) and the next cursor."""
+        # a page's objects are freed by their reference counts: a collection while they
+        # live would walk them all
+        with gc_paused():
+            loose = False
+            try:
+                page = client.scan(table, cursor, limit=limit, until=until,
+                                   decode_as=self.page_type)
+            except ServerError as exc:
+                if exc.code != "unparseable_reply":
+                    raise
+                loose = True  # a value that does not fit its column: read it again
+                page = client.scan(table, cursor, limit=limit, until=until,
+                                   decode_as=self.loose_type)
+            rows = page["rows"]
+            return (self.batch(rows, loose) if rows else None), page["cursor"]
 
     def batch(self, rows: list[Any], loose: bool = False) -> pa.RecordBatch:
         """The record batch of a page's rows (at least one), decoded as ``page_type`` (or
@@ -285,8 +302,6 @@ class PageColumns:
                convert: Callable[[Any], Any] | None) -> pa.Array:
         pa = self._pa
         if column.as_json:
-            if self._msgpack:
-                return pa.array(json_texts(list(values)), type=kind)
             return pa.array([None if bytes(v) == b"null" else bytes(v) for v in values],
                             type=kind)
         if convert is not None:
@@ -294,35 +309,66 @@ class PageColumns:
         return pa.array(values, type=kind)
 
 
+_KINDS = {"long": 0, "double": 1, "boolean": 2, "string": 3}
+"""Spark type -> the kind ``page_columns`` reads a column as; a JSON column is kind 4."""
+
+
+class PageBuffers:
+    """MessagePack scan pages as Arrow record batches, read in C: one pass over a page's
+    rows fills the buffers of every column's Arrow array (``page_columns``), each value
+    converted as :func:`_converter` says (a JSON column's value as its JSON text, written
+    from the bytes), with no Python object per row or value."""
+
+    page_type = _typed_dict("ScanPage", {"rows": msgspec.Raw, "cursor": str | None},
+                            total=False)
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        import pyarrow as pa
+
+        self._pa = pa
+        self.names = [c.name for c in columns]
+        self._encoded = [c.name.encode() for c in columns]
+        self._kinds = bytes(4 if c.as_json else _KINDS[c.spark_type] for c in columns)
+        self._types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
+
+    def read(self, client: Any, table: str, cursor: str | None, limit: int,
+             until: str | None) -> tuple[pa.RecordBatch | None, str | None]:
+        """The batch of the page at ``cursor`` (None: no rows) and the next cursor."""
+        page = client.scan(table, cursor, limit=limit, until=until, decode_as=self.page_type)
+        return self.batch(page["rows"]), page["cursor"]
+
+    def batch(self, rows: msgspec.Raw) -> pa.RecordBatch | None:
+        """The record batch of a page's rows (the encoded array); None when it has none."""
+        pa = self._pa
+        count, buffers = page_columns(rows, self._encoded, self._kinds)
+        if not count:
+            return None
+        arrays = []
+        for kind, (valid, values, offsets, nulls) in zip(self._types, buffers, strict=True):
+            parts = [pa.py_buffer(valid) if nulls else None]
+            if offsets is not None:
+                parts.append(pa.py_buffer(offsets))
+            parts.append(pa.py_buffer(values))
+            arrays.append(pa.Array.from_buffers(kind, count, parts, null_count=nulls))
+        return pa.RecordBatch.from_arrays(arrays, names=self.names)
+
+
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
                timeout: float, access: Access | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one range as one Arrow record batch per page (MessagePack pages over
-    framed TCP: the server writes them straight from its columns)."""
-    cursor = scan_range.start
+    framed TCP, which the server writes straight from its columns and PageBuffers reads
+    in C; JSON pages over HTTP)."""
     kwargs = (access or Access()).client_kwargs(scan_range.url)
-    msgpack = parse_url(scan_range.url).is_tcp
-    if msgpack:
+    pages: PageBuffers | PageColumns
+    if parse_url(scan_range.url).is_tcp:
         kwargs["content_type"] = "msgpack"
-    convert = PageColumns(columns, msgpack)
+        pages = PageBuffers(columns)
+    else:
+        pages = PageColumns(columns)
+    cursor = scan_range.start
     with client_for_url(scan_range.url, timeout=timeout, **kwargs) as client:
         while True:
-            # a page's objects are freed by their reference counts: a collection while they
-            # live would walk them all
-            with gc_paused():
-                loose = False
-                try:
-                    page = client.scan(table, cursor, limit=page_size, until=scan_range.until,
-                                       decode_as=convert.page_type)
-                except ServerError as exc:
-                    if exc.code != "unparseable_reply":
-                        raise
-                    loose = True  # a value that does not fit its column: read it again
-                    page = client.scan(table, cursor, limit=page_size, until=scan_range.until,
-                                       decode_as=convert.loose_type)
-                rows = page["rows"]
-                batch = convert.batch(rows, loose) if rows else None
-                cursor = page["cursor"]
-                del page, rows
+            batch, cursor = pages.read(client, table, cursor, page_size, scan_range.until)
             if batch is not None:
                 yield batch
             if cursor is None:

@@ -1,7 +1,7 @@
 """A scan page becomes an Arrow record batch column by column (beava_spark.reader
-PageColumns): the values Spark gets are the ones a value-by-value conversion of the
-decoded rows gives, from MessagePack and from JSON pages, for columns whose values all fit
-their type and for columns holding values that do not."""
+PageBuffers for MessagePack, PageColumns for JSON): the values Spark gets are the ones a
+value-by-value conversion of the decoded rows gives, from MessagePack and from JSON pages,
+for columns whose values all fit their type and for columns holding values that do not."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install ./spark_connector)")
 
-from beava_spark.reader import Column, PageColumns  # noqa: E402
+from beava_spark.reader import Column, PageBuffers, PageColumns  # noqa: E402
 
 COLUMNS = [Column("k", "str", True), Column("a_long", "i64", False),
            Column("b_double", "f64", False), Column("c_bool", "bool", False),
@@ -22,10 +22,16 @@ COLUMNS = [Column("k", "str", True), Column("a_long", "i64", False),
 
 
 def batch(columns: list[Column], rows: list[dict[str, Any]], msgpack: bool) -> dict[str, Any]:
-    """The batch of a page of ``rows`` as a server encodes it (maps' keys sorted)."""
-    pages = PageColumns(columns, msgpack)
+    """The batch of a page of ``rows`` as a server encodes it (maps' keys sorted): a
+    MessagePack page read in C (PageBuffers), a JSON one by PageColumns."""
     codec = msgspec.msgpack if msgpack else msgspec.json
     body = codec.Encoder(order="sorted").encode({"cursor": None, "entities": 9, "rows": rows})
+    if msgpack:
+        buffers = PageBuffers(columns)
+        read = buffers.batch(codec.decode(body, type=buffers.page_type)["rows"])
+        assert read is not None
+        return read.to_pydict()
+    pages = PageColumns(columns)
     try:
         page, loose = codec.decode(body, type=pages.page_type), False
     except msgspec.ValidationError:  # as the reader reads such a page again

@@ -1,6 +1,7 @@
 # cython: language_level=3
-"""JSON text of MessagePack values, without building their Python objects: what a reader of
-table scan pages needs for the columns it hands on as JSON text (beava_spark.reader).
+"""Table scan pages read without building their Python objects: the JSON text of MessagePack
+values, and a page's rows as the buffers of Arrow arrays, one per column (page_columns,
+which beava_spark.reader's PageBuffers hands to pyarrow), JSON columns as their text.
 
 A value of the types a reply holds (nil, booleans, integers, text, arrays, maps with text
 keys) is transcoded byte by byte, giving the text ``msgspec.json`` gives the decoded value
@@ -9,11 +10,13 @@ anything else (binary, extension types), is decoded and encoded by msgspec inste
 JSON text of a float is msgspec's shortest round-trip form, which is not rewritten here.
 """
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
+from libc.math cimport floor
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, realloc
+from libc.string cimport memcmp, memcpy, memset
 
 import msgspec
 
@@ -233,3 +236,308 @@ def json_texts(list values) -> list:
         return texts
     finally:
         free(out.data)
+
+
+# ---- scan pages into column buffers ---------------------------------------------------------
+# A page's rows (a MessagePack array of maps) become, per column, the buffers of an Arrow
+# array: a validity bitmap and values (int64, float64, a bitmap of booleans) or int32
+# offsets and UTF-8 data (text). What each value becomes follows the Spark reader's column
+# kinds (beava_spark.reader): a value that does not fit a number or boolean column is null.
+
+cdef enum:
+    KIND_LONG = 0     # integers; an integral float within int64 too
+    KIND_DOUBLE = 1   # integers and floats
+    KIND_BOOL = 2
+    KIND_TEXT = 3     # text as it is, any other value as its JSON text
+    KIND_JSON = 4     # the JSON text of any value
+
+
+cdef struct Out:
+    Text valid      # one byte per row: 1 when the value is not null
+    Text values     # 8 bytes per row (long, double), one byte per row (bool), or UTF-8 text
+    Text offsets    # int32 per row and one more (text kinds)
+    Py_ssize_t nulls
+    int kind
+
+
+cdef int _skip(Source* src, int depth) except -1:
+    """Move past the next value of ``src``, whatever its type; -1 with ValueError when the
+    bytes are not a value."""
+    cdef const uint8_t* at
+    cdef uint8_t tag
+    cdef Py_ssize_t n = 0, i, items = 0
+    if depth > MAX_DEPTH or not _take(src, 1, &at):
+        raise ValueError("a scan page that is not MessagePack rows")
+    tag = at[0]
+    if tag <= 0x7f or tag >= 0xe0 or 0xc0 <= tag <= 0xc3:
+        return 0
+    if 0xa0 <= tag <= 0xbf:
+        n = tag & 0x1f
+    elif 0x90 <= tag <= 0x9f:
+        items = tag & 0x0f
+    elif 0x80 <= tag <= 0x8f:
+        items = 2 * (tag & 0x0f)
+    elif 0xcc <= tag <= 0xd3:
+        n = 1 << ((tag - 0xcc) & 3)
+    elif tag == 0xca:
+        n = 4
+    elif tag == 0xcb:
+        n = 8
+    elif 0xd4 <= tag <= 0xd8:  # fixext: a type byte and 1 to 16 bytes
+        n = 1 + (1 << (tag - 0xd4))
+    elif tag in (0xd9, 0xda, 0xdb, 0xc4, 0xc5, 0xc6, 0xc7, 0xc8, 0xc9):
+        i = 1 << ((tag - 0xd9) if tag >= 0xd9 else (tag - 0xc4) % 3)
+        if not _take(src, i, &at):
+            raise ValueError("a scan page that is not MessagePack rows")
+        n = <Py_ssize_t>_big(at, <int>i) + (1 if 0xc7 <= tag <= 0xc9 else 0)
+    elif tag in (0xdc, 0xdd, 0xde, 0xdf):
+        i = 2 if tag in (0xdc, 0xde) else 4
+        if not _take(src, i, &at):
+            raise ValueError("a scan page that is not MessagePack rows")
+        items = <Py_ssize_t>_big(at, <int>i) * (2 if tag >= 0xde else 1)
+    else:
+        raise ValueError("a scan page that is not MessagePack rows")
+    if n and not _take(src, n, &at):
+        raise ValueError("a scan page that is not MessagePack rows")
+    for i in range(items):
+        _skip(src, depth + 1)
+    return 0
+
+
+cdef Py_ssize_t _count(Source* src, uint8_t fix, uint8_t tag16) except -1:
+    """The item count of the array (``fix`` 0x90, ``tag16`` 0xdc) or map (0x80, 0xde)
+    header next in ``src``."""
+    cdef const uint8_t* at
+    if not _take(src, 1, &at):
+        raise ValueError("a scan page that is not MessagePack rows")
+    if at[0] & 0xf0 == fix:
+        return at[0] & 0x0f
+    if at[0] == tag16 or at[0] == tag16 + 1:
+        width = 2 if at[0] == tag16 else 4
+        if not _take(src, width, &at):
+            raise ValueError("a scan page that is not MessagePack rows")
+        return <Py_ssize_t>_big(at, width)
+    raise ValueError("a scan page that is not MessagePack rows")
+
+
+cdef int _json_text(Out* col, Source* src) except -1:
+    """The JSON text of the next value of ``src`` appended to the column's text: written
+    byte by byte, or by msgspec for a value this transcoder does not write."""
+    cdef const uint8_t* start = src.p
+    cdef Py_ssize_t size = col.values.size
+    cdef const char* text
+    cdef Py_ssize_t n
+    if _value(&col.values, src, 0, False) == 0:
+        return 0
+    col.values.size = size
+    src.p = start
+    _skip(src, 0)
+    encoded = _encode(_decode(PyBytes_FromStringAndSize(<const char*>start, src.p - start)))
+    n = len(encoded)
+    text = encoded
+    memcpy(_room(&col.values, n), text, n)
+    return 0
+
+
+cdef int _cell(Out* col, Source* src) except -1:
+    """The next value of ``src`` appended to ``col`` (its validity byte included)."""
+    cdef const uint8_t* at = src.p
+    cdef uint8_t tag
+    cdef int64_t i64 = 0
+    cdef uint64_t u = 0
+    cdef double x = 0
+    cdef bint number = False, integer = False, ok = False
+    cdef int width
+    cdef uint32_t bits32
+    cdef float f32
+    cdef Py_ssize_t n
+    if src.p >= src.end:
+        raise ValueError("a scan page that is not MessagePack rows")
+    tag = at[0]
+    if col.kind >= KIND_TEXT:
+        if tag == 0xc0:
+            src.p += 1
+        else:
+            ok = True
+            if col.kind == KIND_TEXT and (0xa0 <= tag <= 0xbf or 0xd9 <= tag <= 0xdb):
+                src.p += 1
+                if tag <= 0xbf:
+                    n = tag & 0x1f
+                else:
+                    width = 1 << (tag - 0xd9)
+                    if not _take(src, width, &at):
+                        raise ValueError("a scan page that is not MessagePack rows")
+                    n = <Py_ssize_t>_big(at, width)
+                if not _take(src, n, &at):
+                    raise ValueError("a scan page that is not MessagePack rows")
+                memcpy(_room(&col.values, n), at, n)
+            else:
+                _json_text(col, src)
+        (<int32_t*>_room(&col.offsets, 4))[0] = <int32_t>col.values.size
+    else:
+        if tag <= 0x7f or tag >= 0xe0:
+            i64 = <int64_t><signed char>tag if tag >= 0xe0 else tag
+            integer = True
+            src.p += 1
+        elif 0xcc <= tag <= 0xd3:
+            src.p += 1
+            width = 1 << ((tag - 0xcc) & 3)
+            if not _take(src, width, &at):
+                raise ValueError("a scan page that is not MessagePack rows")
+            u = _big(at, width)
+            if tag <= 0xcf:
+                if u <= <uint64_t>INT64_MAX:
+                    i64 = <int64_t>u
+                    integer = True
+                else:
+                    x = <double>u
+                    number = True
+            else:
+                if width < 8 and u >> (8 * width - 1):
+                    u |= ~((<uint64_t>1 << (8 * width)) - 1)
+                i64 = <int64_t>u
+                integer = True
+        elif tag == 0xcb or tag == 0xca:
+            src.p += 1
+            if not _take(src, 8 if tag == 0xcb else 4, &at):
+                raise ValueError("a scan page that is not MessagePack rows")
+            if tag == 0xcb:
+                u = _big(at, 8)
+                memcpy(&x, &u, 8)
+            else:
+                bits32 = <uint32_t>_big(at, 4)
+                memcpy(&f32, &bits32, 4)
+                x = f32
+            number = True
+        else:
+            _skip(src, 0)
+        if col.kind == KIND_LONG:
+            if integer:
+                ok = True
+            elif number and x == floor(x) and -9223372036854775808.0 <= x < 9223372036854775808.0:
+                i64 = <int64_t>x
+                ok = True
+            memcpy(_room(&col.values, 8), &i64, 8)
+        elif col.kind == KIND_DOUBLE:
+            if integer:
+                x = <double>i64
+            ok = integer or number
+            memcpy(_room(&col.values, 8), &x, 8)
+        else:
+            ok = tag == 0xc2 or tag == 0xc3
+            _room(&col.values, 1)[0] = tag == 0xc3
+    _room(&col.valid, 1)[0] = ok
+    if not ok:
+        col.nulls += 1
+    return 0
+
+
+cdef bytes _bitmap(Text* bytes_per_row, Py_ssize_t rows):
+    """One byte per row (0 or 1) packed into an Arrow bitmap (least significant bit
+    first)."""
+    cdef bytes packed = PyBytes_FromStringAndSize(NULL, (rows + 7) // 8)
+    cdef uint8_t* p = <uint8_t*><char*>packed
+    cdef Py_ssize_t i
+    memset(p, 0, (rows + 7) // 8)
+    for i in range(rows):
+        if bytes_per_row.data[i]:
+            p[i >> 3] |= <uint8_t>(1 << (i & 7))
+    return packed
+
+
+def page_columns(rows, list names, bytes kinds) -> tuple:
+    """The rows of a scan page (``rows``: bytes-like, a MessagePack array of maps) as
+    column buffers: ``(row count, [per column: (validity bitmap, values, offsets or None,
+    null count)])``. ``names`` are the columns' names (UTF-8 bytes) and ``kinds`` their
+    kinds, one byte each (KIND_LONG ... KIND_JSON); a row's entries of other names are
+    skipped, a column absent from a row is null. Rows list their entries in one order
+    (the server sorts them), so each entry is first looked for where the row before had
+    it."""
+    cdef const uint8_t[::1] view = memoryview(rows).cast("B")
+    cdef Py_ssize_t ncols = len(names), nrows, r, e, nentries, k, c, klen, width
+    cdef Source src
+    cdef const uint8_t* at
+    cdef Out* cols = <Out*>calloc(ncols + 1, sizeof(Out))
+    cdef Py_ssize_t* hint = NULL
+    cdef Py_ssize_t nhint = 0
+    cdef dict index = {name: i for i, name in enumerate(names)}
+    cdef list name_list = names
+    cdef bytes name
+    cdef int32_t zero = 0
+    cdef object found
+    if cols == NULL:
+        raise MemoryError()
+    if len(kinds) != ncols:
+        free(cols)
+        raise ValueError("one kind per column")
+    src.p = &view[0] if view.shape[0] else NULL
+    src.end = src.p + view.shape[0]
+    try:
+        for c in range(ncols):
+            cols[c].kind = kinds[c]
+            if cols[c].kind >= KIND_TEXT:
+                memcpy(_room(&cols[c].offsets, 4), &zero, 4)
+        nrows = _count(&src, 0x90, 0xdc)
+        for r in range(nrows):
+            nentries = _count(&src, 0x80, 0xde)
+            if nentries > nhint:
+                hint = <Py_ssize_t*>realloc(hint, nentries * sizeof(Py_ssize_t))
+                if hint == NULL:
+                    raise MemoryError()
+                for e in range(nhint, nentries):
+                    hint[e] = -1
+                nhint = nentries
+            for e in range(nentries):
+                if not _take(&src, 1, &at) or not (0xa0 <= at[0] <= 0xbf or 0xd9 <= at[0] <= 0xdb):
+                    raise ValueError("a scan page whose row has a key that is not text")
+                if at[0] <= 0xbf:
+                    klen = at[0] & 0x1f
+                else:
+                    width = 1 << (at[0] - 0xd9)
+                    if not _take(&src, width, &at):
+                        raise ValueError("a scan page that is not MessagePack rows")
+                    klen = <Py_ssize_t>_big(at, width)
+                if not _take(&src, klen, &at):
+                    raise ValueError("a scan page that is not MessagePack rows")
+                k = hint[e]
+                if k >= 0:
+                    name = <bytes>PyList_GET_ITEM(name_list, k)
+                    if len(name) != klen or memcmp(<const char*>name, at, klen) != 0:
+                        k = -1
+                if k < 0:
+                    found = index.get(PyBytes_FromStringAndSize(<const char*>at, klen))
+                    k = -1 if found is None else found
+                    hint[e] = k
+                if k < 0 or cols[k].valid.size > r:  # not a column, or a repeated one
+                    _skip(&src, 0)
+                else:
+                    _cell(&cols[k], &src)
+            for c in range(ncols):  # absent from the row: null
+                if cols[c].valid.size == r:
+                    _room(&cols[c].valid, 1)[0] = 0
+                    cols[c].nulls += 1
+                    if cols[c].kind >= KIND_TEXT:
+                        (<int32_t*>_room(&cols[c].offsets, 4))[0] = <int32_t>cols[c].values.size
+                    else:
+                        memset(_room(&cols[c].values, 1 if cols[c].kind == KIND_BOOL else 8),
+                               0, 1 if cols[c].kind == KIND_BOOL else 8)
+        if src.p != src.end:
+            raise ValueError("a scan page with bytes after its rows")
+        out = []
+        for c in range(ncols):
+            col = &cols[c]
+            if col.kind == KIND_BOOL:
+                values = _bitmap(&col.values, nrows)
+            else:
+                values = PyBytes_FromStringAndSize(col.values.data, col.values.size)
+            offsets = (PyBytes_FromStringAndSize(col.offsets.data, col.offsets.size)
+                       if col.kind >= KIND_TEXT else None)
+            out.append((_bitmap(&col.valid, nrows), values, offsets, col.nulls))
+        return nrows, out
+    finally:
+        for c in range(ncols):
+            free(cols[c].valid.data)
+            free(cols[c].values.data)
+            free(cols[c].offsets.data)
+        free(cols)
+        free(hint)
