@@ -90,7 +90,8 @@ def features() -> list[tuple[str, Any, int]]:
         ("sample_s", "reservoir_sample", "s", None, {"samples": 3}),
         ("speed", "geo_velocity", None, None, {}),
         ("travel", "geo_distance", None, None, {}),
-        ("spread", "geo_spread", None, None, {"lat_field": "lat", "lon_field": "lon"}),
+        ("spread", "geo_spread", None, None,  # field names as a registration's JSON gives them
+         {"lat_field": DECODE_JSON(b'"lat"'), "lon_field": DECODE_JSON(b'"lon"')}),
         ("away", "distance_from_home", None, None, {"samples": 3}),
     ]
     return [(name, COLUMNS[op](name, field, None, params, window), 0)

@@ -13,6 +13,7 @@ from cpython.mem cimport PyMem_Realloc
 from libc.math cimport atan2, cos, sin, sqrt
 from libc.stdint cimport int64_t, uint8_t
 
+from beava._fast.ops.column cimport row_key
 from beava._fast.ops.moments cimport welford_step
 from beava._fast.ops.op_params cimport lifetime_only
 from beava._fast.ops.row cimport Row, field_number, row_field
@@ -51,8 +52,9 @@ cdef class _GeoColumn(StructColumn):
         StructColumn.__init__(self, name, field, where, params, window_ms)
         lat_field = params.get("lat_field")
         lon_field = params.get("lon_field")
-        self.lat_field = "lat" if lat_field is None else lat_field
-        self.lon_field = "lon" if lon_field is None else lon_field
+        # interned, as the push checks name a row's fields: a C row's field is found by identity
+        self.lat_field = row_key("lat" if lat_field is None else lat_field)
+        self.lon_field = row_key("lon" if lon_field is None else lon_field)
         self.takes_row = True
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
