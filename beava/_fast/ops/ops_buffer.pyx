@@ -310,6 +310,11 @@ cdef class CountColumn(BlockColumn):
     cdef list cells(self, Py_ssize_t slot):
         return count_block_cells(<CountBlock*>self.blocks[slot], self.ncells)
 
+    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
+                        int64_t now) except -1:
+        # update() of the histograms of time, which read no field (histogram reads one)
+        return self.update(slot, None, matched, now)
+
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         cdef const CountBlock* b = <const CountBlock*>block
         return count_block_size(b.mode, b.cap, b.ncells)
@@ -465,10 +470,6 @@ cdef class HourOfDayHistogramColumn(CountColumn):
             self.count(slot, utc_hour(now))
         return 0
 
-    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
-                        int64_t now) except -1:
-        return self.update(slot, None, matched, now)  # the row is not read
-
     cdef object read(self, Py_ssize_t slot, int64_t T):
         return self.cells(slot)
 
@@ -519,10 +520,6 @@ cdef class DowHourHistogramColumn(CountColumn):
         if matched:
             self.count(slot, utc_weekday(now) * 24 + utc_hour(now))
         return 0
-
-    cdef int update_row(self, Py_ssize_t slot, const Row* row, bint matched,
-                        int64_t now) except -1:
-        return self.update(slot, None, matched, now)  # the row is not read
 
     cdef object read(self, Py_ssize_t slot, int64_t T):
         cdef list counts = self.cells(slot)
