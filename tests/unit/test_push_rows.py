@@ -16,8 +16,10 @@ import pytest
 from beava._fast.intake.push_pass import apply_records
 from beava._fast.ops.table_kernel import TableKernel, key_slot
 from beava._fast.wal.wal_record import append_record
+from beava._fast.wire.frame_splitter import FrameSplitter
 from beava.durability import wal_format as wf
 from beava.engine.registry import empty_registry, register
+from beava.engine.sharding import ShardOwnership
 from beava.engine.state.columns import COLUMNS
 from beava.engine.state.push_validation import build_checkers
 from beava.engine.store import FeatureStore
@@ -26,6 +28,7 @@ from beava.protocol.server_state import ServerState
 from beava.protocol.tcp import FramedTcpProtocol
 from beava.server.service import Service
 from beava_client.opcodes import CT_MSGPACK, OP_PUSH
+from beava_client.slots import Shard, ShardMap, slot, split_slots
 from tests.unit.fake_transport import FakeTransport, frame, split_frames
 
 DECODE_MSGPACK = msgspec.msgpack.Decoder().decode
@@ -299,3 +302,46 @@ async def test_a_read_of_pushes_makes_no_object_per_frame() -> None:
         tracemalloc.stop()
     assert written == 1000 and store.pushes_total == 1064
     assert peak - before < 300 * 1000
+
+
+def test_a_shard_decides_from_a_c_row_whether_a_push_is_its_own() -> None:
+    """A sharded server reads a push into a C row too: it tests its key's slot from the
+    row's bytes before anything is applied, takes a push of its own keys without building
+    a row dict (the body's kilobyte of text never copied out), and still answers
+    wrong_shard for one whose key another shard owns."""
+    shards = [Shard(f"s{i}", (ranges,), f"127.0.0.1:{7100 + i}", f"http://127.0.0.1:{7200 + i}")
+              for i, ranges in enumerate(split_slots(2))]
+    ownership = ShardOwnership(ShardMap(1, shards), "s0")
+    store = FeatureStore(shard=ownership)
+    service = Service(store, test_mode=True)
+    assert store.register(json.dumps({"nodes": CLICKS}).encode())[0] == 200
+    users = [f"user-{i}" for i in range(40)]
+    ours = [user for user in users if ownership.owns(slot(user))][:2]
+    theirs = next(user for user in users if not ownership.owns(slot(user)))
+
+    def pushes(*keys: str) -> Any:
+        return FrameSplitter().feed(b"".join(frame(OP_PUSH, CT_MSGPACK, msgspec.msgpack.encode(
+            {"event": "Click", "body": {"user": user, "note": "p" * 1000}})) for user in keys))
+
+    out = bytearray()
+    warm = pushes(ours[0], theirs, ours[1])
+    assert service.push_pass.run(warm, 0, len(warm), out) == 3
+    replies = split_frames(bytes(out))
+    assert [json.loads(payload).get("error", {}).get("code") for _, _, payload in replies] \
+        == [None, "wrong_shard", None]
+    assert store.pushes_total == 2 and ownership.wrong_pushes == 1
+    one = pushes(ours[0])
+    out = bytearray()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        assert service.push_pass.run(one, 0, 1, out) == 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - before < 600  # the ack and the call's own objects, no row of the body
+    assert store.pushes_total == 3
+    table = store.engine.table("Clicks")
+    assert table is not None and table.entity_count == 2
+    assert (table.row(ours[0], 2**62) or {})["n"] == 2

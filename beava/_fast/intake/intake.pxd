@@ -53,5 +53,6 @@ cdef class Intake:
 cdef dict event_routes(dict checkers, dict routes)
 cdef int feed(tuple pushes, object row, int64_t now) except -1
 cdef bint owns_any(object pushes, object row) except -1
+cdef bint owns_any_row(tuple pushes, Row* row) noexcept
 cdef bint takes_rows(tuple pushes) noexcept
 cdef int feed_row(tuple pushes, Row* row, int64_t now) except -1

@@ -121,6 +121,18 @@ cdef bint owns_any(object pushes, object row) except -1:
     return not keyed
 
 
+cdef bint owns_any_row(tuple pushes, Row* row) noexcept:
+    """``owns_any`` of a C row, for a route that ``takes_rows``."""
+    cdef int verdict
+    cdef bint keyed = False
+    for push in pushes:
+        verdict = (<TableKernel>push).ownership_row(row)
+        if verdict == 1:
+            return True
+        keyed = keyed or verdict == 0
+    return not keyed
+
+
 cdef bint takes_rows(tuple pushes) noexcept:
     """Whether every table of a route can be fed a C row (feed_row)."""
     for push in pushes:

@@ -50,6 +50,7 @@ from beava._fast.intake.intake cimport (
     feed,
     feed_row,
     owns_any,
+    owns_any_row,
     takes_rows,
 )
 from beava._fast.intake.push_check cimport EventChecker
@@ -297,7 +298,7 @@ cdef class PushPass:
         checker = entry.checker
         if checker.check(<dict>fields) is not None:
             return 0
-        if not self._owned(route, fields):
+        if not self._owned(route, fields, NULL):
             return 0
         if checker.changed:  # the pushed bytes are not the row any more
             raw = NULL
@@ -305,12 +306,15 @@ cdef class PushPass:
         self._take(route, entry, fields, raw, raw_len, NULL)
         return 1
 
-    cdef inline bint _owned(self, EventRoute route, object fields) except -1:
-        """Whether this server applies a checked push (always, unless sharded: then it
-        must own one of its tables' keys; a misrouted push takes the store's path, which
-        answers wrong_shard)."""
+    cdef inline bint _owned(self, EventRoute route, object fields, Row* row) except -1:
+        """Whether this server applies a checked push (``fields``, or ``row`` when not
+        NULL): always, unless sharded: then it must own one of its tables' keys (decided
+        from the row before anything is applied; a misrouted push takes the store's path,
+        which answers wrong_shard)."""
         if not self.sharded:
             return True
+        if row != NULL:
+            return owns_any_row(route.pushes, row)
         return owns_any(route.pushes, fields)
 
     cdef inline void _take(self, EventRoute route, CheckerEntry entry, object fields,
@@ -379,10 +383,11 @@ cdef class PushPass:
                         raw_len = size - body_at
                         entry = self._entry(route)
                         fields = None
-                        # strict: no row until applied (a shard's check reads the row)
+                        # strict: no row until applied (a shard's owner test reads the
+                        # row: a C row where the tables take one, then not applied)
                         if entry is not None and self.strict and not self.sharded:
                             checked = entry.checker.check_msgpack(raw, raw_len)
-                        elif entry is not None and not self.sharded and route.by_row:
+                        elif entry is not None and route.by_row:
                             checked = entry.checker.fill_row(raw, raw_len, &self.row)
                             if checked:  # the row without objects, read in one pass
                                 row = &self.row
@@ -411,7 +416,7 @@ cdef class PushPass:
                     row = NULL
                 try:
                     if checked:  # check() would accept it unchanged: not asked
-                        taken = self._owned(route, fields)
+                        taken = self._owned(route, fields, row)
                         if taken:
                             self._take(route, entry, fields, raw, raw_len, row)
                     else:

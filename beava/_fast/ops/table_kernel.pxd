@@ -5,7 +5,7 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
 from beava._fast.ops.key_map cimport KeyMap
-from beava._fast.ops.row cimport Row
+from beava._fast.ops.row cimport Row, RowField
 
 
 @cython.final
@@ -49,6 +49,9 @@ cdef class TableKernel:
     # apply() and its steps for a C row, when ``takes_row``: the same state changes
     cdef Py_ssize_t apply_row(self, Row* row, int64_t now) except -2
     cdef void prefetch_row(self, Row* row) noexcept
+    cdef Py_ssize_t row_key(self, Row* row, char* digits, const char** text,
+                            RowField** field) noexcept
+    cdef int ownership_row(self, Row* row) noexcept
     cdef Py_ssize_t find_row(self, Row* row, int64_t now) except -2
     cdef bint owns_text(self, const char* text, Py_ssize_t size) noexcept
     cdef int touch_update_row(self, Py_ssize_t slot, const Row* row, int64_t now) except -1

@@ -347,34 +347,51 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             if f != NULL and f.tag == ROW_TEXT:
                 self.keys.prefetch_hash(text_hash(f))
 
-    cdef Py_ssize_t find_row(self, Row* row, int64_t now) except -2:
-        """``find`` of a C row: its key's text (as group_key writes it: a text as it is, an
-        integer in decimal, a boolean as true/false, a float as fmt_f64_debug; the global
-        table's is empty) looked up by its bytes."""
+    cdef Py_ssize_t row_key(self, Row* row, char* digits, const char** text,
+                            RowField** field) noexcept:
+        """The text of a C row's key as group_key writes it (a text as it is, an integer
+        in decimal, a boolean as true/false, a float as fmt_f64_debug; the global table's
+        is empty): its size, its bytes at ``text[0]`` (``digits``: 32 bytes for a number's)
+        and its field at ``field[0]`` (NULL: the global table); -1 when the row lacks it."""
+        cdef RowField* f = NULL
+        text[0] = digits
+        field[0] = NULL
+        if len(self.key_fields) == 0:
+            return 0
+        f = <RowField*>row_field(row, self.key_fields[0], &self.key_guess)
+        if f == NULL:
+            return -1
+        field[0] = f
+        if f.tag == ROW_TEXT:
+            text[0] = f.text
+            return f.size
+        if f.tag == ROW_INT:
+            return int_text(digits, f.i)
+        if f.tag == ROW_BOOL:
+            text[0] = "true" if f.i else "false"
+            return 4 if f.i else 5
+        return repr_double(f.f, True, digits)  # ROW_FLOAT: finite (the checks refuse others)
+
+    cdef int ownership_row(self, Row* row) noexcept:
+        """``ownership`` of a C row."""
         cdef char digits[32]
-        cdef const char* text = digits
-        cdef Py_ssize_t size = 0, slot
-        cdef Py_hash_t h
+        cdef const char* text
         cdef RowField* f
-        if len(self.key_fields) == 1:
-            f = <RowField*>row_field(row, self.key_fields[0], &self.key_guess)
-            if f == NULL:
-                return -1
-            if f.tag == ROW_TEXT:
-                text = f.text
-                size = f.size
-                h = text_hash(f)
-            else:
-                if f.tag == ROW_INT:
-                    size = int_text(digits, f.i)
-                elif f.tag == ROW_BOOL:
-                    text = "true" if f.i else "false"
-                    size = 4 if f.i else 5
-                else:  # ROW_FLOAT: finite (the checks refuse the others)
-                    size = repr_double(f.f, True, digits)
-                h = hash_bytes(text, size)
-        else:
-            h = hash_bytes(text, 0)
+        cdef Py_ssize_t size = self.row_key(row, digits, &text, &f)
+        if size < 0:
+            return -1
+        return 1 if self.owned == NULL else self.owns_text(text, size)
+
+    cdef Py_ssize_t find_row(self, Row* row, int64_t now) except -2:
+        """``find`` of a C row: its key's text (row_key) looked up by its bytes."""
+        cdef char digits[32]
+        cdef const char* text
+        cdef RowField* f
+        cdef Py_ssize_t size = self.row_key(row, digits, &text, &f), slot
+        cdef Py_hash_t h
+        if size < 0:
+            return -1
+        h = text_hash(f) if f != NULL and f.tag == ROW_TEXT else hash_bytes(text, size)
         if self.owned != NULL and not self.owns_text(text, size):
             self.skipped += 1
             return -1
