@@ -9,11 +9,11 @@ keys are compared against the stored key in ``names`` (slot -> key, in slot orde
 are dense and handed out in insertion order). The table doubles when three quarters full.
 
 A key is found by its str or by its ASCII bytes where they lie (``lookup_text``: the push
-pass's rows, row.pxd), hashed as CPython hashes the str of those bytes, so both ways meet;
-the str of a key found by its bytes is built only when the key is new.
+pass's rows, row.pxd); an ASCII key is hashed from its bytes either way (key_map.pxd's
+key_hash), so both ways meet; the str of a key found by its bytes is built only when the
+key is new.
 """
 
-from cpython.object cimport PyObject_Hash
 from libc.stdint cimport int32_t, uint32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
@@ -22,10 +22,7 @@ from beava._fast.ops.column cimport prefetch_line
 
 
 cdef extern from "Python.h":
-    int PyUnicode_IS_ASCII(object o)
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
-    void* PyUnicode_DATA(object o)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
 
 
 cdef enum:
@@ -87,7 +84,7 @@ cdef class KeyMap:
         """The slot of ``key``, or -1."""
         if self.entries == NULL:
             return -1
-        cdef Py_hash_t h = PyObject_Hash(key)
+        cdef Py_hash_t h = key_hash(key)
         cdef uint32_t n = inline_len(key)
         cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
         cdef KeyEntry* e
@@ -105,7 +102,7 @@ cdef class KeyMap:
 
     cdef void prefetch(self, str key) noexcept:
         if self.entries != NULL:
-            prefetch_line(&self.entries[<size_t>PyObject_Hash(key) & <size_t>self.mask])
+            prefetch_line(&self.entries[<size_t>key_hash(key) & <size_t>self.mask])
 
     cdef Py_ssize_t lookup_text(self, const char* text, Py_ssize_t size,
                                 Py_hash_t h) except -2:
@@ -139,7 +136,7 @@ cdef class KeyMap:
 
     cdef Py_ssize_t insert(self, str key) except -1:
         """Give ``key`` (not in the map) the next slot; returns it."""
-        return self._insert(key, PyObject_Hash(key))
+        return self._insert(key, key_hash(key))
 
     cdef Py_ssize_t _insert(self, str key, Py_hash_t h) except -1:
         cdef Py_ssize_t slot = len(self.names)

@@ -9,13 +9,11 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy
 
+from beava._fast.ops.key_map cimport text_key_hash
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void* PyUnicode_DATA(object o)
-    # The hash CPython gives a str whose characters are these bytes (an ASCII str hashes
-    # its bytes): a key found by its bytes lands where the same key as a str does.
-    Py_hash_t hash_bytes "_Py_HashBytes"(const void* p, Py_ssize_t n) noexcept
 
 
 # RowField.tag
@@ -36,7 +34,7 @@ ctypedef struct RowField:
     double f
     const char* text
     Py_ssize_t size
-    Py_hash_t hash          # of ``text`` (hash_bytes), -1 until asked for
+    Py_hash_t hash          # of ``text`` (key_map's text_key_hash), -1 until asked for
 
 
 ctypedef struct Row:
@@ -73,10 +71,10 @@ cdef inline bint field_number(const RowField* f, double* x) noexcept:
 
 
 cdef inline Py_hash_t text_hash(RowField* f) noexcept:
-    """The hash of a text field's bytes, computed once per row (every table keyed by the
-    field shares it)."""
-    if f.hash == -1:  # never a hash: CPython gives -2 instead
-        f.hash = hash_bytes(f.text, f.size)
+    """The key map's hash of a text field's bytes (text_key_hash), computed once per row
+    (every table keyed by the field shares it)."""
+    if f.hash == -1:  # (a text hashing to -1 is hashed again each time it is asked)
+        f.hash = text_key_hash(f.text, f.size)
     return f.hash
 
 

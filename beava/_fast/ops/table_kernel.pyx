@@ -22,7 +22,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 from beava._fast.ops.column cimport Column, prefetch_line, row_key
-from beava._fast.ops.key_map cimport KeyMap
+from beava._fast.ops.key_map cimport KeyMap, text_key_hash
 from beava._fast.ops.slot_hash cimport SLOT_COUNT, SLOT_SEED, text_slot, xxh64
 from beava._fast.ops.row cimport (
     ROW_BOOL,
@@ -30,7 +30,6 @@ from beava._fast.ops.row cimport (
     ROW_TEXT,
     Row,
     RowField,
-    hash_bytes,
     row_field,
     text_hash,
 )
@@ -391,7 +390,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         cdef Py_hash_t h
         if size < 0:
             return -1
-        h = text_hash(f) if f != NULL and f.tag == ROW_TEXT else hash_bytes(text, size)
+        h = text_hash(f) if f != NULL and f.tag == ROW_TEXT else text_key_hash(text, size)
         if self.owned != NULL and not self.owns_text(text, size):
             self.skipped += 1
             return -1
