@@ -366,7 +366,7 @@ cdef class PushPass:
                 ct = span.ct
                 if op != OP_PUSH or (ct != CT_MSGPACK and ct != CT_JSON):
                     break
-                p = PyBytes_AS_STRING(frames.data) + span.at
+                p = span.at
                 size = span.size
                 payload = None  # made only when a decoder or the handler needs it
                 i += 1

@@ -3,15 +3,17 @@
 
 A frame is ``[u32 length BE][u16 op BE][u8 ct][payload]`` where ``length`` counts
 op + ct + payload. ``feed`` takes whatever one socket read brought and returns every
-complete frame it finishes as one :class:`Frames`: the bytes they lie in (the read itself
-when no earlier bytes were held back) and a C array of their spans, so splitting a read
-makes no object per frame; ``frames[i]`` is frame ``i`` as ``(op, ct, payload)``, its
-payload copied out for a Python handler. Bytes of an incomplete frame are kept for the
-next read. A framing violation ends the stream: ``feed`` returns the frames before it
-followed by one ``(FRAME_TOO_LARGE | FRAME_TOO_SHORT, declared_length, b"")`` marker and
-ignores all later input.
+complete frame it finishes as one :class:`Frames`: a C array of their spans (payload
+pointer and length, op, content type) into the read's own bytes, so splitting a read makes
+no object per frame and copies none of it; ``frames[i]`` is frame ``i`` as ``(op, ct,
+payload)``, its payload copied out for a Python handler. Bytes of an incomplete frame are
+kept for the next read, which completes that one frame from its head (a bytes object of
+that frame alone) before its own frames are split in place. A framing violation ends the
+stream: ``feed`` returns the frames before it followed by one ``(FRAME_TOO_LARGE |
+FRAME_TOO_SHORT, declared_length, b"")`` marker and ignores all later input.
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.string cimport memcpy
@@ -31,11 +33,12 @@ cdef inline unsigned int _be32(const unsigned char* p) noexcept nogil:
 
 
 cdef class Frames:
-    """Complete frames of a stream, in order: their bytes and one span per frame. A
-    sequence of ``(op, ct, payload)``; a slice is a Frames sharing the same bytes."""
+    """Complete frames of a stream, in order: one span per frame and the bytes objects the
+    spans point into. A sequence of ``(op, ct, payload)``; a slice is a Frames sharing the
+    same bytes."""
 
-    def __cinit__(self, bytes data=b""):
-        self.data = data
+    def __cinit__(self):
+        self.owners = ()
         self.spans = NULL
         self.n = 0
         self.room = 0
@@ -43,9 +46,10 @@ cdef class Frames:
     def __dealloc__(self):
         PyMem_Free(self.spans)
 
-    cdef int add(self, Py_ssize_t at, Py_ssize_t size, unsigned int op,
+    cdef int add(self, const char* at, Py_ssize_t size, unsigned int op,
                  unsigned int ct) except -1:
-        """Append the span of a frame whose payload is ``size`` bytes at ``at``."""
+        """Append the span of a frame whose payload is ``size`` bytes at ``at`` (in a bytes
+        object of ``owners``)."""
         cdef Py_ssize_t room
         cdef FrameSpan* grown
         if self.n == self.room:
@@ -81,7 +85,8 @@ cdef class Frames:
             start, stop, step = index.indices(self.n)
             if step != 1:
                 raise ValueError("a slice of frames has no step")
-            part = Frames(self.data)
+            part = Frames()
+            part.owners = self.owners
             for i in range(start, stop):
                 span = &self.spans[i]
                 part.add(span.at, span.size, span.op, span.ct)
@@ -92,23 +97,23 @@ cdef class Frames:
         if not 0 <= i < self.n:
             raise IndexError(index)
         span = &self.spans[i]
-        return (span.op, span.ct,
-                PyBytes_FromStringAndSize(PyBytes_AS_STRING(self.data) + span.at, span.size))
+        return span.op, span.ct, PyBytes_FromStringAndSize(span.at, span.size)
 
 
 def join_frames(parts):
-    """One Frames of the frames of ``parts`` (Frames, in order)."""
+    """One Frames of the frames of ``parts`` (Frames, in order): their spans, no bytes
+    copied."""
     cdef list taken = list(parts)
     cdef Frames part, joined
-    cdef Py_ssize_t i, shift = 0
+    cdef Py_ssize_t i
     if len(taken) == 1:
         return taken[0]
-    joined = Frames(b"".join([(<Frames>part).data for part in taken]))
+    joined = Frames()
+    joined.owners = sum([(<Frames>part).owners for part in taken], ())
     for part in taken:
         for i in range(part.n):
-            joined.add(part.spans[i].at + shift, part.spans[i].size, part.spans[i].op,
+            joined.add(part.spans[i].at, part.spans[i].size, part.spans[i].op,
                        part.spans[i].ct)
-        shift += PyBytes_GET_SIZE(part.data)
     return joined
 
 
@@ -117,7 +122,7 @@ cdef class FrameSplitter:
 
     def __cinit__(self, unsigned long long max_payload=4194304):
         self._pending = bytearray()
-        self._need = 0
+        self._need = 4
         self.max_payload = max_payload
         self.failed = False
 
@@ -135,52 +140,81 @@ cdef class FrameSplitter:
 
     def feed(self, data):
         """Consume one read; return the complete frames it finishes, in order."""
-        cdef Frames frames
-        cdef Py_ssize_t consumed
+        cdef Frames frames = Frames()
+        cdef bytes buf, head = None
+        cdef Py_ssize_t start = 0, consumed, rest
         if self.failed:
-            return Frames()
-        if self._pending:
-            self._pending += data
-            if len(self._pending) < self._need:
-                return Frames()
-            frames = Frames(bytes(self._pending))
-            consumed = self._split(frames)
-            del self._pending[:consumed]
-        else:
-            frames = Frames(data if type(data) is bytes else bytes(data))
-            consumed = self._split(frames)
-            if consumed < PyBytes_GET_SIZE(frames.data):
-                self._pending += frames.data[consumed:]
+            return frames
+        buf = data if type(data) is bytes else bytes(data)
+        if PyByteArray_GET_SIZE(self._pending):
+            start = self._top_up(PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf), frames)
+            if self.failed:
+                return frames
+            if PyByteArray_GET_SIZE(self._pending) < self._need:
+                return frames  # the held frame is still incomplete: all of ``buf`` taken
+            head = bytes(self._pending)  # the held frame, complete
+            PyByteArray_Resize(self._pending, 0)
+            self._split(head, 0, frames)
+        consumed = self._split(buf, start, frames)
+        rest = PyBytes_GET_SIZE(buf) - consumed
+        if rest:
+            PyByteArray_Resize(self._pending, rest)
+            memcpy(PyByteArray_AS_STRING(self._pending), PyBytes_AS_STRING(buf) + consumed, rest)
+        frames.owners = (buf,) if head is None else (head, buf)
         return frames
 
-    cdef Py_ssize_t _split(self, Frames frames) except -1:
-        """Add the complete frames of ``frames.data`` to ``frames``; returns the bytes
-        they take."""
-        cdef const unsigned char* base = <const unsigned char*>PyBytes_AS_STRING(frames.data)
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(frames.data)
-        cdef Py_ssize_t pos = 0
-        cdef unsigned int length
+    cdef int _declared(self, const unsigned char* header, Frames frames) except -1:
+        """Read a frame's declared length from its 4 bytes at ``header``: 1 and ``_need``
+        set to the frame's whole size, or 0 after a framing violation (``_fail``)."""
+        cdef unsigned int length = _be32(header)
+        if length < MIN_LENGTH:
+            self._fail(frames, FRAME_TOO_SHORT, length)
+            return 0
+        if length > self.max_payload + MIN_LENGTH:
+            self._fail(frames, FRAME_TOO_LARGE, length)
+            return 0
+        self._need = 4 + <Py_ssize_t>length
+        return 1
+
+    cdef Py_ssize_t _top_up(self, const char* p, Py_ssize_t n, Frames frames) except -1:
+        """Move into ``_pending`` (an incomplete frame) what it lacks of the ``n`` bytes at
+        ``p``, reading its length once its 4 bytes are held; returns the bytes taken."""
+        cdef Py_ssize_t held = PyByteArray_GET_SIZE(self._pending)
+        cdef Py_ssize_t take, taken = 0
+        while taken < n:
+            take = min(self._need - held, n - taken)
+            PyByteArray_Resize(self._pending, held + take)
+            memcpy(PyByteArray_AS_STRING(self._pending) + held, p + taken, take)
+            held += take
+            taken += take
+            if held == 4 and self._need == 4:  # the length has arrived
+                if not self._declared(<const unsigned char*>PyByteArray_AS_STRING(
+                        self._pending), frames):
+                    return n
+                continue
+            break
+        return taken
+
+    cdef Py_ssize_t _split(self, bytes buf, Py_ssize_t pos, Frames frames) except -1:
+        """Add the complete frames of ``buf`` from byte ``pos`` on to ``frames``; returns
+        where the first incomplete one starts (``len(buf)``: none)."""
+        cdef const unsigned char* base = <const unsigned char*>PyBytes_AS_STRING(buf)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
         while n - pos >= 4:
-            length = _be32(base + pos)
-            if length < MIN_LENGTH:
-                self._fail(frames, FRAME_TOO_SHORT, length)
+            if not self._declared(base + pos, frames):
                 return n
-            if length > self.max_payload + MIN_LENGTH:
-                self._fail(frames, FRAME_TOO_LARGE, length)
-                return n
-            if n - pos < 4 + <Py_ssize_t>length:
-                self._need = 4 + <Py_ssize_t>length
+            if n - pos < self._need:
                 return pos
-            frames.add(pos + HEADER_SIZE, length - MIN_LENGTH,
+            frames.add(<const char*>base + pos + HEADER_SIZE, self._need - HEADER_SIZE,
                        (<unsigned int>base[pos + 4] << 8) | base[pos + 5], base[pos + 6])
-            pos += 4 + length
+            pos += self._need
         self._need = 4
         return pos
 
     cdef void _fail(self, Frames frames, unsigned int marker, unsigned int declared) except *:
         self.failed = True
-        self._pending = bytearray()
-        frames.add(0, 0, marker, declared)
+        PyByteArray_Resize(self._pending, 0)
+        frames.add(NULL, 0, marker, declared)
 
 
 def encode_frame(unsigned int op, unsigned int ct, bytes payload):
