@@ -16,7 +16,8 @@ so what they compute is what the server computes, and the engine may change behi
 - :func:`gc_paused` keeps the garbage collector away from the long-lived state a replay
   builds (a collection would walk all of it, again and again, for nothing).
 - :func:`json_texts` gives the JSON text of MessagePack values (a table scan's map and list
-  features, as ``spark.read.format("beava")`` hands them on) without their Python objects.
+  features, as ``spark.read.format("beava")`` hands them on) without their Python objects;
+  :func:`page_columns` reads a whole MessagePack scan page into Arrow column buffers.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import msgspec
 
 from beava._fast.intake.replay_batch import KINDS, NO_READ, READ, replay_rows
 from beava._fast.ops.table_kernel import group_key
-from beava._fast.wire.msgpack_json import json_texts
+from beava._fast.wire.msgpack_json import json_texts, page_columns
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import lookup
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
@@ -44,7 +45,7 @@ from beava.engine.state.reads import get
 from beava.engine.store import FeatureStore
 
 __all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
-           "ReplayRefused", "TableInfo", "float_key", "gc_paused", "json_texts"]
+           "ReplayRefused", "TableInfo", "float_key", "gc_paused", "json_texts", "page_columns"]
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _encode_msgpack = msgspec.msgpack.Encoder().encode

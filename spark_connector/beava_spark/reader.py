@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
-from beava._fast.wire.msgpack_json import page_columns
-from beava.offline import gc_paused
+from beava.offline import gc_paused, page_columns
 from beava_client import ServerError, TransportError, client_for_url
 from beava_client.urls import parse_url
 
