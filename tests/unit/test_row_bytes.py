@@ -257,3 +257,37 @@ def test_count_and_mix_writers_are_the_encoded_values() -> None:
     assert table.row("never", clock.now)["mix"] == {}
     assert max(table.row("crowded", clock.now)["dow"].values()) == 200
     assert list(table.row("spread", clock.now)["mix"]) == sorted(categories)
+
+
+def test_times_past_int64_write_as_the_encoded_values() -> None:
+    """Elapsed times are unsigned: a span past 2**63 - 1 ms (a clock far back, a query time
+    far ahead) is written as a uint 64, as the reply encoder writes read()'s int; a query
+    time before the event reads 0, and a slot with no event null or false."""
+    clock = Clock()
+    store = FeatureStore(clock=clock)
+    status, body = store.register(msgspec.json.encode({"nodes": [
+        {"kind": "event", "name": "Ev", "schema": {"fields": {"user": "str", "b": "bool"}}},
+        {"kind": "derivation", "name": "T", "upstreams": ["Ev"], "key": ["user"],
+         "agg": {"age": {"op": "age", "params": {"where": "(b == true)"}},
+                 "since": {"op": "time_since", "params": {"where": "(b == true)"}},
+                 "since_2": {"op": "time_since_last_n", "params": {"n": 2}},
+                 "first": {"op": "first_seen", "params": {"where": "(b == true)"}},
+                 "fresh": {"op": "first_seen_in_window",
+                           "params": {"window": "1h", "where": "(b == true)"}},
+                 "seen": {"op": "has_seen", "params": {"where": "(b == true)"}}}}]}))
+    assert status == 200, body
+    start = -(2**62)
+    for j in range(3):
+        clock.now = start + j
+        store.push("Ev", {"user": "early", "b": True})
+        store.push("Ev", {"user": "never", "b": False})
+    table = store.table("T")
+    far = 2**62 + 5
+    assert table.row("early", far)["age"] == far - start > 2**63
+    for T in (start - 1, start + 2, start + 1_000, far):
+        for key in ("early", "never"):
+            row = table.row(key, T)
+            assert table.row_msgpack(key, T) == reply_bytes(row), (key, T)
+    assert table.row("early", start - 1)["since"] == 0
+    assert table.row("never", far) == {"age": None, "since": None, "since_2": far - start - 1,
+                                       "first": None, "fresh": False, "seen": False}

@@ -51,7 +51,7 @@ cdef class BlockColumn(Column):
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
         if stage == 0:
             prefetch_line(&self.blocks[slot])
-        elif self.blocks[slot] != NULL:
+        elif stage == 1 and self.blocks[slot] != NULL:
             prefetch_line(self.blocks[slot])
 
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:

@@ -1,4 +1,5 @@
 # Shared interface of every feature state column (DESIGN.md §3).
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
 from beava._fast.ops.row cimport Row
@@ -8,6 +9,30 @@ cdef extern from *:
     # Ask for the cache line at an address ahead of its use (gcc/clang; a hint, never a
     # fault, whatever the address).
     void prefetch_line "__builtin_prefetch"(const void* p) noexcept nogil
+
+
+# A feature value that is null, a bool or a number (or an object a column holds), as
+# Column.number() gives it without a Python object: its kind, and a field of Number.
+cdef enum:
+    VALUE_OTHER = 0   # none of these: the column's read() gives the value
+    VALUE_NULL = 1
+    VALUE_BOOL = 2    # Number.i, 0 or 1
+    VALUE_INT = 3     # Number.i
+    VALUE_FLOAT = 4   # Number.f (a non-finite one reads as null once encoded)
+    VALUE_OBJECT = 5  # Number.o, borrowed from the column, which holds it
+    VALUE_UINT = 6    # Number.i's bits as an unsigned integer (a span of time past int64)
+
+
+cdef struct Number:
+    int64_t i
+    double f
+    PyObject* o
+
+
+# A value of kind ``kind`` (not VALUE_OTHER) as read() gives it, and as the reply encoder
+# writes it (column.pyx).
+cdef object number_object(int kind, const Number* n)
+cdef int put_number(Writer* out, int kind, const Number* n) except -1
 
 
 # A row key as the push path looks rows up with it (column.pyx).
@@ -36,15 +61,20 @@ cdef class Column:
                         int64_t now) except -1
     # Before an update of an existing ``slot`` (the table calls it for every state column,
     # stage 0 then stage 1, so the cache misses of all its columns overlap): stage 0 asks
-    # for the slot's cell, stage 1 for what the cell points to (it may read the cell). Only
-    # hints: nothing changes. The default asks for nothing.
+    # for the slot's cell, stage 1 for what the cell points to (it may read the cell), and
+    # before a read of the slot by a scan, stage 2 for the objects that holds (a ring's
+    # texts). Only hints: nothing changes. The default asks for nothing.
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept
     # The feature value at query time ``T`` (JSON-ready Python value; the op's empty value
-    # when the slot has no data).
+    # when the slot has no data). The default boxes number()'s value.
     cdef object read(self, Py_ssize_t slot, int64_t T)
+    # The same value when it is null, a bool or a number (or an object the column holds),
+    # without making one: its kind (VALUE_*), the value in ``out``. A column whose values
+    # are of these kinds defines only this; the default, VALUE_OTHER, says read() gives it.
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1
     # The same value appended to ``out`` as MessagePack, the bytes the reply encoder gives
-    # read()'s value (msgpack_out.pyx); the default encodes read()'s value. A column whose
-    # value is a big map or array writes it from its state instead.
+    # read()'s value (msgpack_out.pyx); the default writes number()'s value, or encodes
+    # read()'s. A column whose value is a big map or array writes it from its state.
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1
     # The same value for a JSON reply (encoded by msgspec): read()'s value, or, for a column
     # whose value is a big map it writes faster from its state, that value's JSON text as

@@ -11,7 +11,7 @@ from libc.string cimport memcpy, memmove, memset
 import math
 
 from beava._fast.ops.block_column cimport BlockColumn
-from beava._fast.ops.column cimport Column
+from beava._fast.ops.column cimport VALUE_BOOL, Column, Number
 from beava._fast.ops.row cimport Row, RowField, row_field
 from beava._fast.ops.sketch_base cimport (
     KIND_BLOOM,
@@ -323,9 +323,10 @@ cdef class BloomMemberColumn(BlockColumn):
             self.blocks[slot] = self.densify(b)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef Bloom* b = <Bloom*>self.blocks[slot]
-        return b != NULL and b.last_probe == 1
+        out.i = b != NULL and b.last_probe == 1
+        return VALUE_BOOL
 
     cpdef Py_ssize_t slot_bytes(self, Py_ssize_t slot):
         """Approximate heap bytes held for ``slot`` (its pointer included)."""

@@ -34,12 +34,7 @@ from beava._fast.wire.msgpack_out cimport (
 from beava._fast.wire.number_text cimport int_text
 from beava._fast.ops.op_params cimport lifetime_only
 from beava._fast.ops.row cimport ROW_BOOL, ROW_INT, ROW_TEXT, Row, RowField, field_number, row_field
-from beava._fast.ops.ops_point cimport (
-    LatestRingColumn,
-    RingColumn,
-    put_oldest_to_newest,
-    put_ring,
-)
+from beava._fast.ops.ops_point cimport LatestRingColumn, RingColumn
 from beava._fast.ops.snapshot_state cimport (
     RECORD_HEADER,
     new_bytes,
@@ -56,6 +51,7 @@ from beava._fast.ops.slot_buffers cimport (
     release_blocks,
     ring_append_value,
     ring_get,
+    ring_oldest_to_newest,
     ring_replace_value,
     row_number,
     row_value,
@@ -1021,8 +1017,11 @@ cdef class MostRecentNColumn(LatestRingColumn):
         self.limit = ring_bound("most_recent_n", 10 if n is None else n)
         self.takes_row = True
 
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
+
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
-        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
+        return self.put_oldest_to_newest(out, slot)
 
 
 cdef inline uint64_t reservoir_draw(uint64_t seen) noexcept nogil:
@@ -1077,7 +1076,7 @@ cdef class ReservoirSampleColumn(RingColumn):
 
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
         cdef ValueRing* r = <ValueRing*>self.blocks[slot]
-        return put_ring(out, r, 0, 0 if r == NULL else r.held, self.limit)
+        return self.put_entries(out, r, 0, 0 if r == NULL else r.held)
 
 
 COLUMNS = {

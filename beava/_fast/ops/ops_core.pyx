@@ -18,6 +18,7 @@ entity that saw two events holds one or two buckets for all of them together.
 """
 
 cimport cython
+from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Free
 from cpython.ref cimport PyObject
 from libc.math cimport sqrt
@@ -25,7 +26,15 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove, memset
 
-from beava._fast.ops.column cimport Column, prefetch_line
+from beava._fast.ops.column cimport (
+    VALUE_FLOAT,
+    VALUE_INT,
+    VALUE_NULL,
+    VALUE_OBJECT,
+    Column,
+    Number,
+    prefetch_line,
+)
 from beava._fast.ops.moments cimport Moments, moments_add
 from beava._fast.ops.row cimport (
     ROW_BOOL,
@@ -152,6 +161,27 @@ cdef inline object extreme_value(ExtremeCell* c, ObjectTable objs):
     if c.tag == TAG_OBJ:
         return objs.get(c.v.handle)
     return None
+
+
+cdef inline int extreme_number(ExtremeCell* c, ObjectTable objs, Number* out) except -1:
+    """extreme_value's value as Column.number() gives it."""
+    if c.tag == TAG_I64:
+        out.i = c.v.i
+        return VALUE_INT
+    if c.tag == TAG_F64:
+        out.f = c.v.d
+        return VALUE_FLOAT
+    if c.tag == TAG_OBJ:
+        out.o = PyList_GET_ITEM(objs.items, c.v.handle)  # the table holds it
+        return VALUE_OBJECT
+    return VALUE_NULL
+
+
+cdef inline int ratio(int64_t matched, int64_t total, Number* out) noexcept:
+    if not total:
+        return VALUE_NULL
+    out.f = matched / <double>total
+    return VALUE_FLOAT
 
 
 cdef inline bint valid_handle(int64_t h, list objs) noexcept:
@@ -526,7 +556,7 @@ cdef class BucketArena(Column):
         cdef SlotBlock* b = &self.blocks[slot]
         if stage == 0:
             prefetch_line(b)
-        elif b.n:
+        elif stage == 1 and b.n:
             prefetch_line(self.block_base(b) + (b.n - 1) * self.rsize)
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:
@@ -813,10 +843,10 @@ cdef class CoreColumn(Column):
         """``feed`` from a C row (row.pxd)."""
         raise NotImplementedError(type(self).__name__)
 
-    cdef object value(self, char* cell):
+    cdef int value(self, char* cell, Number* out) except -1:
         raise NotImplementedError(type(self).__name__)
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         raise NotImplementedError(type(self).__name__)
 
     cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
@@ -857,17 +887,17 @@ cdef class CoreColumn(Column):
             return self.feed_row(self.data + slot * self.csize, row, matched)
         return self.feed_row(self.arena.locate(slot, now) + self.off, row, matched)
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         if self.arena is None:
             if slot >= self.capacity:
-                return self.value(<char*>&EMPTY_CELL)
-            return self.value(self.data + slot * self.csize)
+                return self.value(<char*>&EMPTY_CELL, out)
+            return self.value(self.data + slot * self.csize, out)
         if slot >= self.arena.capacity:
-            return self.merged_empty()
-        return self.merged(slot, T)
+            return self.merged_empty(out)
+        return self.merged(slot, T, out)
 
-    cdef object merged_empty(self):
-        return None
+    cdef int merged_empty(self, Number* out) except -1:
+        return VALUE_NULL
 
     cdef int active_cells(self, Py_ssize_t slot, int64_t T, char** cells) noexcept:
         """This column's cells in the buckets of ``slot`` active at ``T``, ascending epoch,
@@ -967,19 +997,22 @@ cdef class CountColumn(CoreColumn):
             (<CountCell*>cell).n += 1
         return 0
 
-    cdef object value(self, char* cell):
-        return (<CountCell*>cell).n
+    cdef int value(self, char* cell, Number* out) except -1:
+        out.i = (<CountCell*>cell).n
+        return VALUE_INT
 
-    cdef object merged_empty(self):
-        return 0
+    cdef int merged_empty(self, Number* out) except -1:
+        out.i = 0
+        return VALUE_INT
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef char* cells[MAX_BUCKETS]
         cdef int n = self.active_cells(slot, T, cells), k
         cdef int64_t total = 0
         for k in range(n):
             total += (<CountCell*>cells[k]).n
-        return total
+        out.i = total
+        return VALUE_INT
 
 
 cdef class SumColumn(CoreColumn):
@@ -1002,14 +1035,15 @@ cdef class SumColumn(CoreColumn):
             (<SumCell*>cell).n += 1
         return 0
 
-    cdef object finish(self, double total, int64_t n):
-        return total if n else None
+    cdef int finish(self, double total, int64_t n, Number* out) except -1:
+        out.f = total
+        return VALUE_FLOAT if n else VALUE_NULL
 
-    cdef object value(self, char* cell):
+    cdef int value(self, char* cell, Number* out) except -1:
         cdef SumCell* c = <SumCell*>cell
-        return self.finish(c.total, c.n)
+        return self.finish(c.total, c.n, out)
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef char* cells[MAX_BUCKETS]
         cdef int n = self.active_cells(slot, T, cells), k
         cdef int64_t count = 0
@@ -1020,7 +1054,7 @@ cdef class SumColumn(CoreColumn):
             if c.n:
                 total += c.total
                 count += c.n
-        return self.finish(total, count)
+        return self.finish(total, count, out)
 
 
 cdef class MeanColumn(SumColumn):
@@ -1029,8 +1063,11 @@ cdef class MeanColumn(SumColumn):
     cdef int op_kind(self) except -1:
         return K_MEAN
 
-    cdef object finish(self, double total, int64_t n):
-        return total / n if n else None
+    cdef int finish(self, double total, int64_t n, Number* out) except -1:
+        if not n:
+            return VALUE_NULL
+        out.f = total / n
+        return VALUE_FLOAT
 
 
 cdef class ExtremeColumn(CoreColumn):
@@ -1048,10 +1085,10 @@ cdef class ExtremeColumn(CoreColumn):
                                self.kind == K_MAX, self.objects())
         return 0
 
-    cdef object value(self, char* cell):
-        return extreme_value(<ExtremeCell*>cell, self.objs)
+    cdef int value(self, char* cell, Number* out) except -1:
+        return extreme_number(<ExtremeCell*>cell, self.objs, out)
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef char* cells[MAX_BUCKETS]
         cdef int n = self.active_cells(slot, T, cells), k
         cdef ExtremeCell* c
@@ -1066,7 +1103,7 @@ cdef class ExtremeColumn(CoreColumn):
             if best == NULL or (extreme_less(best, objs, c, objs) if is_max
                                 else extreme_less(c, objs, best, objs)):
                 best = c
-        return None if best == NULL else extreme_value(best, objs)
+        return VALUE_NULL if best == NULL else extreme_number(best, objs, out)
 
 
 cdef class MinColumn(ExtremeColumn):
@@ -1101,15 +1138,16 @@ cdef class VarColumn(CoreColumn):
             moments_add(<WelfordCell*>cell, x)
         return 0
 
-    cdef object finish(self, WelfordCell* c):
+    cdef int finish(self, WelfordCell* c, Number* out) except -1:
         if c.n < 2:
-            return None
-        return c.m2 / (c.n - 1)
+            return VALUE_NULL
+        out.f = c.m2 / (c.n - 1)
+        return VALUE_FLOAT
 
-    cdef object value(self, char* cell):
-        return self.finish(<WelfordCell*>cell)
+    cdef int value(self, char* cell, Number* out) except -1:
+        return self.finish(<WelfordCell*>cell, out)
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef char* cells[MAX_BUCKETS]
         cdef int n = self.active_cells(slot, T, cells), k
         cdef WelfordCell* c
@@ -1121,7 +1159,7 @@ cdef class VarColumn(CoreColumn):
             c = <WelfordCell*>cells[k]
             if c.n:
                 chan_merge(&acc, c)
-        return self.finish(&acc)
+        return self.finish(&acc, out)
 
 
 cdef class StdColumn(VarColumn):
@@ -1130,10 +1168,11 @@ cdef class StdColumn(VarColumn):
     cdef int op_kind(self) except -1:
         return K_STD
 
-    cdef object finish(self, WelfordCell* c):
+    cdef int finish(self, WelfordCell* c, Number* out) except -1:
         if c.n < 2:
-            return None
-        return sqrt(c.m2 / (c.n - 1))
+            return VALUE_NULL
+        out.f = sqrt(c.m2 / (c.n - 1))
+        return VALUE_FLOAT
 
 
 cdef class RatioColumn(CoreColumn):
@@ -1154,11 +1193,11 @@ cdef class RatioColumn(CoreColumn):
             (<RatioCell*>cell).matched += 1
         return 0
 
-    cdef object value(self, char* cell):
+    cdef int value(self, char* cell, Number* out) except -1:
         cdef RatioCell* c = <RatioCell*>cell
-        return c.matched / <double>c.total if c.total else None
+        return ratio(c.matched, c.total, out)
 
-    cdef object merged(self, Py_ssize_t slot, int64_t T):
+    cdef int merged(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef char* cells[MAX_BUCKETS]
         cdef int n = self.active_cells(slot, T, cells), k
         cdef RatioCell* c
@@ -1167,7 +1206,7 @@ cdef class RatioColumn(CoreColumn):
             c = <RatioCell*>cells[k]
             matched += c.matched
             total += c.total
-        return matched / <double>total if total else None
+        return ratio(matched, total, out)
 
 
 COLUMNS = {

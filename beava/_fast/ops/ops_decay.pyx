@@ -12,6 +12,7 @@ decayed_count, the match alone.
 from libc.math cimport exp, fmax, sqrt
 from libc.stdint cimport int64_t
 
+from beava._fast.ops.column cimport VALUE_FLOAT, VALUE_NULL, Number
 from beava._fast.ops.row cimport Row
 from beava._fast.ops.struct_column cimport NO_TIME, NumberColumn
 
@@ -78,9 +79,10 @@ cdef class EwmaColumn(_DecayColumn):
             s.v = 0.5 * x + 0.5 * s.v
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef EwmaState* s = (<EwmaState*>self.buf) + slot
-        return None if s.last_t == NO_TIME else s.v
+        out.f = s.v
+        return VALUE_NULL if s.last_t == NO_TIME else VALUE_FLOAT
 
 
 cdef class EwvarColumn(_DecayColumn):
@@ -112,24 +114,26 @@ cdef class EwvarColumn(_DecayColumn):
         s.last_x = x
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef EwvarState* s = (<EwvarState*>self.buf) + slot
         # fmax: a NaN m2 reads 0.0, as the reference's f64::max
-        return None if s.last_t == NO_TIME else fmax(s.m2, 0.0)
+        out.f = fmax(s.m2, 0.0)
+        return VALUE_NULL if s.last_t == NO_TIME else VALUE_FLOAT
 
 
 cdef class EwZscoreColumn(EwvarColumn):
     """ew_zscore: (last value - ew mean) / ew std; null until the variance is positive."""
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef EwvarState* s = (<EwvarState*>self.buf) + slot
         cdef double var
         if s.last_t == NO_TIME:
-            return None
+            return VALUE_NULL
         var = fmax(s.m2, 0.0)
         if var == 0.0:
-            return None
-        return (s.last_x - s.mean) / sqrt(var)
+            return VALUE_NULL
+        out.f = (s.last_x - s.mean) / sqrt(var)
+        return VALUE_FLOAT
 
 
 cdef class DecayedSumColumn(_DecayColumn):
@@ -153,9 +157,10 @@ cdef class DecayedSumColumn(_DecayColumn):
             s.last_t = now
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef EwmaState* s = (<EwmaState*>self.buf) + slot
-        return None if s.last_t == NO_TIME else s.v
+        out.f = s.v
+        return VALUE_NULL if s.last_t == NO_TIME else VALUE_FLOAT
 
 
 cdef class DecayedCountColumn(DecayedSumColumn):
@@ -189,13 +194,12 @@ cdef class TwaColumn(NumberColumn):
         s.last_t = now  # also when the clock stepped back
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef TwaState* s = (<TwaState*>self.buf) + slot
         if s.last_t == NO_TIME:
-            return None
-        if s.sum_dt == 0.0:
-            return s.last_v
-        return s.sum_vdt / s.sum_dt
+            return VALUE_NULL
+        out.f = s.last_v if s.sum_dt == 0.0 else s.sum_vdt / s.sum_dt
+        return VALUE_FLOAT
 
 
 COLUMNS = {

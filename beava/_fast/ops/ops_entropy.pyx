@@ -6,6 +6,7 @@ from libc.math cimport log2
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 
+from beava._fast.ops.column cimport VALUE_FLOAT, Number
 from beava._fast.ops.sketch_base cimport (
     KIND_ENTROPY,
     KM_FULL,
@@ -70,23 +71,22 @@ cdef class EntropyColumn(SketchColumn):
             _entropy_capped += 1
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef Node* act[MAX_BUCKETS]
         cdef int n
         cdef KeyMap* acc
-        cdef double h
+        out.f = 0.0
         if not self.windowed:
-            if self.blocks[slot] == NULL:
-                return 0.0
-            return entropy_of(<KeyMap*>self.blocks[slot])
+            if self.blocks[slot] != NULL:
+                out.f = entropy_of(<KeyMap*>self.blocks[slot])
+            return VALUE_FLOAT
         n = self.active(slot, T, act)
-        if n == 0:
-            return 0.0
-        acc = km_union_of(act, n, True, 0)
-        h = entropy_of(acc)
-        if acc != <KeyMap*>act[0]:
-            free(acc)
-        return h
+        if n:
+            acc = km_union_of(act, n, True, 0)
+            out.f = entropy_of(acc)
+            if acc != <KeyMap*>act[0]:
+                free(acc)
+        return VALUE_FLOAT
 
 
 COLUMNS = {"entropy": EntropyColumn}

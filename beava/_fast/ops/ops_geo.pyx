@@ -13,7 +13,7 @@ from cpython.mem cimport PyMem_Realloc
 from libc.math cimport atan2, cos, sin, sqrt
 from libc.stdint cimport int64_t, uint8_t
 
-from beava._fast.ops.column cimport row_key
+from beava._fast.ops.column cimport VALUE_FLOAT, VALUE_NULL, Number, row_key
 from beava._fast.ops.moments cimport welford_step
 from beava._fast.ops.op_params cimport lifetime_only
 from beava._fast.ops.row cimport Row, field_number, row_field
@@ -103,9 +103,10 @@ cdef class GeoVelocityColumn(_GeoColumn):
         s.prev_t = now
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef VelocityState* s = (<VelocityState*>self.buf) + slot
-        return None if s.prev_t == NO_TIME else s.best
+        out.f = s.best
+        return VALUE_NULL if s.prev_t == NO_TIME else VALUE_FLOAT
 
 
 ctypedef struct DistanceState:
@@ -130,8 +131,9 @@ cdef class GeoDistanceColumn(_GeoColumn):
         s.has_prev = 1
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return (<DistanceState*>self.buf)[slot].total
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.f = (<DistanceState*>self.buf)[slot].total
+        return VALUE_FLOAT
 
 
 ctypedef struct SpreadState:
@@ -158,15 +160,16 @@ cdef class GeoSpreadColumn(_GeoColumn):
         welford_step(p.lon, <double>s.n, &s.mean_lon, &s.m2_lon)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef SpreadState* s = (<SpreadState*>self.buf) + slot
         cdef double var_lat, var_lon, km_lon
         if s.n < 2:
-            return None
+            return VALUE_NULL
         var_lat = s.m2_lat / <double>s.n
         var_lon = s.m2_lon / <double>s.n
         km_lon = KM_PER_DEG * cos(s.mean_lat * DEG)
-        return sqrt(var_lat * (KM_PER_DEG * KM_PER_DEG) + var_lon * (km_lon * km_lon))
+        out.f = sqrt(var_lat * (KM_PER_DEG * KM_PER_DEG) + var_lon * (km_lon * km_lon))
+        return VALUE_FLOAT
 
 
 ctypedef struct HomeState:
@@ -214,20 +217,21 @@ cdef class DistanceFromHomeColumn(_GeoColumn):
         s.seen += 1
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef HomeState* s = (<HomeState*>self.buf) + slot
         cdef Point* ring = <Point*>self.blocks[slot]
         cdef Py_ssize_t held = self._held(s), i
         cdef double sum_lat = 0.0, sum_lon = 0.0
         cdef Point latest
         if held == 0:
-            return None
+            return VALUE_NULL
         for i in range(held):  # slot order, as the spec sums
             sum_lat += ring[i].lat
             sum_lon += ring[i].lon
         latest = ring[(s.seen - 1) % self.samples]
-        return haversine_km(latest.lat, latest.lon, sum_lat / <double>held,
-                            sum_lon / <double>held)
+        out.f = haversine_km(latest.lat, latest.lon, sum_lat / <double>held,
+                             sum_lon / <double>held)
+        return VALUE_FLOAT
 
 
 COLUMNS = {

@@ -6,6 +6,7 @@ from libc.math cimport round
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport free
 
+from beava._fast.ops.column cimport VALUE_INT, Number
 from beava._fast.ops.sketch_base cimport (
     FLOAT_BY_BITS,
     KIND_N_UNIQUE,
@@ -63,37 +64,38 @@ cdef class NUniqueColumn(SketchColumn):
         free(m)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef Node* act[MAX_BUCKETS]
         cdef int n, i
         cdef KeyMap* acc
         cdef bint exact = True
         if not self.windowed:
-            return nunique_of(<Node*>self.blocks[slot])
+            out.i = nunique_of(<Node*>self.blocks[slot])
+            return VALUE_INT
         n = self.active(slot, T, act)
-        if n == 0:
-            return 0
-        if n == 1:
-            return nunique_of(act[0])
+        if n <= 1:
+            out.i = nunique_of(act[0]) if n else 0
+            return VALUE_INT
         for i in range(n):
             if (<Head*>act[i]).mode != MODE_KEYS:
                 exact = False
         if exact:
             acc = km_union_of(act, n, False, NUNIQUE_EXACT_MAX)
             if acc != NULL:
-                n = km_n(acc)
+                out.i = km_n(acc)
                 free(acc)
-                return n
+                return VALUE_INT
         union = datasketches().hll_union(HLL_LG_K)
         for i in range(n):
             if (<Head*>act[i]).mode == MODE_OBJ:
                 union.update(<object>(<ObjBlock*>act[i]).obj)
             else:
                 km_feed_hll(<KeyMap*>act[i], union)
-        return <int64_t>round(union.get_result().get_estimate())
+        out.i = <int64_t>round(union.get_result().get_estimate())
+        return VALUE_INT
 
 
-cdef object nunique_of(Node* b):
+cdef int64_t nunique_of(Node* b) except? -1:
     if b == NULL:
         return 0
     if (<Head*>b).mode == MODE_KEYS:

@@ -12,21 +12,13 @@ from cpython.mem cimport PyMem_Free
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from beava._fast.ops.column cimport prefetch_line
+from beava._fast.ops.column cimport VALUE_NULL, VALUE_OBJECT, Number, prefetch_line, put_number
 from beava._fast.ops.row cimport Row, RowField, row_field
-from beava._fast.wire.msgpack_out cimport (
-    Writer,
-    put_array_header,
-    put_double,
-    put_int,
-    put_value,
-)
+from beava._fast.wire.msgpack_out cimport Writer, put_array_header
 from beava._fast.ops.op_params cimport bounded_n, lifetime_only
 from beava._fast.ops.snapshot_state cimport state_buffer, state_list
 from beava._fast.ops.slot_buffers cimport (
     TAG_EMPTY,
-    TAG_FLOAT,
-    TAG_INT,
     TAG_OBJ,
     Payload,
     ValueRing,
@@ -36,10 +28,10 @@ from beava._fast.ops.slot_buffers cimport (
     grow_zeroed,
     grown_capacity,
     load_bytes,
+    payload_number,
     release_blocks,
     ring_append_value,
     ring_free,
-    ring_get,
     ring_oldest_to_newest,
     ring_push_latest,
     ring_tags,
@@ -47,9 +39,14 @@ from beava._fast.ops.slot_buffers cimport (
     rings_dump,
     rings_load,
     row_value,
-    value_decode,
     value_release,
 )
+
+
+cdef inline void prefetch_object(PyObject* o) noexcept:
+    # a value held as an object (a str): its header, and its text that follows
+    prefetch_line(o)
+    prefetch_line((<char*>o) + 64)
 
 
 cdef class ValueColumn(Column):
@@ -71,6 +68,8 @@ cdef class ValueColumn(Column):
         if stage == 0:
             prefetch_line(&self.tags[slot])
             prefetch_line(&self.values[slot])
+        elif stage == 1 and self.tags[slot] == TAG_OBJ:
+            prefetch_object(self.values[slot].o)
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:
         cdef Py_ssize_t new
@@ -98,8 +97,8 @@ cdef class ValueColumn(Column):
     cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
         raise NotImplementedError(type(self).__name__)
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return value_decode(self.tags[slot], self.values[slot])
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        return payload_number(self.tags[slot], self.values[slot], out)
 
     cdef int take_slots(self, Column other, Py_ssize_t offset, Py_ssize_t n) except -1:
         # an object payload's reference moves with it: the source slot is left empty
@@ -182,40 +181,23 @@ cdef class LastColumn(ValueColumn):
         return 0
 
 
-cdef int put_ring(Writer* out, ValueRing* r, int32_t first, int32_t count,
-                  int32_t limit) except -1:
-    cdef int32_t k, i
-    cdef uint8_t tag
-    cdef Payload value
-    if r == NULL:
-        return put_array_header(out, 0)
-    put_array_header(out, count)
-    for k in range(count):
-        i = (first + k) % limit
-        tag = ring_tags(r)[i]
-        value = ring_values(r)[i]
-        if tag == TAG_INT:
-            put_int(out, value.i)
-        elif tag == TAG_FLOAT:
-            put_double(out, value.f)
-        elif tag == TAG_OBJ:
-            put_value(out, <object>value.o)
-        else:  # a bool (TAG_BOOL); TAG_EMPTY is never held
-            put_value(out, value_decode(tag, value))
-    return 0
-
-
-cdef int put_oldest_to_newest(Writer* out, ValueRing* r, int32_t limit) except -1:
-    if r == NULL or r.held < limit:
-        return put_ring(out, r, 0, 0 if r == NULL else r.held, limit)
-    return put_ring(out, r, <int32_t>(r.seen % limit), limit, limit)
-
-
 cdef class RingColumn(BlockColumn):
     """A value ring per slot (lazily allocated) holding at most ``limit`` values."""
 
     def __cinit__(self, *args, **kwargs):
         self.release = ring_free
+
+    cdef void prefetch(self, Py_ssize_t slot, int stage) noexcept:
+        cdef ValueRing* r
+        cdef int32_t i
+        if stage < 2:
+            BlockColumn.prefetch(self, slot, stage)
+            return
+        r = <ValueRing*>self.blocks[slot]
+        if r != NULL and self.objects_read:
+            for i in range(r.held):
+                if ring_tags(r)[i] == TAG_OBJ:
+                    prefetch_object(ring_values(r)[i].o)
 
     cdef int update(self, Py_ssize_t slot, dict row, bint matched, int64_t now) except -1:
         return self.offer(slot, row_value(row, self.field), NULL) if matched else 0
@@ -226,6 +208,28 @@ cdef class RingColumn(BlockColumn):
 
     cdef int offer(self, Py_ssize_t slot, PyObject* v, const RowField* f) except -1:
         raise NotImplementedError(type(self).__name__)
+
+    cdef int put_entries(self, Writer* out, ValueRing* r, int32_t first,
+                         int32_t count) except -1:
+        cdef int32_t k, i
+        cdef int kind
+        cdef Number n
+        if r == NULL:
+            return put_array_header(out, 0)
+        put_array_header(out, count)
+        for k in range(count):
+            i = (first + k) % self.limit
+            kind = payload_number(ring_tags(r)[i], ring_values(r)[i], &n)
+            if kind == VALUE_OBJECT:
+                self.objects_read = True
+            put_number(out, kind, &n)
+        return 0
+
+    cdef int put_oldest_to_newest(self, Writer* out, Py_ssize_t slot) except -1:
+        cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        if r == NULL or r.held < self.limit:
+            return self.put_entries(out, r, 0, 0 if r == NULL else r.held)
+        return self.put_entries(out, r, <int32_t>(r.seen % self.limit), self.limit)
 
     cpdef object dump(self, Py_ssize_t nslots):
         check_dump_slots(nslots, self.capacity)
@@ -267,7 +271,7 @@ cdef class FirstNColumn(RingColumn):
         return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
 
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
-        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
+        return self.put_oldest_to_newest(out, slot)
 
 
 cdef class LatestRingColumn(RingColumn):
@@ -284,9 +288,6 @@ cdef class LatestRingColumn(RingColumn):
                                                  self.limit)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
-
 
 cdef class LastNColumn(LatestRingColumn):
     """last_n (§12.4): the last n matched non-null values, oldest -> newest."""
@@ -297,9 +298,13 @@ cdef class LastNColumn(LatestRingColumn):
         self.limit = bounded_n("last_n", params)
         self.takes_row = True
 
-    # on the leaf classes, not LatestRingColumn: lag reads its ring otherwise
+    # read and put_msgpack on the leaf classes, not LatestRingColumn: lag reads its ring
+    # otherwise
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        return ring_oldest_to_newest(<ValueRing*>self.blocks[slot], self.limit)
+
     cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
-        return put_oldest_to_newest(out, <ValueRing*>self.blocks[slot], self.limit)
+        return self.put_oldest_to_newest(out, slot)
 
 
 cdef class LagColumn(LatestRingColumn):
@@ -311,11 +316,13 @@ cdef class LagColumn(LatestRingColumn):
         self.limit = bounded_n("lag", params) + 1
         self.takes_row = True
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef ValueRing* r = <ValueRing*>self.blocks[slot]
+        cdef int32_t i
         if r == NULL or r.held < self.limit:
-            return None
-        return ring_get(r, <int32_t>(r.seen % self.limit))
+            return VALUE_NULL
+        i = <int32_t>(r.seen % self.limit)
+        return payload_number(ring_tags(r)[i], ring_values(r)[i], out)
 
 
 COLUMNS = {

@@ -8,13 +8,20 @@ not reordered); elapsed-time reads clamp at 0. No op reads a field of the row: a
 event (update_row) is update()'s without a row.
 """
 
-from cpython.long cimport PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from beava._fast.ops.block_column cimport BlockColumn
-from beava._fast.ops.column cimport Column, prefetch_line
+from beava._fast.ops.column cimport (
+    VALUE_BOOL,
+    VALUE_INT,
+    VALUE_NULL,
+    VALUE_UINT,
+    Column,
+    Number,
+    prefetch_line,
+)
 from beava._fast.ops.op_params cimport bounded_n, lifetime_only
 from beava._fast.ops.row cimport Row
 from beava._fast.ops.slot_buffers cimport (
@@ -34,16 +41,15 @@ from beava._fast.ops.slot_buffers cimport (
 cdef int64_t NO_TIME = INT64_MIN
 
 
-cdef inline object elapsed(int64_t T, int64_t t):
-    # max(0, T - t) without int64 overflow.
-    if T <= t:
-        return 0
-    return PyLong_FromUnsignedLongLong(<uint64_t>T - <uint64_t>t)
+cdef inline int elapsed(int64_t T, int64_t t, Number* out) noexcept:
+    # max(0, T - t) without int64 overflow, as Column.number() gives it.
+    out.i = <int64_t>(<uint64_t>T - <uint64_t>t) if T > t else 0
+    return VALUE_UINT
 
 
-cdef inline object elapsed_or_null(int64_t T, int64_t t):
+cdef inline int elapsed_or_null(int64_t T, int64_t t, Number* out) noexcept:
     # elapsed(T, t), null while the slot holds no time.
-    return None if t == NO_TIME else elapsed(T, t)
+    return VALUE_NULL if t == NO_TIME else elapsed(T, t, out)
 
 
 cdef class WordsColumn(Column):
@@ -109,9 +115,9 @@ cdef class TimeColumn(WordsColumn):
         WordsColumn.__init__(self, name, field, where, params, window_ms)
         self.fill = NO_TIME
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef int64_t t = self.words[slot]
-        return None if t == NO_TIME else t
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = self.words[slot]
+        return VALUE_NULL if out.i == NO_TIME else VALUE_INT
 
 
 cdef class FirstSeenColumn(TimeColumn):
@@ -126,8 +132,8 @@ cdef class FirstSeenColumn(TimeColumn):
 cdef class AgeColumn(FirstSeenColumn):
     """age: max(0, T - first_seen) in ms, or null."""
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return elapsed_or_null(T, self.words[slot])
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        return elapsed_or_null(T, self.words[slot], out)
 
 
 cdef class LastSeenColumn(TimeColumn):
@@ -142,8 +148,8 @@ cdef class LastSeenColumn(TimeColumn):
 cdef class TimeSinceColumn(LastSeenColumn):
     """time_since: max(0, T - last_seen) in ms, or null."""
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return elapsed_or_null(T, self.words[slot])
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        return elapsed_or_null(T, self.words[slot], out)
 
 
 cdef class FirstSeenInWindowColumn(LastSeenColumn):
@@ -158,11 +164,10 @@ cdef class FirstSeenInWindowColumn(LastSeenColumn):
             raise ValueError(f"first_seen_in_window: window must be ms >= 0, got {w!r}")
         self.window = w
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef int64_t t = self.words[slot]
-        if t == NO_TIME or T < t:
-            return False
-        return <uint64_t>T - <uint64_t>t < self.window
+        out.i = t != NO_TIME and T >= t and <uint64_t>T - <uint64_t>t < self.window
+        return VALUE_BOOL
 
 
 cdef class StreakColumn(WordsColumn):
@@ -175,8 +180,9 @@ cdef class StreakColumn(WordsColumn):
             self.words[slot] = 0
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return self.words[slot]
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = self.words[slot]
+        return VALUE_INT
 
 
 cdef class MaxStreakColumn(WordsColumn):
@@ -196,8 +202,9 @@ cdef class MaxStreakColumn(WordsColumn):
             w[0] = 0
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return self.words[2 * slot + 1]
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = self.words[2 * slot + 1]
+        return VALUE_INT
 
 
 cdef class NegativeStreakColumn(WordsColumn):
@@ -210,8 +217,9 @@ cdef class NegativeStreakColumn(WordsColumn):
             self.words[slot] += 1
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return self.words[slot]
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = self.words[slot]
+        return VALUE_INT
 
 
 cdef class HasSeenColumn(Column):
@@ -249,8 +257,9 @@ cdef class HasSeenColumn(Column):
                         int64_t now) except -1:
         return self.update(slot, None, matched, now)
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return self.flags[slot] != 0
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = self.flags[slot] != 0
+        return VALUE_BOOL
 
     cpdef object dump(self, Py_ssize_t nslots):
         check_dump_slots(nslots, self.capacity)
@@ -325,11 +334,11 @@ cdef class TimeSinceLastNColumn(BlockColumn):
         r.seen += 1
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef TimeRing* r = <TimeRing*>self.blocks[slot]
         if r == NULL or r.held < self.n:
-            return None
-        return elapsed(T, ring_times(r)[r.seen % self.n])
+            return VALUE_NULL
+        return elapsed(T, ring_times(r)[r.seen % self.n], out)
 
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         return ring_size((<const TimeRing*>block).cap)

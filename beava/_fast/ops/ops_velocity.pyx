@@ -20,6 +20,7 @@ from libc.math cimport fabs, isnan, sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
+from beava._fast.ops.column cimport VALUE_FLOAT, VALUE_INT, VALUE_NULL, Number
 from beava._fast.ops.moments cimport Moments, moments_add
 from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_TEXT, Row, RowField, row_field
 from beava._fast.ops.slot_buffers cimport row_value
@@ -53,9 +54,9 @@ cdef class RateOfChangeColumn(NumberColumn):
         s.last_t = now  # also for dt <= 0: the pair is skipped, the point replaced
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef double rate = (<RateState*>self.buf)[slot].rate
-        return None if isnan(rate) else rate
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.f = (<RateState*>self.buf)[slot].rate
+        return VALUE_NULL if isnan(out.f) else VALUE_FLOAT
 
 
 ctypedef struct GapState:
@@ -90,9 +91,10 @@ cdef class InterArrivalStatsColumn(StructColumn):
                         int64_t now) except -1:
         return self.update(slot, None, matched, now)  # reads nothing of the row
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef GapState* s = (<GapState*>self.buf) + slot
-        return None if s.n == 0 else s.mean
+        out.f = s.mean
+        return VALUE_NULL if s.n == 0 else VALUE_FLOAT
 
 
 ctypedef struct DeltaState:
@@ -117,9 +119,9 @@ cdef class DeltaFromPrevColumn(NumberColumn):
         s.prev = x
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef double delta = (<DeltaState*>self.buf)[slot].delta
-        return None if isnan(delta) else delta
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.f = (<DeltaState*>self.buf)[slot].delta
+        return VALUE_NULL if isnan(out.f) else VALUE_FLOAT
 
 
 # ---- burst_count ---------------------------------------------------------------------------
@@ -252,8 +254,9 @@ cdef class BurstCountColumn(StructColumn):
                         int64_t now) except -1:
         return self.update(slot, None, matched, now)  # reads nothing of the row
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return (<BurstState*>self.buf)[slot].max_seen
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = (<BurstState*>self.buf)[slot].max_seen
+        return VALUE_INT
 
 
 # ---- trend, trend_residual -----------------------------------------------------------------
@@ -308,9 +311,8 @@ cdef class TrendColumn(NumberColumn):
         _trend_add((<TrendFit*>self.buf) + slot, now, y)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        cdef double slope
-        return slope if _slope((<TrendFit*>self.buf) + slot, &slope) else None
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        return VALUE_FLOAT if _slope((<TrendFit*>self.buf) + slot, &out.f) else VALUE_NULL
 
 
 cdef class TrendResidualColumn(NumberColumn):
@@ -330,12 +332,13 @@ cdef class TrendResidualColumn(NumberColumn):
         s.last_y = y
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef ResidualState* s = (<ResidualState*>self.buf) + slot
         cdef double slope
         if not _slope(&s.fit, &slope):
-            return None
-        return s.last_y - (s.fit.mean_y + slope * (s.last_x - s.fit.mean_x))
+            return VALUE_NULL
+        out.f = s.last_y - (s.fit.mean_y + slope * (s.last_x - s.fit.mean_x))
+        return VALUE_FLOAT
 
 
 # ---- outlier_count, z_score ----------------------------------------------------------------
@@ -369,8 +372,9 @@ cdef class OutlierCountColumn(NumberColumn):
         moments_add(&s.m, x)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return (<OutlierState*>self.buf)[slot].outliers
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = (<OutlierState*>self.buf)[slot].outliers
+        return VALUE_INT
 
 
 ctypedef struct ZState:
@@ -394,15 +398,16 @@ cdef class ZScoreColumn(NumberColumn):
         s.last_x = x
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef ZState* s = (<ZState*>self.buf) + slot
         cdef double var
         if s.m.n < 2:
-            return None
+            return VALUE_NULL
         var = s.m.m2 / <double>(s.m.n - 1)
         if var <= 0.0:
-            return None
-        return (s.last_x - s.m.mean) / sqrt(var)
+            return VALUE_NULL
+        out.f = (s.last_x - s.m.mean) / sqrt(var)
+        return VALUE_FLOAT
 
 
 # ---- value_change_count --------------------------------------------------------------------
@@ -555,8 +560,9 @@ cdef class ValueChangeCountColumn(StructColumn):
         v.i = f.i  # an int, or a bool's 0 or 1
         return self._scalar(slot, s, VC_BOOL if f.tag == ROW_BOOL else VC_INT, v)
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return (<VcState*>self.buf)[slot].changes
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        out.i = (<VcState*>self.buf)[slot].changes
+        return VALUE_INT
 
 
 COLUMNS = {

@@ -8,6 +8,15 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy, memset
 
+from beava._fast.ops.column cimport (
+    VALUE_BOOL,
+    VALUE_FLOAT,
+    VALUE_INT,
+    VALUE_NULL,
+    VALUE_OBJECT,
+    Number,
+    number_object,
+)
 from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_INT, RowField, field_object
 from beava._fast.ops.snapshot_state cimport (
     RECORD_HEADER,
@@ -176,16 +185,26 @@ cdef inline uint8_t event_encode(PyObject* v, const RowField* f, Payload* out) e
     return TAG_OBJ
 
 
-cdef inline object value_decode(uint8_t tag, Payload p):
+cdef inline int payload_number(uint8_t tag, Payload p, Number* out) noexcept:
+    # value_decode's value as Column.number() gives it (a TAG_OBJ value borrowed)
     if tag == TAG_INT:
-        return p.i
+        out.i = p.i
+        return VALUE_INT
     if tag == TAG_FLOAT:
-        return p.f
+        out.f = p.f
+        return VALUE_FLOAT
     if tag == TAG_BOOL:
-        return p.i != 0
+        out.i = p.i != 0
+        return VALUE_BOOL
     if tag == TAG_OBJ:
-        return <object>p.o
-    return None
+        out.o = p.o
+        return VALUE_OBJECT
+    return VALUE_NULL
+
+
+cdef inline object value_decode(uint8_t tag, Payload p):
+    cdef Number n
+    return number_object(payload_number(tag, p, &n), &n)
 
 
 cdef inline void value_release(uint8_t tag, Payload p) noexcept:

@@ -72,7 +72,7 @@ cdef class StructColumn(Column):
             prefetch_line(self.buf + slot * self.itemsize)
             if self.blocks != NULL:
                 prefetch_line(&self.blocks[slot])
-        elif self.blocks != NULL and self.blocks[slot] != NULL:
+        elif stage == 1 and self.blocks != NULL and self.blocks[slot] != NULL:
             prefetch_line(self.blocks[slot])
 
     cdef int ensure(self, Py_ssize_t capacity) except -1:

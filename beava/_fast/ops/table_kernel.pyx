@@ -499,13 +499,16 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             texts = [None] * nparts
             for slot in range(start, last):
                 # the state of a later slot is asked for, so its cache misses overlap
-                # this slot's writing (the cells, then what they point to)
+                # this slot's writing (the cells, what they point to, the objects held)
                 if slot + 2 * SCAN_AHEAD < last:
                     for column in self.state_cols:
                         (<Column>column).prefetch(slot + 2 * SCAN_AHEAD, 0)
                 if slot + SCAN_AHEAD < last:
                     for column in self.state_cols:
                         (<Column>column).prefetch(slot + SCAN_AHEAD, 1)
+                if slot + SCAN_AHEAD // 2 < last:
+                    for column in self.state_cols:
+                        (<Column>column).prefetch(slot + SCAN_AHEAD // 2, 2)
                 begin = out.size
                 if nparts == 1:
                     texts[0] = names[slot]

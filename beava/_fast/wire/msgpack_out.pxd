@@ -9,6 +9,7 @@ cdef struct Writer:
 
 
 cdef int put_nil(Writer* out) except -1
+cdef int put_bool(Writer* out, bint v) except -1
 cdef int put_int(Writer* out, int64_t v) except -1
 cdef int put_double(Writer* out, double x) except -1
 cdef int put_str(Writer* out, str s) except -1

@@ -82,6 +82,11 @@ cdef int put_int(Writer* out, int64_t v) except -1:
     return 0
 
 
+cdef int put_bool(Writer* out, bint v) except -1:
+    _room(out, 1)[0] = 0xc3 if v else 0xc2
+    return 0
+
+
 cdef int put_double(Writer* out, double x) except -1:
     cdef uint64_t bits
     if not isfinite(x):
@@ -142,8 +147,7 @@ cdef int put_value(Writer* out, object value) except -1:
     if value is None:
         return put_nil(out)
     if kind is bool:
-        _room(out, 1)[0] = 0xc3 if value else 0xc2
-        return 0
+        return put_bool(out, value is True)
     if kind is int:
         v = PyLong_AsLongLongAndOverflow(value, &overflow)
         if not overflow:
