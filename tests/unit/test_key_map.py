@@ -1,13 +1,17 @@
-"""The entity key -> slot map (beava._fast.ops.key_map): inline ASCII keys, long and non-ASCII
-keys compared through the stored key, growth, and loading a slot order."""
+"""The entity key -> slot map (beava._fast.ops.key_map): short keys compared in the entry,
+long and non-ASCII keys compared through the stored key, keys found by their bytes (C
+rows) meeting the same keys found as str, growth, its size, and loading a slot order."""
 
 from __future__ import annotations
 
 import pytest
 
+from beava._fast.intake.push_pass import apply_records
 from beava._fast.ops.key_map import KeyMap
 from beava._fast.ops.ops_core import COLUMNS
 from beava._fast.ops.table_kernel import TableKernel
+from beava.durability import wal_format as wf
+from tests.unit.test_push_rows import DECODE_JSON, DECODE_MSGPACK, checkers, records
 
 
 def count_kernel() -> TableKernel:
@@ -18,7 +22,8 @@ def count_kernel() -> TableKernel:
 def test_slots_are_dense_in_insertion_order_across_growth() -> None:
     kernel = count_kernel()
     keys = [f"user-{i}" for i in range(5000)]
-    keys += ["x" * 16, "x" * 17, "y" * 300, "é", "é" * 40, "日本|東京", "", "x" * 15]
+    keys += ["x" * 16, "x" * 17, "y" * 300, "é", "é" * 40, "日本|東京", "", "x" * 15,
+             "\ud800", "\ud800" * 9, "x" * 8 + "\x00", "x" * 8, "\x00", "x\x00"]
     for key in keys:
         kernel.apply({"k": key}, 1)
     kernel.apply({"k": "user-3"}, 2)
@@ -29,11 +34,48 @@ def test_slots_are_dense_in_insertion_order_across_growth() -> None:
         assert m.get(key) == slot
     # same length, same first 16 bytes, different tail; a prefix; other scripts
     for absent in ["x" * 16 + "y", "y" * 299 + "x", "é" * 39 + "e", "user-5000", "user-",
-                   "日本|大阪", "X" * 16]:
+                   "日本|大阪", "X" * 16, "\ud801", "\ud800" * 8 + "\ud801", "x" * 7,
+                   "x" * 8 + "\x01", "\x00\x00", "x\x00\x00", "user-12\x00"]:
         assert m.get(absent) is None
         assert m.get(absent, -1) == -1
     assert kernel.read(m.get("user-3"), 3) == {"n": 2}
-    assert m.nbytes() >= len(keys) * 32
+
+
+def test_the_map_takes_16_bytes_an_entry_at_most_three_quarters_full() -> None:
+    m = KeyMap.from_keys([f"user-{i}" for i in range(10_000)])
+    assert m.nbytes() == 16 * 16384  # the next power of two above 10,000 / 0.75
+    assert KeyMap.from_keys([f"user-{i}" for i in range(12_288)]).nbytes() == 16 * 16384
+    assert KeyMap.from_keys([f"user-{i}" for i in range(12_289)]).nbytes() == 16 * 32768
+    assert all(m.get(f"user-{i}") == i for i in range(10_000))
+
+
+def test_a_key_found_by_its_bytes_meets_the_same_key_found_as_a_str() -> None:
+    """Keys of every length (in the entry, just past it, long) and digits, each pushed
+    first as a C row (a MessagePack body: found by its bytes) or first as a dict row (a
+    JSON body: found as a str), then both ways: one entity per key, all its pushes
+    counted, wherever growth moved it."""
+    table = count_kernel()
+    assert table.takes_row
+    keys = ["", "a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "abcdefgh",
+            "abcdefghi", "abcdefghijklmn", "abcdefghijklmno", "abcdefghijklmnop",
+            "abcdefghijklmnopq", "abcdefghijklmnop" * 20, "abcdefgh" + "x" * 30,
+            "abcdefgh" + "y" * 30, "12", "1", "-", "u1 u2"]
+    keys += [f"user:{i}" for i in range(200)]  # and growth between the rounds
+    rows = []
+    for round_ in range(3):
+        for n, key in enumerate(keys):
+            first, second = ((wf.BODY_MSGPACK, wf.BODY_JSON) if (n + round_) % 2
+                             else (wf.BODY_JSON, wf.BODY_MSGPACK))
+            rows += [({"k": key}, 1_000 + round_, first), ({"k": key}, 1_000 + round_, second)]
+    apply_records({"A": (table,)}, checkers(), ["A"] * len(rows), records(rows), 0, 0,
+                  len(rows), 0.0, DECODE_MSGPACK, DECODE_JSON)
+    assert table.keys.names == keys
+    for slot, key in enumerate(keys):
+        assert table.keys.get(key) == slot
+        assert table.read(slot, 2_000) == {"n": 6}
+    loaded = count_kernel()
+    loaded.load(table.dump())  # a snapshot keeps the keys, not their hashes
+    assert [loaded.keys.get(key) for key in keys] == list(range(len(keys)))
 
 
 def test_from_keys_keeps_the_order_and_refuses_repeats_and_non_strings() -> None:

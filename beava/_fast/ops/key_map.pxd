@@ -24,7 +24,7 @@ cdef extern from *:
 
 
 cdef enum:
-    INLINE = 16  # key bytes stored in the entry
+    HEAD = 8  # key bytes held in the entry: a key this long or shorter is compared there
     KEY_SEED = 0x6b6579  # the map's XXH64 seed for keys over 16 bytes (not the shard
                          # slot's, whose low bits a shard's keys share)
 
@@ -62,15 +62,14 @@ cdef inline Py_hash_t key_hash(str key) except? -1:
     return PyObject_Hash(key)
 
 
-cdef struct KeyEntry:
-    Py_hash_t hash
+cdef struct KeyEntry:    # 16 bytes: four to a cache line
+    uint32_t tag         # the hash's high bits, and the key's length up to LONG
     int32_t slot         # -1: empty entry
-    uint32_t length      # bytes of an ASCII key, or NOT_INLINE
-    char text[INLINE]    # the first bytes of an ASCII key
+    uint64_t head        # the key's first HEAD UTF-8 bytes, zero-padded
 
 
 cdef class KeyMap:
-    cdef KeyEntry* entries
+    cdef KeyEntry* entries          # cache-line aligned
     cdef Py_ssize_t mask            # capacity - 1 (capacity a power of two), -1 when empty
     cdef readonly list names        # slot -> key
 
@@ -79,7 +78,8 @@ cdef class KeyMap:
     cdef Py_ssize_t lookup(self, str key) except -2
     # Give ``key`` (not in the map) the next slot; returns it.
     cdef Py_ssize_t insert(self, str key) except -1
-    cdef Py_ssize_t _insert(self, str key, Py_hash_t h) except -1
+    cdef Py_ssize_t _insert(self, str key, const char* p, Py_ssize_t n,
+                            Py_hash_t h) except -1
     # Ask for the cache line where a lookup of ``key`` starts (a hint; hashes the key).
     cdef void prefetch(self, str key) noexcept
     # The same for a key given by its ASCII bytes and their text_key_hash (row.pxd's

@@ -1,40 +1,77 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Entity key -> slot map of one table, laid out for the cache (DESIGN.md §3).
 
-An open-addressing table of 32-byte entries: the key's hash, its slot, and the key's
-first 16 bytes inline when it is ASCII. A lookup of a short ASCII key touches one entry and
-never the stored key object, which a ``dict[str, int]`` would (its entries point at the
-keys, so every hit compares against an object elsewhere in memory). Longer or non-ASCII
-keys are compared against the stored key in ``names`` (slot -> key, in slot order: slots
-are dense and handed out in insertion order). The table doubles when three quarters full.
+An open-addressing table (linear probing) of 16-byte entries, four to a 64-byte line, the
+table aligned to lines: each entry holds the key's slot, a tag (the high bits of the key's
+hash beside the key's length) and the key's first 8 UTF-8 bytes. A key of 8 bytes or fewer
+is compared there entirely, so a hit on it touches the one line where its probe starts
+(unless the run of entries before it crosses into the next line), never the stored key
+object, which a ``dict[str, int]`` would. A longer key is compared against the stored key in
+``names`` (slot -> key, in slot order: slots are dense and handed out in insertion order)
+once its tag and first bytes match. The table doubles when three quarters full; growing
+hashes the keys again (entries keep no full hash, which would make them twice as big).
 
 A key is found by its str or by its ASCII bytes where they lie (``lookup_text``: the push
 pass's rows, row.pxd); an ASCII key is hashed from its bytes either way (key_map.pxd's
 key_hash), so both ways meet; the str of a key found by its bytes is built only when the
-key is new.
+key is new. Snapshots store the keys, not their hashes: a loaded map hashes them afresh.
 """
 
-from libc.stdint cimport int32_t, uint32_t
-from libc.stdlib cimport calloc, free
-from libc.string cimport memcmp, memcpy
+from libc.stdint cimport int32_t, uint32_t, uint64_t
+from libc.stdlib cimport free
+from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.ops.column cimport prefetch_line
+from beava._fast.ops.slot_hash cimport utf8_of
 
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
 
+cdef extern from "stdlib.h":
+    int posix_memalign(void** p, size_t alignment, size_t size) nogil
+
 
 cdef enum:
     MIN_CAPACITY = 16
-    NOT_INLINE = 0xFFFFFFFF  # len of a key compared through ``names``
+    LINE = 64        # bytes of a cache line
+    LONG = 15        # the length kept in a tag: a key's, or LONG for LONG bytes or more
+    LENGTH_BITS = 0xF
 
 
-cdef inline uint32_t inline_len(str key) noexcept:
-    """The key's length when it is ASCII (its bytes can be stored inline), else NOT_INLINE."""
-    if PyUnicode_IS_ASCII(key):
-        return <uint32_t>PyUnicode_GET_LENGTH(key)
-    return NOT_INLINE
+cdef inline uint32_t tag_of(Py_hash_t h, Py_ssize_t n) noexcept:
+    """Bits 35-62 of the hash (the index takes the low ones) and the length up to LONG."""
+    return ((<uint32_t>(<uint64_t>h >> 31)) & ~(<uint32_t>LENGTH_BITS)) | \
+        <uint32_t>(n if n < LONG else LONG)
+
+
+cdef inline uint64_t head_of(const char* p, Py_ssize_t n) noexcept:
+    """The first HEAD bytes of ``p`` (``n`` long) as a word, zero-padded: at most two
+    loads (two 4-byte ones overlap for 5 to 7 bytes, or-ing equal bytes)."""
+    cdef uint64_t w = 0
+    cdef uint32_t lo, hi
+    if n >= HEAD:
+        memcpy(&w, p, HEAD)  # little-endian hosts only, as the WAL format
+    elif n >= 4:
+        memcpy(&lo, p, 4)
+        memcpy(&hi, p + n - 4, 4)
+        w = lo | (<uint64_t>hi << (8 * (n - 4)))
+    else:
+        while n > 0:
+            n -= 1
+            w = (w << 8) | <unsigned char>p[n]
+    return w
+
+
+cdef inline void place(KeyEntry* entries, Py_ssize_t mask, const char* p, Py_ssize_t n,
+                       Py_hash_t h, Py_ssize_t slot) noexcept:
+    """Write the entry of a key not in ``entries`` at the first free one of its probe."""
+    cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>mask)
+    while entries[i].slot >= 0:
+        i = (i + 1) & mask
+    entries[i].tag = tag_of(h, n)
+    entries[i].slot = <int32_t>slot
+    entries[i].head = head_of(p, n)
 
 
 cdef class KeyMap:
@@ -62,43 +99,30 @@ cdef class KeyMap:
         return m
 
     cdef int _resize(self, Py_ssize_t capacity) except -1:
-        cdef KeyEntry* old = self.entries
-        cdef Py_ssize_t old_cap = self.mask + 1, i, j
-        cdef KeyEntry* fresh = <KeyEntry*>calloc(capacity, sizeof(KeyEntry))
-        if fresh == NULL:
+        """A table of ``capacity`` entries holding every key of ``names``."""
+        cdef void* fresh = NULL
+        cdef Py_ssize_t slot
+        cdef const char* p
+        cdef Py_ssize_t n
+        if posix_memalign(&fresh, LINE, capacity * sizeof(KeyEntry)) != 0:
             raise MemoryError()
-        for i in range(capacity):
-            fresh[i].slot = -1
-        for i in range(old_cap):
-            if old[i].slot >= 0:
-                j = <Py_ssize_t>(<size_t>old[i].hash & <size_t>(capacity - 1))
-                while fresh[j].slot >= 0:
-                    j = (j + 1) & (capacity - 1)
-                fresh[j] = old[i]
-        self.entries = fresh
+        memset(fresh, 0xFF, capacity * sizeof(KeyEntry))  # every slot -1: empty
+        for slot in range(len(self.names)):
+            key = self.names[slot]
+            held = utf8_of(<str>key, &p, &n)
+            place(<KeyEntry*>fresh, capacity - 1, p, n, key_hash(<str>key), slot)
+        free(self.entries)
+        self.entries = <KeyEntry*>fresh
         self.mask = capacity - 1
-        free(old)
         return 0
 
     cdef Py_ssize_t lookup(self, str key) except -2:
         """The slot of ``key``, or -1."""
-        if self.entries == NULL:
-            return -1
+        cdef const char* p
+        cdef Py_ssize_t n
         cdef Py_hash_t h = key_hash(key)
-        cdef uint32_t n = inline_len(key)
-        cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
-        cdef KeyEntry* e
-        while True:
-            e = &self.entries[i]
-            if e.slot < 0:
-                return -1
-            if e.hash == h and e.length == n:
-                if n <= INLINE:
-                    if memcmp(e.text, PyUnicode_DATA(key), n) == 0:
-                        return e.slot
-                elif self.names[e.slot] == key:
-                    return e.slot
-            i = (i + 1) & self.mask
+        held = utf8_of(key, &p, &n)
+        return self.lookup_text(p, n, h)
 
     cdef void prefetch(self, str key) noexcept:
         if self.entries != NULL:
@@ -106,20 +130,24 @@ cdef class KeyMap:
 
     cdef Py_ssize_t lookup_text(self, const char* text, Py_ssize_t size,
                                 Py_hash_t h) except -2:
-        """See key_map.pxd: ``text`` is ASCII, so only an ASCII key of ``size`` can match."""
+        """See key_map.pxd (``text``: a key's UTF-8 bytes, ``h``: its key_hash)."""
         if self.entries == NULL:
             return -1
+        cdef uint32_t tag = tag_of(h, size)
+        cdef uint64_t head = head_of(text, size)
         cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
         cdef KeyEntry* e
+        cdef const char* p
+        cdef Py_ssize_t n
         while True:
             e = &self.entries[i]
             if e.slot < 0:
                 return -1
-            if e.hash == h and e.length == <uint32_t>size:
-                if size <= INLINE:
-                    if memcmp(e.text, text, size) == 0:
-                        return e.slot
-                elif memcmp(PyUnicode_DATA(self.names[e.slot]), text, size) == 0:
+            if e.tag == tag and e.head == head:
+                if size <= HEAD:
+                    return e.slot
+                held = utf8_of(<str>self.names[e.slot], &p, &n)
+                if n == size and memcmp(p + HEAD, text + HEAD, size - HEAD) == 0:
                     return e.slot
             i = (i + 1) & self.mask
 
@@ -128,7 +156,7 @@ cdef class KeyMap:
         """Give the key of these ASCII bytes (not in the map) the next slot; returns it."""
         key = PyUnicode_New(size, 127)
         memcpy(PyUnicode_DATA(key), text, size)
-        return self._insert(<str>key, h)
+        return self._insert(<str>key, text, size, h)
 
     cdef void prefetch_hash(self, Py_hash_t h) noexcept:
         if self.entries != NULL:
@@ -136,24 +164,21 @@ cdef class KeyMap:
 
     cdef Py_ssize_t insert(self, str key) except -1:
         """Give ``key`` (not in the map) the next slot; returns it."""
-        return self._insert(key, key_hash(key))
+        cdef const char* p
+        cdef Py_ssize_t n
+        cdef Py_hash_t h = key_hash(key)
+        held = utf8_of(key, &p, &n)
+        return self._insert(key, p, n, h)
 
-    cdef Py_ssize_t _insert(self, str key, Py_hash_t h) except -1:
+    cdef Py_ssize_t _insert(self, str key, const char* p, Py_ssize_t n,
+                            Py_hash_t h) except -1:
+        """``insert`` of ``key`` whose UTF-8 bytes are ``p``, ``n``, hashed ``h``."""
         cdef Py_ssize_t slot = len(self.names)
         if slot >= 0x7FFFFFFF:
             raise OverflowError("a table holds at most 2^31 - 1 entities")
         if (slot + 1) * 4 > (self.mask + 1) * 3:
             self._resize(max(MIN_CAPACITY, (self.mask + 1) * 2))
-        cdef uint32_t n = inline_len(key)
-        cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
-        while self.entries[i].slot >= 0:
-            i = (i + 1) & self.mask
-        cdef KeyEntry* e = &self.entries[i]
-        e.hash = h
-        e.slot = <int32_t>slot
-        e.length = n
-        if n <= INLINE:
-            memcpy(e.text, PyUnicode_DATA(key), n)
+        place(self.entries, self.mask, p, n, h, slot)
         self.names.append(key)
         return slot
 

@@ -91,13 +91,24 @@ cdef inline uint64_t xxh64(const char* p, Py_ssize_t n, uint64_t seed) noexcept 
     return h
 
 
+cdef inline object utf8_of(str text, const char** p, Py_ssize_t* n):
+    """Point ``p``, ``n`` at the UTF-8 bytes of ``text``; returns the object holding them,
+    to be kept while they are read: ``text`` itself (CPython caches its UTF-8 bytes, and an
+    ASCII str's characters are they), or, for a lone surrogate, which strict UTF-8 refuses,
+    the bytes "surrogatepass" writes (no valid text has them)."""
+    p[0] = _utf8_of(text, n)
+    if p[0] != NULL:
+        return text
+    PyErr_Clear()  # no try block: it would cost more than the hash on the push path
+    raw = text.encode("utf-8", "surrogatepass")
+    p[0] = <bytes>raw
+    n[0] = len(raw)
+    return raw
+
+
 cdef inline int text_slot(str text) except -1:
-    """The slot of ``text`` (its UTF-8 bytes are cached on the str by CPython; a lone
-    surrogate, which strict UTF-8 refuses, is hashed as "surrogatepass" writes it)."""
+    """The slot of ``text``."""
     cdef Py_ssize_t n
-    cdef const char* p = _utf8_of(text, &n)
-    if p == NULL:  # no try block: it would cost more than the hash on the push path
-        PyErr_Clear()
-        raw = text.encode("utf-8", "surrogatepass")
-        return <int>(xxh64(<bytes>raw, len(raw), SLOT_SEED) & (SLOT_COUNT - 1))
+    cdef const char* p
+    held = utf8_of(text, &p, &n)
     return <int>(xxh64(p, n, SLOT_SEED) & (SLOT_COUNT - 1))
