@@ -43,7 +43,6 @@ from .errors import BeavaSparkError
 from .historical import HistoricalReplayError
 from .replay_exchange import (
     E,
-    G,
     KeyGroup,
     ValueColumns,
     bucket_count,
@@ -53,6 +52,7 @@ from .replay_exchange import (
     event_rows,
     event_stream,
     group_fields,
+    group_runs,
     key_groups,
     new_replay,
     replay_part,
@@ -311,27 +311,26 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
         kept = df.where(at.isNull() | (at <= f.lit(until_ms)))
         streams[event] = event_stream(kept, pipeline, event, time_col, order_col,
                                       HistoricalReplayError)
-    values = ValueColumns.of(wire for _, wire in streams.values())
+    values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()})
     rows = []
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
                            pipeline, 0, HistoricalReplayError, values)
     codes = event_codes(pipeline)
-    wires = {event: wire for event, (_, wire) in streams.items()}
     task = functools.partial(
-        _part_task, groups=[_part_group(g, codes, wires, values) for g in groups],
+        _part_task, groups=[_part_group(g, codes, values) for g in groups],
         events=codes, values=values, sender=sender)
     out = replay_stream(rows, buckets).mapInArrow(task, _PARTS_SCHEMA)
     return {(row["table"], row["part"]): (row["events"], row["state_bytes"])
             for row in out.collect()}
 
 
-def _part_group(group: KeyGroup, codes: tuple[str, ...],
-                wires: Mapping[str, Mapping[str, str]], values: ValueColumns) -> _PartGroup:
+def _part_group(group: KeyGroup, codes: tuple[str, ...], values: ValueColumns
+                ) -> _PartGroup:
     return _PartGroup(group.payload, tuple(t.name for t in group.tables),
                       tuple(frozenset(codes.index(e) for e in t.events) for t in group.tables),
                       tuple(bool(t.keys) for t in group.tables),
-                      group_fields(group, wires, values, codes))
+                      group_fields(group, values, codes))
 
 
 def _request(client: Any, table: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -397,14 +396,11 @@ def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            column = batch.column(G).to_numpy(zero_copy_only=False)
-            cuts = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(),
-                    batch.num_rows]
-            for start, stop in zip(cuts, cuts[1:], strict=False):
-                if int(column[start]) != number:  # sorted by group: the previous is done
+            for start, stop, group in group_runs(batch):
+                if group != number:  # sorted by group: the previous is done
                     if replay is not None:
                         yield uploader.send(groups[number], replay, counts)
-                    number = int(column[start])
+                    number = group
                     replay, counts = new_replay(groups[number].payload,
                                                 HistoricalReplayError), {}
                 part = batch.slice(start, stop - start)

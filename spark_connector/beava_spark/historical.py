@@ -128,7 +128,7 @@ def historical_features(
                              f"not give (events: {', '.join(events) or 'none'})")
         streams[event] = event_stream(events[event], pipeline, event, time_col, order_col,
                                       HistoricalReplayError)
-    values = ValueColumns.of(wire for _, wire in streams.values())
+    values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()})
     rows = []
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
@@ -147,9 +147,8 @@ def historical_features(
             [t.StructField(ft.name, _spark_type(ft.kind)) for plan in group.tables
              for ft in plan.features]))
     codes = event_codes(pipeline)
-    wires = {event: wire for event, (_, wire) in streams.items()}
     task = functools.partial(
-        read_rows, groups=[_task_group(g, wires, values, codes) for g in groups],
+        read_rows, groups=[_task_group(g, values, codes) for g in groups],
         events=codes, values=values,
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
@@ -242,12 +241,12 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
         f.lit(None).cast(order_type).alias(O),
         f.when(f.col(T).isNull() | key.isNull(), f.lit(NO_READ)).otherwise(f.lit(READ))
         .alias(E),
-        S, *values.nulls(),
+        S, *values.columns(None, ()),
         f.when(f.col("pos") == 0, f.col(_R)).alias(_R))
 
 
-def _task_group(group: KeyGroup, wires: Mapping[str, Mapping[str, str]],
-                values: ValueColumns, codes: Sequence[str]) -> ReplayGroup:
+def _task_group(group: KeyGroup, values: ValueColumns, codes: Sequence[str]
+                ) -> ReplayGroup:
     return ReplayGroup(group.payload, tuple(t.name for t in group.tables),
                        tuple(t.features for t in group.tables),
-                       group_fields(group, wires, values, codes))
+                       group_fields(group, values, codes))

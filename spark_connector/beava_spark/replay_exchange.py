@@ -22,16 +22,20 @@ Stream columns (the ``__bv_`` prefix is reserved): ``G`` group id, ``BK`` bucket
 canonical key, ``T`` time (epoch ms), ``P`` phase within a millisecond, ``O`` order_col
 value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ`` for read rows),
 ``S`` input position of the event (a read's row id), then the value columns ``V0``,
-``V1``, ... (:class:`ValueColumns`): one per (field name, Spark type) among the events'
-fields, holding an event's field values as Spark converted them (``conversion``), null
-where the event lacks the field or its group does not take it (and on read rows). No
-event is turned into a JSON text: the task reads the typed columns straight into rows.
+``V1``, ... (:class:`ValueColumns`): typed slots, as many of each Spark type as the event
+with the most fields of that type needs; each event's fields take the slots of their
+type in declaration order and hold their values as Spark converted them
+(``conversion``), null where the value is null or its group does not take the field (and
+on read rows). No event is turned into a JSON text: the task reads the typed columns
+straight into rows. ``K`` is kept on read rows only (an event's key is computed again by
+its tables).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
     from beava.offline import FeatureInfo, Pipeline, Replay, TableInfo
 
 __all__ = ["KeyGroup", "ValueColumns", "bucket_count", "check_event_names", "compile_pipeline",
-           "event_codes", "event_rows", "event_stream", "group_fields", "key_groups",
+           "event_codes", "event_rows", "event_stream", "group_fields", "group_runs", "key_groups",
            "new_replay", "refusal", "replay_part", "replay_stream", "row_key", "spark_key",
            "table_names", "time_ms"]
 
@@ -64,6 +68,8 @@ E = PREFIX + "e"
 S = PREFIX + "s"
 V = PREFIX + "v"  # value columns: V + index (ValueColumns)
 _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
+_L = PREFIX + "l"  # the exchange's leading sort key (replay_stream)
+_TIME_SPAN = 1 << 44  # ms (to the year 2527) of _L's time part; group ids below 2^19
 FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
 
 # bytes of input per bucket when Spark knows the input's size; at least one bucket per
@@ -233,56 +239,62 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
 
 @dataclass(frozen=True)
 class ValueColumns:
-    """The exchange's value columns (module docstring): ``types[i]`` is the (field name,
-    Spark type) of column ``V`` + ``i``, over every event of the job."""
+    """The exchange's value columns (module docstring): ``types[i]``, the Spark type of
+    column ``V`` + ``i``; ``slots[event][field]``, the column of an event's field."""
 
-    types: tuple[tuple[str, str], ...]
+    types: tuple[str, ...]
+    slots: Mapping[str, Mapping[str, int]]
 
     @classmethod
-    def of(cls, wires: Iterable[Mapping[str, str]]) -> ValueColumns:
-        """The columns of events whose fields have the wire types ``wires``."""
-        return cls(tuple(sorted({(name, _VALUE_TYPES[wire_type]) for wire in wires
-                                 for name, wire_type in wire.items()})))
+    def of(cls, wires: Mapping[str, Mapping[str, str]]) -> ValueColumns:
+        """The columns of events whose fields have the wire types ``wires[event]``: the
+        widest event sets the number of slots of each type."""
+        width: Counter[str] = Counter()
+        for wire in wires.values():
+            width |= Counter(_VALUE_TYPES[w] for w in wire.values())
+        types = tuple(t for t in sorted(width) for _ in range(width[t]))
+        slots: dict[str, dict[str, int]] = {}
+        for event, wire in wires.items():
+            used: Counter[str] = Counter()
+            slots[event] = {}
+            for name, w in wire.items():
+                spark_type = _VALUE_TYPES[w]
+                slots[event][name] = types.index(spark_type) + used[spark_type]
+                used[spark_type] += 1
+        return cls(types, slots)
 
     @property
     def names(self) -> list[str]:
         return [f"{V}{i}" for i in range(len(self.types))]
 
-    def fields(self, wire: Mapping[str, str], taken: Collection[str]
-               ) -> tuple[tuple[int, str], ...]:
-        """``(value column index, field name)`` of the fields ``taken`` of an event whose
-        fields have the wire types ``wire`` (``Replay.replay_batch``'s fields)."""
-        return tuple((i, name) for i, (name, spark_type) in enumerate(self.types)
-                     if name in taken and _VALUE_TYPES[wire[name]] == spark_type)
+    def fields(self, event: str, taken: Collection[str]) -> tuple[tuple[int, str], ...]:
+        """``(value column index, field name)`` of the fields ``taken`` of ``event``
+        (``Replay.replay_batch``'s fields)."""
+        return tuple((at, name) for name, at in self.slots[event].items() if name in taken)
 
-    def columns(self, wire: Mapping[str, str], taken: Collection[str]) -> list[Column]:
-        """The value columns of an ``event_stream``'s rows: its fields ``taken`` in their
-        columns, every other column null."""
+    def columns(self, event: str | None, taken: Collection[str]) -> list[Column]:
+        """The value columns of an ``event_stream``'s rows of ``event``: its fields
+        ``taken`` in their slots, every other column null (``event`` None: all null)."""
         from pyspark.sql import functions as f
 
-        mine = dict(self.fields(wire, taken))
+        mine = {at: name for at, name in self.fields(event, taken)} if event else {}
         return [(f.col(quoted(FIELD + mine[i])) if i in mine else
                  f.lit(None).cast(spark_type)).alias(name)
-                for i, ((_, spark_type), name) in enumerate(zip(self.types, self.names,
-                                                                strict=True))]
-
-    def nulls(self) -> list[Column]:
-        """Every value column null (read rows)."""
-        return self.columns({}, ())
+                for i, (spark_type, name) in enumerate(zip(self.types, self.names,
+                                                           strict=True))]
 
 
-def _taken(group: KeyGroup, event: str, wire: Mapping[str, str]) -> Collection[str]:
+def _taken(group: KeyGroup, event: str, values: ValueColumns) -> Collection[str]:
     """The fields of ``event`` that ``group``'s store takes."""
     fields = group.bodies[event]
-    return wire.keys() if fields is None else fields
+    return values.slots[event].keys() if fields is None else fields
 
 
-def group_fields(group: KeyGroup, wires: Mapping[str, Mapping[str, str]],
-                 values: ValueColumns, codes: Sequence[str]) -> tuple[tuple[tuple[int, str],
-                                                                            ...], ...]:
+def group_fields(group: KeyGroup, values: ValueColumns, codes: Sequence[str]
+                 ) -> tuple[tuple[tuple[int, str], ...], ...]:
     """``Replay.replay_batch``'s fields of ``group`` by event code (none for an event the
     group does not take)."""
-    return tuple(values.fields(wires[event], _taken(group, event, wires[event]))
+    return tuple(values.fields(event, _taken(group, event, values))
                  if event in group.events else () for event in codes)
 
 
@@ -308,14 +320,14 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
     frames = []
     keys = []
     for group in groups:
-        taken = _taken(group, event, wire)
+        taken = _taken(group, event, values)
         if (not group.chained and all(k not in source.defaults for k in group.keys)
                 and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys)):
             parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
             # a null key reaches no row; such events still go to the replay, whose checks
             # refuse them when the server would
             keys.append(f.struct(f.lit(group.id).alias("g"), _join_key(parts).alias("k"),
-                                 *values.columns(wire, taken)))
+                                 *values.columns(event, taken)))
             continue
         table = next(t.name for t in group.tables if event in t.events)
         task = functools.partial(_key_task, payload=group.payload, table=table,
@@ -323,7 +335,7 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
                                  refused=refused)
         keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
         frames.append(keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O,
-                                   E, S, *values.columns(wire, taken)))
+                                   E, S, *values.columns(event, taken)))
     if keys:
         exploded = stream.select(*base, f.explode(f.array(*keys)).alias("x"))
         frames.append(exploded.select(f.col("x.g").alias(G), f.col("x.k").alias(K), T,
@@ -412,7 +424,14 @@ def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
     for frame in rows[1:]:
         out = out.unionByName(frame)
     out = out.withColumn(BK, f.pmod(f.xxhash64(K), f.lit(buckets)).cast("int"))
-    return out.repartition(buckets, G, BK).sortWithinPartitions(G, T, P, O, E, S)
+    out = out.withColumn(K, f.when(f.col(E) < 0, f.col(K)))  # a read's key only
+    # Spark sorts by the first key's 64-bit prefix, comparing whole rows only where
+    # prefixes tie: (group, time clamped to [0, 2^44) ms) in one long orders as (G, T)
+    # does, and ties far less often than the group alone
+    clamped = f.least(f.greatest(f.col(T), f.lit(0)), f.lit(_TIME_SPAN - 1))
+    leading = f.col(G).cast("long") * f.lit(_TIME_SPAN) + f.coalesce(clamped, f.lit(0))
+    return (out.repartition(buckets, G, BK).withColumn(_L, leading)
+            .sortWithinPartitions(_L, G, T, P, O, E, S).drop(_L))
 
 
 def _frame(rdd: Any, schema: Any) -> DataFrame:
@@ -450,6 +469,16 @@ def new_replay(payload: bytes, refused: Refused) -> Replay:
         return Replay(payload)
     except ValueError as err:
         raise refused(f"in the task: {err}") from None
+
+
+def group_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, int, int]]:
+    """``(start, stop, group)`` of each run of one group in a batch of the stream."""
+    import numpy as np
+
+    column = batch.column(G).to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(), len(column)]
+    for start, stop in zip(cuts, cuts[1:], strict=False):
+        yield start, stop, int(column[start])
 
 
 def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],

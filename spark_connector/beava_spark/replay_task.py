@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .replay_exchange import G, Refused, ValueColumns, new_replay, replay_part
+from .replay_exchange import Refused, ValueColumns, group_runs, new_replay, replay_part
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -73,7 +73,7 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            for start, stop, number in _runs(batch.column(G)):
+            for start, stop, number in group_runs(batch):
                 if number != current[0]:  # sorted by group: the previous one is done
                     current = (number, new_replay(groups[number].payload, refused))
                 group = groups[number]
@@ -82,21 +82,6 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
                                              refused, group.reads)
                 if rows:
                     yield _rows(part, rows, features, number, output, types)
-
-
-def _runs(groups: pa.Array) -> Iterator[tuple[int, int, int]]:
-    """``(start, stop, group)`` of each run of one group in a sorted batch."""
-    n = len(groups)
-    head, tail = groups[0].as_py(), groups[n - 1].as_py()
-    if head == tail:
-        yield 0, n, head
-        return
-    values = groups.to_pylist()
-    start = 0
-    for i in range(1, n + 1):
-        if i == n or values[i] != values[start]:
-            yield start, i, values[start]
-            start = i
 
 
 def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]], number: int,

@@ -446,3 +446,16 @@ def test_one_exchange_whatever_the_number_of_tables(spark: Any) -> None:
     got = {r["user_id"]: (r["user_visits"], r["page_visits"], r["region_ms"],
                           r["device_visits"], r["host_ms"]) for r in out.collect()}
     assert got == {"u1": (1, 2, 3.0, 2, 3.0), "u2": (1, 2, 4.0, 2, 4.0)}
+
+
+def test_value_columns_are_typed_slots_as_many_as_the_widest_event_needs() -> None:
+    from beava_spark.replay_exchange import ValueColumns
+
+    values = ValueColumns.of({"Pay": {"user": "str", "amount": "f64", "tag": "str"},
+                              "Visit": {"user": "str", "at": "datetime", "page": "str",
+                                        "ok": "bool", "n": "i64"}})
+    # three text slots (Visit's), one of each other type: not one column per field
+    assert values.types == ("boolean", "double", "long", "string", "string", "string")
+    assert values.fields("Pay", {"user", "amount", "tag"}) == ((3, "user"), (1, "amount"),
+                                                              (4, "tag"))
+    assert values.fields("Visit", {"page", "n"}) == ((5, "page"), (2, "n"))
