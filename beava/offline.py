@@ -15,9 +15,9 @@ so what they compute is what the server computes, and the engine may change behi
   one C loop (``beava._fast.intake.replay_batch``), the fast path of a long history.
 - :func:`gc_paused` keeps the garbage collector away from the long-lived state a replay
   builds (a collection would walk all of it, again and again, for nothing).
-- :func:`json_texts` gives the JSON text of MessagePack values (a table scan's map and list
-  features, as ``spark.read.format("beava")`` hands them on) without their Python objects;
-  :func:`page_columns` reads a whole MessagePack scan page into Arrow column buffers.
+- :func:`page_columns` reads a whole MessagePack scan page into Arrow column buffers (a
+  map or list feature as its JSON text, as ``spark.read.format("beava")`` hands it on),
+  with no Python object per value.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import msgspec
 
 from beava._fast.intake.replay_batch import KINDS, NO_READ, READ, replay_rows
 from beava._fast.ops.table_kernel import group_key
-from beava._fast.wire.msgpack_json import json_texts, page_columns
+from beava._fast.wire.msgpack_json import page_columns
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import lookup
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
@@ -45,7 +45,7 @@ from beava.engine.state.reads import get
 from beava.engine.store import FeatureStore
 
 __all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
-           "ReplayRefused", "TableInfo", "float_key", "gc_paused", "json_texts", "page_columns"]
+           "ReplayRefused", "TableInfo", "float_key", "gc_paused", "page_columns"]
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
 _encode_msgpack = msgspec.msgpack.Encoder().encode

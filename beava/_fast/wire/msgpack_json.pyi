@@ -2,9 +2,6 @@
 
 from typing import Any
 
-# The JSON text of each MessagePack value (bytes-like; None for nil), as msgspec.json gives
-# the decoded value; written byte by byte unless the value holds a float.
-def json_texts(values: list[Any]) -> list[str | None]: ...
 # The rows of a scan page (a MessagePack array of maps) as the buffers of one Arrow array
 # per column: (row count, [(validity bitmap, values, offsets or None, null count)]), for
 # columns named ``names`` (UTF-8) of ``kinds`` (one byte each: 0 long, 1 double, 2 bool,

@@ -1,7 +1,7 @@
 # cython: language_level=3
-"""Table scan pages read without building their Python objects: the JSON text of MessagePack
-values, and a page's rows as the buffers of Arrow arrays, one per column (page_columns,
-which beava_spark.reader's PageBuffers hands to pyarrow), JSON columns as their text.
+"""Table scan pages read without building their Python objects: a page's rows as the
+buffers of Arrow arrays, one per column (page_columns, which beava_spark.reader's
+PageBuffers hands to pyarrow), JSON columns as the JSON text of their MessagePack values.
 
 A value of the types a reply holds (nil, booleans, integers, text, arrays, maps with text
 keys) is transcoded byte by byte, giving the text ``msgspec.json`` gives the decoded value
@@ -11,8 +11,7 @@ JSON text of a float is msgspec's shortest round-trip form, which is not rewritt
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.list cimport PyList_GET_ITEM
 from libc.math cimport floor
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
@@ -208,34 +207,6 @@ cdef int _value(Text* out, Source* src, int depth, bint key) except -2:
         _byte(out, b'}')
         return 0
     return 1  # floats, binary, extension types, the unused tag 0xc1
-
-
-def json_texts(list values) -> list:
-    """The JSON text of each MessagePack value in ``values`` (bytes-like, one value each;
-    msgspec.Raw from a typed decode), None for nil: the text ``msgspec.json`` gives the
-    decoded value."""
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
-    cdef list texts = [None] * n
-    cdef Text out = Text(NULL, 0, 0)
-    cdef Source src
-    cdef const uint8_t[::1] view
-    cdef object raw
-    try:
-        for i in range(n):
-            raw = <object>PyList_GET_ITEM(values, i)
-            view = memoryview(raw).cast("B")
-            if view.shape[0] == 1 and view[0] == 0xc0:
-                continue
-            out.size = 0
-            src.p = &view[0] if view.shape[0] else NULL
-            src.end = src.p + view.shape[0]
-            if view.shape[0] and _value(&out, &src, 0, False) == 0 and src.p == src.end:
-                texts[i] = PyUnicode_DecodeUTF8(out.data, out.size, "surrogatepass")
-            else:
-                texts[i] = _encode(_decode(raw)).decode("utf-8", "surrogatepass")
-        return texts
-    finally:
-        free(out.data)
 
 
 # ---- scan pages into column buffers ---------------------------------------------------------
