@@ -26,7 +26,7 @@ from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.ops.block_column cimport BlockColumn
-from beava._fast.ops.column cimport Column
+from beava._fast.ops.column cimport VALUE_FLOAT, VALUE_NULL, Column, Number
 from beava._fast.wire.msgpack_bytes cimport INT_MAX_BYTES, big_endian, int_at
 from beava._fast.wire.msgpack_out cimport (
     Writer, put_double, put_map_header, put_raw, put_str,
@@ -645,26 +645,27 @@ cdef class SeasonalDeviationColumn(BlockColumn):
         b.last_hour = h
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
         cdef SeasonBlock* b = <SeasonBlock*>self.blocks[slot]
         cdef HourStats* e
         cdef double n, mean, var
         cdef int32_t i
         if b == NULL:
-            return None
+            return VALUE_NULL
         for i in range(b.used):
             e = season_hours(b) + i
             if e.hour != b.last_hour:
                 continue
             if e.n < 2:
-                return None
+                return VALUE_NULL
             n = <double>e.n
             mean = e.total / n
             var = (e.total_sq - e.total * e.total / n) / (n - 1.0)
             if var <= 0.0:
-                return None
-            return (b.last_x - mean) / sqrt(var)
-        return None
+                return VALUE_NULL
+            out.f = (b.last_x - mean) / sqrt(var)
+            return VALUE_FLOAT
+        return VALUE_NULL
 
     cdef Py_ssize_t block_nbytes(self, const void* block) except -1:
         return season_size((<const SeasonBlock*>block).cap)

@@ -7,6 +7,7 @@ from libc.math cimport ceil, floor, isfinite
 from libc.stdint cimport int64_t, uint16_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 
+from beava._fast.ops.column cimport VALUE_FLOAT, VALUE_NULL, Number, number_object
 from beava._fast.ops.row cimport RowField, field_number
 from beava._fast.ops.sketch_base cimport (
     KIND_QUANTILE,
@@ -136,12 +137,17 @@ cdef class QuantileColumn(SketchColumn):
         free(q)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
-        return self.read_q(slot, T, self.q)
+    cdef int number(self, Py_ssize_t slot, int64_t T, Number* out) except -1:
+        return self.quantile(slot, T, self.q, out)
 
     cpdef object read_q(self, Py_ssize_t slot, int64_t T, double q):
         """The feature value for another ``q`` over the same state (lets the table share
         one column between quantile features that differ only in ``q``)."""
+        cdef Number n
+        return number_object(self.quantile(slot, T, q, &n), &n)
+
+    cdef int quantile(self, Py_ssize_t slot, int64_t T, double q, Number* out) except -1:
+        """The ``q`` quantile at ``T`` as Column.number() gives it."""
         cdef Node* act[MAX_BUCKETS]
         cdef int n, i
         cdef uint32_t count = 0, j
@@ -153,19 +159,23 @@ cdef class QuantileColumn(SketchColumn):
         cdef bint sketch = False
         if not self.windowed:
             if self.blocks[slot] == NULL:
-                return None
+                return VALUE_NULL
             act[0] = <Node*>self.blocks[slot]
             n = 1
         else:
             n = self.active(slot, T, act)
             if n == 0:
-                return None
+                return VALUE_NULL
         if n == 1:
             if (<Head*>act[0]).mode == MODE_UDD:
-                return udd_quantile(&(<QSketch*>act[0]).sk, q)
+                out.f = udd_quantile(&(<QSketch*>act[0]).sk, q)
+                return VALUE_FLOAT
             ql = <QList*>act[0]
             ql_sort(ql)
-            return exact_quantile(ql_values(ql), ql.n, q) if ql.n else None
+            if not ql.n:
+                return VALUE_NULL
+            out.f = exact_quantile(ql_values(ql), ql.n, q)
+            return VALUE_FLOAT
         if self.scratch == NULL:
             self.scratch = <double*>malloc(2 * 2 * QUANTILE_EXACT_MAX * sizeof(double))
             if self.scratch == NULL:
@@ -199,8 +209,12 @@ cdef class QuantileColumn(SketchColumn):
                         udd_insert(&sk, acc[j])
                     sketch = True
             if sketch:
-                return udd_quantile(&sk, q)
-            return exact_quantile(acc, count, q) if count else None
+                out.f = udd_quantile(&sk, q)
+                return VALUE_FLOAT
+            if not count:
+                return VALUE_NULL
+            out.f = exact_quantile(acc, count, q)
+            return VALUE_FLOAT
         finally:
             udd_release(&sk)
 

@@ -483,6 +483,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         cdef bytes name
         cdef object convert
         cdef list texts
+        cdef PyObject* key
         if cols == NULL or part_of == NULL:
             free(cols)
             free(part_of)
@@ -509,6 +510,10 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                 if slot + SCAN_AHEAD // 2 < last:
                     for column in self.state_cols:
                         (<Column>column).prefetch(slot + SCAN_AHEAD // 2, 2)
+                    # the stored key, a str of its own (its header, then its text)
+                    key = PyList_GET_ITEM(names, slot + SCAN_AHEAD // 2)
+                    prefetch_line(key)
+                    prefetch_line((<char*>key) + 64)
                 begin = out.size
                 if nparts == 1:
                     texts[0] = names[slot]
