@@ -42,11 +42,18 @@ def test_slots_are_dense_in_insertion_order_across_growth() -> None:
 
 
 def test_the_map_takes_16_bytes_an_entry_at_most_three_quarters_full() -> None:
-    m = KeyMap.from_keys([f"user-{i}" for i in range(10_000)])
+    """Keys of up to 8 bytes live in their entries; a longer key's bytes (and their
+    length) are kept once more, apart, beside the entries."""
+    m = KeyMap.from_keys([f"u{i}" for i in range(10_000)])
     assert m.nbytes() == 16 * 16384  # the next power of two above 10,000 / 0.75
-    assert KeyMap.from_keys([f"user-{i}" for i in range(12_288)]).nbytes() == 16 * 16384
-    assert KeyMap.from_keys([f"user-{i}" for i in range(12_289)]).nbytes() == 16 * 32768
-    assert all(m.get(f"user-{i}") == i for i in range(10_000))
+    assert KeyMap.from_keys([f"u{i}" for i in range(12_288)]).nbytes() == 16 * 16384
+    assert KeyMap.from_keys([f"u{i}" for i in range(12_289)]).nbytes() == 16 * 32768
+    assert all(m.get(f"u{i}") == i for i in range(10_000))
+    long_keys = [f"customer-{i:011d}" for i in range(1000)]  # 20 bytes each
+    m = KeyMap.from_keys(long_keys)
+    assert 16 * 2048 + 24 * 1000 <= m.nbytes() <= 16 * 2048 + 2 * 24 * 1000
+    assert [m.get(key) for key in long_keys] == list(range(1000))
+    assert m.get("customer-00000001000") is None and m.get("customer-0000000100") is None
 
 
 def test_a_key_found_by_its_bytes_meets_the_same_key_found_as_a_str() -> None:

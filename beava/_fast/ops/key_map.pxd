@@ -65,13 +65,17 @@ cdef inline Py_hash_t key_hash(str key) except? -1:
 cdef struct KeyEntry:    # 16 bytes: four to a cache line
     uint32_t tag         # the hash's high bits, and the key's length up to LONG
     int32_t slot         # -1: empty entry
-    uint64_t head        # the key's first HEAD UTF-8 bytes, zero-padded
+    uint64_t head        # a key of at most HEAD bytes: its UTF-8 bytes, zero-padded; a
+                         # longer one: where ``long_keys`` holds it
 
 
 cdef class KeyMap:
     cdef KeyEntry* entries          # cache-line aligned
     cdef Py_ssize_t mask            # capacity - 1 (capacity a power of two), -1 when empty
     cdef readonly list names        # slot -> key
+    # The keys longer than HEAD bytes, each a u32 length and its UTF-8 bytes, in slot order
+    cdef char* long_keys
+    cdef Py_ssize_t long_used, long_size
 
     cdef int _resize(self, Py_ssize_t capacity) except -1
     # The slot of ``key``, or -1.
@@ -89,3 +93,4 @@ cdef class KeyMap:
     cdef Py_ssize_t insert_text(self, const char* text, Py_ssize_t size,
                                 Py_hash_t h) except -1
     cdef void prefetch_hash(self, Py_hash_t h) noexcept
+    cdef int _grow_long(self, Py_ssize_t need) except -1

@@ -2,14 +2,15 @@
 """Entity key -> slot map of one table, laid out for the cache (DESIGN.md §3).
 
 An open-addressing table (linear probing) of 16-byte entries, four to a 64-byte line, the
-table aligned to lines: each entry holds the key's slot, a tag (the high bits of the key's
-hash beside the key's length) and the key's first 8 UTF-8 bytes. A key of 8 bytes or fewer
-is compared there entirely, so a hit on it touches the one line where its probe starts
-(unless the run of entries before it crosses into the next line), never the stored key
-object, which a ``dict[str, int]`` would. A longer key is compared against the stored key in
-``names`` (slot -> key, in slot order: slots are dense and handed out in insertion order)
-once its tag and first bytes match. The table doubles when three quarters full; growing
-hashes the keys again (entries keep no full hash, which would make them twice as big).
+table aligned to lines: each entry holds the key's slot, a tag (high bits of the key's hash
+beside the key's length) and either the key's UTF-8 bytes, when they are 8 or fewer, or
+where the key's bytes lie in ``long_keys`` (a growing buffer of the longer keys). A hit on a
+short key touches the one line where its probe starts (unless the run of entries before it
+crosses into the next line); one on a longer key that line and the line of its bytes. The
+stored key objects (``names``: slot -> key, in slot order: slots are dense and handed out
+in insertion order) are never read by a lookup, as a ``dict[str, int]``'s would be. The
+table doubles when three quarters full; entries keep no full hash (it would make them
+half as big again), so growing hashes the keys again.
 
 A key is found by its str or by its ASCII bytes where they lie (``lookup_text``: the push
 pass's rows, row.pxd); an ASCII key is hashed from its bytes either way (key_map.pxd's
@@ -18,7 +19,7 @@ key is new. Snapshots store the keys, not their hashes: a loaded map hashes them
 """
 
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from libc.stdlib cimport free
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 from beava._fast.ops.column cimport prefetch_line
@@ -63,15 +64,14 @@ cdef inline uint64_t head_of(const char* p, Py_ssize_t n) noexcept:
     return w
 
 
-cdef inline void place(KeyEntry* entries, Py_ssize_t mask, const char* p, Py_ssize_t n,
-                       Py_hash_t h, Py_ssize_t slot) noexcept:
-    """Write the entry of a key not in ``entries`` at the first free one of its probe."""
+cdef inline void place(KeyEntry* entries, Py_ssize_t mask, Py_hash_t h,
+                       KeyEntry entry) noexcept:
+    """Write ``entry`` (of a key not in ``entries``, hashed ``h``) at the first free entry
+    of its probe."""
     cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>mask)
     while entries[i].slot >= 0:
         i = (i + 1) & mask
-    entries[i].tag = tag_of(h, n)
-    entries[i].slot = <int32_t>slot
-    entries[i].head = head_of(p, n)
+    entries[i] = entry
 
 
 cdef class KeyMap:
@@ -81,9 +81,13 @@ cdef class KeyMap:
         self.entries = NULL
         self.mask = -1
         self.names = []
+        self.long_keys = NULL
+        self.long_used = 0
+        self.long_size = 0
 
     def __dealloc__(self):
         free(self.entries)
+        free(self.long_keys)
 
     @staticmethod
     def from_keys(list keys):
@@ -99,18 +103,17 @@ cdef class KeyMap:
         return m
 
     cdef int _resize(self, Py_ssize_t capacity) except -1:
-        """A table of ``capacity`` entries holding every key of ``names``."""
+        """A table of ``capacity`` entries holding the entries of this one."""
         cdef void* fresh = NULL
-        cdef Py_ssize_t slot
-        cdef const char* p
-        cdef Py_ssize_t n
+        cdef Py_ssize_t i
+        cdef KeyEntry* e
         if posix_memalign(&fresh, LINE, capacity * sizeof(KeyEntry)) != 0:
             raise MemoryError()
         memset(fresh, 0xFF, capacity * sizeof(KeyEntry))  # every slot -1: empty
-        for slot in range(len(self.names)):
-            key = self.names[slot]
-            held = utf8_of(<str>key, &p, &n)
-            place(<KeyEntry*>fresh, capacity - 1, p, n, key_hash(<str>key), slot)
+        for i in range(self.mask + 1):
+            e = &self.entries[i]
+            if e.slot >= 0:
+                place(<KeyEntry*>fresh, capacity - 1, key_hash(<str>self.names[e.slot]), e[0])
         free(self.entries)
         self.entries = <KeyEntry*>fresh
         self.mask = capacity - 1
@@ -134,20 +137,27 @@ cdef class KeyMap:
         if self.entries == NULL:
             return -1
         cdef uint32_t tag = tag_of(h, size)
-        cdef uint64_t head = head_of(text, size)
+        cdef uint64_t head = head_of(text, size) if size <= HEAD else 0
         cdef Py_ssize_t i = <Py_ssize_t>(<size_t>h & <size_t>self.mask)
         cdef KeyEntry* e
-        cdef const char* p
-        cdef Py_ssize_t n
+        cdef const char* stored
+        cdef uint32_t n
+        if size <= HEAD:
+            while True:
+                e = &self.entries[i]
+                if e.slot < 0:
+                    return -1
+                if e.tag == tag and e.head == head:
+                    return e.slot
+                i = (i + 1) & self.mask
         while True:
             e = &self.entries[i]
             if e.slot < 0:
                 return -1
-            if e.tag == tag and e.head == head:
-                if size <= HEAD:
-                    return e.slot
-                held = utf8_of(<str>self.names[e.slot], &p, &n)
-                if n == size and memcmp(p + HEAD, text + HEAD, size - HEAD) == 0:
+            if e.tag == tag:
+                stored = self.long_keys + e.head
+                memcpy(&n, stored, 4)
+                if <Py_ssize_t>n == size and memcmp(stored + 4, text, size) == 0:
                     return e.slot
             i = (i + 1) & self.mask
 
@@ -174,13 +184,38 @@ cdef class KeyMap:
                             Py_hash_t h) except -1:
         """``insert`` of ``key`` whose UTF-8 bytes are ``p``, ``n``, hashed ``h``."""
         cdef Py_ssize_t slot = len(self.names)
+        cdef KeyEntry entry
+        cdef uint32_t length = <uint32_t>n
         if slot >= 0x7FFFFFFF:
             raise OverflowError("a table holds at most 2^31 - 1 entities")
+        if n > 0xFFFFFFFF:
+            raise OverflowError("an entity key is at most 2^32 - 1 bytes")
         if (slot + 1) * 4 > (self.mask + 1) * 3:
             self._resize(max(MIN_CAPACITY, (self.mask + 1) * 2))
-        place(self.entries, self.mask, p, n, h, slot)
+        entry.tag = tag_of(h, n)
+        entry.slot = <int32_t>slot
+        if n <= HEAD:
+            entry.head = head_of(p, n)
+        else:
+            if self.long_used + 4 + n > self.long_size:
+                self._grow_long(self.long_used + 4 + n)
+            entry.head = <uint64_t>self.long_used
+            memcpy(self.long_keys + self.long_used, &length, 4)
+            memcpy(self.long_keys + self.long_used + 4, p, n)
+            self.long_used += 4 + n
+        place(self.entries, self.mask, h, entry)
         self.names.append(key)
         return slot
+
+    cdef int _grow_long(self, Py_ssize_t need) except -1:
+        """Room for ``need`` bytes of long keys (doubling)."""
+        cdef Py_ssize_t size = max(need, 2 * self.long_size, 256)
+        cdef char* grown = <char*>realloc(self.long_keys, size)
+        if grown == NULL:
+            raise MemoryError()
+        self.long_keys = grown
+        self.long_size = size
+        return 0
 
     def get(self, str key, default=None):
         """The slot of ``key``, else ``default``."""
@@ -191,5 +226,6 @@ cdef class KeyMap:
         return len(self.names)
 
     def nbytes(self) -> int:
-        """Bytes of the entry table (the key objects in ``names`` not counted)."""
-        return (self.mask + 1) * sizeof(KeyEntry)
+        """Bytes of the entry table and the long keys' bytes (the key objects in ``names``
+        not counted)."""
+        return (self.mask + 1) * sizeof(KeyEntry) + self.long_size
