@@ -1,11 +1,13 @@
 """JSON columns of a scan page read in C (beava._fast.wire.msgpack_json.page_columns): the
 text of each MessagePack value, written byte by byte, is the text msgspec gives the decoded
-value: every type a reply holds, integers of every width, text needing escapes, nesting;
-values holding floats (and other types) go through msgspec itself."""
+value: every type a reply holds, integers of every width, floats (their shortest digits in
+msgspec's layout), text needing escapes, nesting; floats beyond the range written in C and
+other types go through msgspec itself."""
 
 from __future__ import annotations
 
 import math
+import random
 import struct
 
 import msgspec
@@ -43,7 +45,8 @@ EDGES = [0, 1, 31, 32, 127, 128, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**32
     None, True, False, "", "a" * 31, "a" * 32, "a" * 256, "a" * 65536,
     "é€😀\x7f\u2028/", "".join(map(chr, range(0x20))) + '"\\', [], list(range(20)),
     {"b": [1, None, {"c": "x"}], "a": {}}, {str(i): i for i in range(200)},
-    1.5, [1, 2.5], {"x": math.inf}, b"bytes",
+    1.5, [1, 2.5], {"x": math.inf}, b"bytes", 0.0, -0.0, 1e-5, -1.2345e-5, 1e-6, 1e15, 1e16,
+    5e-324, 1.7976931348623157e308, 0.30000000000000004, [0.1, {"y": 2.5e-7, "z": 1 / 3}],
 ])
 def test_values_read_as_msgspec_writes_them(value: object) -> None:
     page = pack([{"v": value}])
@@ -66,3 +69,34 @@ def test_bytes_that_are_not_one_value_are_refused() -> None:
     for broken in (b"", b"\x92\x01", b"\xc1"):
         with pytest.raises(ValueError, match="MessagePack"):
             json_column(b"\x91\x81\xa1v" + broken)
+
+
+def test_doubles_are_written_as_msgspec_writes_them() -> None:
+    """Every decade, each side of the range written in C and of the notations' bounds,
+    powers of two and their neighbours (a smaller gap below), ties, random bit patterns
+    and values of every size."""
+    rnd = random.Random(26)
+    edges = [float(f"{m}e{k}") for k in range(-330, 309)
+             for m in (1, 1.2345, 3, 9.87654321, 9.999999999999998, 9.9999999999999996)]
+    for y in [2.0**e for e in range(-40, 60)] + [10.0**d for d in range(-7, 17)]:
+        edges += [y, math.nextafter(y, 0), math.nextafter(y, math.inf)]
+    values = [*edges, 0.5, 0.1, 1 / 3, 2 / 3, 123.45, 999999999999999.9, math.inf, math.nan]
+    values += [struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]
+               for _ in range(50_000)]
+    values += [rnd.random() * 10.0 ** rnd.randint(-7, 17) for _ in range(50_000)]
+    values += [rnd.uniform(0, 1000) for _ in range(50_000)]
+    values += [-x for x in values[-1000:]]
+    page = pack([{"v": x} for x in values])
+    assert json_column(page) == [expected(x) for x in values]
+
+
+@given(st.floats())
+def test_any_double_is_written_as_msgspec_writes_it(x: float) -> None:
+    assert json_column(pack([{"v": x}, {"v": [x, {"k": x}]}])) == [
+        expected(x), expected([x, {"k": x}])]
+
+
+def test_a_float_32_reads_as_the_double_msgspec_decodes() -> None:
+    for x in (1.5, 0.1, -3.4e38, 1e-40, 0.0):
+        page = b"\x91\x81\xa1v\xca" + struct.pack(">f", x)
+        assert json_column(page) == [expected(msgspec.msgpack.decode(page)[0]["v"])]

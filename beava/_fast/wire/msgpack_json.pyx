@@ -3,16 +3,16 @@
 buffers of Arrow arrays, one per column (page_columns, which beava_spark.reader's
 PageBuffers hands to pyarrow), JSON columns as the JSON text of their MessagePack values.
 
-A value of the types a reply holds (nil, booleans, integers, text, arrays, maps with text
-keys) is transcoded byte by byte, giving the text ``msgspec.json`` gives the decoded value
-(maps keep their order: a reply's maps are sorted already). A value holding a float, or
-anything else (binary, extension types), is decoded and encoded by msgspec instead: the
-JSON text of a float is msgspec's shortest round-trip form, which is not rewritten here.
+A value of the types a reply holds (nil, booleans, integers, floats, text, arrays, maps
+with text keys) is transcoded byte by byte, giving the text ``msgspec.json`` gives the
+decoded value (maps keep their order: a reply's maps are sorted already; a float from
+1e-5 to 1e15 is written by _json_double). A value holding another float, or anything else
+(binary, extension types), is decoded and encoded by msgspec instead.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM
-from libc.math cimport floor
+from libc.math cimport fabs, floor, frexp, log10
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -38,6 +38,111 @@ cdef struct Source:
 
 
 DEF MAX_DEPTH = 64  # nesting of the values read (a reply holds at most 64 containers)
+DEF DOUBLE_TEXT = 24  # room for the text _json_double writes (17 digits, "-0.0000", ".")
+
+cdef extern from *:
+    """
+    typedef unsigned __int128 beava_u128;
+    """
+    ctypedef unsigned long long u128 "beava_u128"  # 128 bits (gcc, clang)
+
+cdef u128 POW10[22]  # 10^0 .. 10^21, exact
+POW10[0] = 1
+for _k in range(1, 22):
+    POW10[_k] = POW10[_k - 1] * 10
+
+
+cdef Py_ssize_t _json_double(double x, char* out) noexcept:
+    """``x`` as msgspec.json writes it, into ``out`` (DOUBLE_TEXT bytes): its length, or -1
+    when ``|x|`` is not 0 or within [1e-5, 1e15) (the caller has msgspec write it).
+
+    The digits are the fewest that read back as ``x`` (as msgspec's and Python's repr):
+    with ``x = f / 2^s`` (``f`` its 53-bit significand), ``m``, ``f * 10^k / 2^s`` rounded
+    to an integer of p = 15, 16, then 17 digits, is exact in 128 bits, and reads back as
+    ``x`` when it lies within half a unit in the last place of ``x`` (a quarter below a
+    power of two; a tie goes to an even ``f``); 15 digits that do are the shortest once
+    their trailing zeros go. They are laid out in msgspec's fixed notation (``0.00001``,
+    ``123.0``; Python's repr would write ``1e-05``)."""
+    cdef double a = fabs(x)
+    cdef int ex, e10, p, k, s, n = 0, i, j = 0, count, d
+    cdef uint64_t f, mm
+    cdef u128 big, q, r, half, m = 0, dist
+    cdef bint above, ok = False
+    cdef char digits[20]
+    if a == 0.0:
+        memcpy(out, b"-0.0" if (1.0 / x) < 0 else b"0.0", 4 if (1.0 / x) < 0 else 3)
+        return 4 if (1.0 / x) < 0 else 3
+    if not (1e-5 <= a < 1e15):
+        return -1
+    f = <uint64_t>(frexp(a, &ex) * 9007199254740992.0)  # 2^53: f in [2^52, 2^53)
+    s = 53 - ex  # a = f / 2^s, 4 <= s <= 70 here
+    e10 = <int>floor(log10(a))
+    for i in range(3):  # the decade of a: 17 digits in the floor of a * 10^(16 - e10)
+        q = (<u128>f * POW10[16 - e10]) >> s
+        if q >= POW10[17]:
+            e10 += 1
+        elif q < POW10[16]:
+            e10 -= 1
+        else:
+            break
+    else:
+        return -1
+    for p in range(15, 18):
+        k = p - 1 - e10  # 0 <= k <= 21
+        big = <u128>f * POW10[k]
+        q = big >> s
+        r = big & ((<u128>1 << s) - 1)
+        half = <u128>1 << (s - 1)
+        above = r > half or (r == half and (q & 1))
+        m = q + 1 if above else q
+        dist = (<u128>1 << s) - r if above else r  # |a * 10^k - m|, in units of 2^-s
+        if not above and f == (<uint64_t>1 << 52):
+            ok = 4 * dist <= POW10[k]
+        else:
+            ok = 2 * dist < POW10[k] or (2 * dist == POW10[k] and not (f & 1))
+        if ok:
+            break
+    if not ok:
+        return -1
+    if m == POW10[p]:  # rounded up into the next decade
+        m = POW10[p - 1]
+        e10 += 1
+    mm = <uint64_t>m
+    while mm:  # digits[n - 1] is the leading one
+        digits[n] = <char>(48 + <int>(mm % 10))
+        mm //= 10
+        n += 1
+    i = 0
+    while i < n - 1 and digits[i] == b'0':
+        i += 1
+    count = n - i
+    if x < 0:
+        out[j] = b'-'
+        j += 1
+    if e10 >= 0:
+        for d in range(e10 + 1):
+            out[j] = digits[n - 1 - d] if d < count else b'0'
+            j += 1
+        out[j] = b'.'
+        j += 1
+        if count > e10 + 1:
+            for d in range(e10 + 1, count):
+                out[j] = digits[n - 1 - d]
+                j += 1
+        else:
+            out[j] = b'0'
+            j += 1
+        return j
+    out[j] = b'0'
+    out[j + 1] = b'.'
+    j += 2
+    for d in range(-e10 - 1):
+        out[j] = b'0'
+        j += 1
+    for d in range(count):
+        out[j] = digits[n - 1 - d]
+        j += 1
+    return j
 
 
 cdef inline char* _room(Text* out, Py_ssize_t n) except NULL:
@@ -78,6 +183,21 @@ cdef inline uint64_t _big(const uint8_t* p, int n) noexcept:
     return v
 
 
+cdef inline double _float_at(const uint8_t* p, bint wide) noexcept:
+    """The big-endian float 64 (``wide``) or float 32 at ``p``, as a double."""
+    cdef uint64_t u
+    cdef uint32_t bits32
+    cdef double x
+    cdef float f32
+    if wide:
+        u = _big(p, 8)
+        memcpy(&x, &u, 8)
+        return x
+    bits32 = <uint32_t>_big(p, 4)
+    memcpy(&f32, &bits32, 4)
+    return f32
+
+
 cdef const char* _HEX = b"0123456789abcdef"
 
 
@@ -87,6 +207,16 @@ cdef int _string(Text* out, const uint8_t* s, Py_ssize_t n) except -1:
     cdef Py_ssize_t i, plain = 0  # s[plain:i] needs no escape
     cdef uint8_t c
     cdef char* p
+    for i in range(n):  # most text needs no escape: quoted in one piece
+        c = s[i]
+        if c < 0x20 or c == b'"' or c == b'\\':
+            break
+    else:
+        p = _room(out, n + 2)
+        p[0] = b'"'
+        memcpy(p + 1, s, n)
+        p[n + 1] = b'"'
+        return 0
     _byte(out, b'"')
     for i in range(n):
         c = s[i]
@@ -170,6 +300,13 @@ cdef int _value(Text* out, Source* src, int depth, bint key) except -2:
     if tag == 0xc3:
         memcpy(_room(out, 4), b"true", 4)
         return 0
+    if tag == 0xcb or tag == 0xca:  # float 64, float 32 (msgspec widens it to a double)
+        if not _take(src, 8 if tag == 0xcb else 4, &at):
+            return 1
+        p = _room(out, DOUBLE_TEXT)
+        n = _json_double(_float_at(at, tag == 0xcb), p)
+        out.size -= DOUBLE_TEXT - (n if n >= 0 else 0)
+        return 1 if n < 0 else 0
     # arrays and maps
     if 0x90 <= tag <= 0x9f or tag == 0xdc or tag == 0xdd:
         if tag <= 0x9f:
@@ -206,7 +343,7 @@ cdef int _value(Text* out, Source* src, int depth, bint key) except -2:
                 return 1
         _byte(out, b'}')
         return 0
-    return 1  # floats, binary, extension types, the unused tag 0xc1
+    return 1  # binary, extension types, the unused tag 0xc1
 
 
 # ---- scan pages into column buffers ---------------------------------------------------------
@@ -319,8 +456,6 @@ cdef int _cell(Out* col, Source* src) except -1:
     cdef double x = 0
     cdef bint number = False, integer = False, ok = False
     cdef int width
-    cdef uint32_t bits32
-    cdef float f32
     cdef Py_ssize_t n
     if src.p >= src.end:
         raise ValueError("a scan page that is not MessagePack rows")
@@ -372,13 +507,7 @@ cdef int _cell(Out* col, Source* src) except -1:
             src.p += 1
             if not _take(src, 8 if tag == 0xcb else 4, &at):
                 raise ValueError("a scan page that is not MessagePack rows")
-            if tag == 0xcb:
-                u = _big(at, 8)
-                memcpy(&x, &u, 8)
-            else:
-                bits32 = <uint32_t>_big(at, 4)
-                memcpy(&f32, &bits32, 4)
-                x = f32
+            x = _float_at(at, tag == 0xcb)
             number = True
         else:
             _skip(src, 0)
