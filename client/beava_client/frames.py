@@ -72,38 +72,43 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         """Add received bytes; return the completed frames in order."""
         pending = self._pending
+        buffered: bytes | bytearray = data
         if pending:
             pending += data
             if len(pending) < self._need:
                 return []
-            data = bytes(pending)
+            # parsed where it is: a frame's payload is copied out once (a scan page's
+            # megabyte is not copied whole first)
+            buffered = pending
             self._pending = bytearray()
         frames: list[Frame] = []
         append = frames.append
         max_length = self._max_length
         pos = 0
-        n = len(data)
+        n = len(buffered)
+        view = memoryview(buffered) if buffered is pending else None
         while n - pos >= HEADER_SIZE:
-            length, op, ct = _unpack_header(data, pos)
+            length, op, ct = _unpack_header(buffered, pos)
             if length < MIN_LENGTH or length > max_length:
                 self._bad_length(length)
             end = pos + 4 + length
             if end > n:
-                self._keep(data, pos, end - pos)
+                self._keep(buffered, pos, end - pos)
                 return frames
-            append((op, ct, data[pos + HEADER_SIZE : end]))
+            append((op, ct, data[pos + HEADER_SIZE : end] if view is None
+                    else bytes(view[pos + HEADER_SIZE : end])))
             pos = end
         if pos < n:
             if n - pos >= 4:
-                (length,) = _unpack_length(data, pos)
+                (length,) = _unpack_length(buffered, pos)
                 if length < MIN_LENGTH or length > max_length:
                     self._bad_length(length)
-                self._keep(data, pos, length + 4)
+                self._keep(buffered, pos, length + 4)
             else:
-                self._keep(data, pos, HEADER_SIZE)
+                self._keep(buffered, pos, HEADER_SIZE)
         return frames
 
-    def _keep(self, data: bytes, pos: int, need: int) -> None:
+    def _keep(self, data: bytes | bytearray, pos: int, need: int) -> None:
         self._pending = bytearray(memoryview(data)[pos:])
         self._need = need
 
