@@ -4,6 +4,10 @@ rows) meeting the same keys found as str, growth, its size, and loading a slot o
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from beava._fast.intake.push_pass import apply_records
@@ -93,3 +97,20 @@ def test_from_keys_keeps_the_order_and_refuses_repeats_and_non_strings() -> None
     with pytest.raises(ValueError, match="not a str"):
         KeyMap.from_keys(["a", 7])  # type: ignore[list-item]
     assert len(KeyMap()) == 0 and KeyMap().get("a") is None
+
+
+def _hashes_in_a_process(seed: str) -> list[int]:
+    code = ("from beava._fast.ops.key_map import hash_of\n"
+            "print([hash_of(k) for k in ('u1', 'user-12345', 'k' * 40, '')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60, check=True)
+    return [int(h) for h in out.stdout.strip()[1:-1].split(",")]
+
+
+def test_key_hashes_are_keyed_by_the_process_hash_secret() -> None:
+    """Keys chosen to collide in one process's maps collide nowhere else: the hash of every
+    key length (the short keys' multiplications and the long keys' XXH64) changes with the
+    interpreter's hash secret, and is the same for the same secret."""
+    one, again, other = (_hashes_in_a_process(s) for s in ("1", "1", "2"))
+    assert one == again
+    assert all(a != b for a, b in zip(one, other, strict=True))

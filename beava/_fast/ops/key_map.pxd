@@ -19,8 +19,15 @@ cdef extern from *:
         __uint128_t r = (__uint128_t)a * b;
         return (uint64_t)r ^ (uint64_t)(r >> 64);
     }
+    /* The interpreter's per-process hash secret (random unless PYTHONHASHSEED fixes it),
+       one for every module that hashes keys: keys chosen to collide in one process's maps
+       collide nowhere else, as with CPython's own str hash. */
+    static inline uint64_t beava_key_secret0(void) { return _Py_HashSecret.siphash.k0; }
+    static inline uint64_t beava_key_secret1(void) { return _Py_HashSecret.siphash.k1; }
     """
     uint64_t fold_mul "beava_fold_mul"(uint64_t a, uint64_t b) noexcept nogil
+    uint64_t key_secret0 "beava_key_secret0"() noexcept nogil
+    uint64_t key_secret1 "beava_key_secret1"() noexcept nogil
 
 
 cdef enum:
@@ -33,11 +40,12 @@ cdef inline Py_hash_t text_key_hash(const char* text, Py_ssize_t size) noexcept 
     """The map's hash of an ASCII key given by its bytes. A key of at most 16 bytes (an
     entity key, mostly) is read as two words (overlapping, so every byte counts) mixed by
     two folded multiplications: a few cycles, where CPython's str hash runs SipHash and
-    XXH64 a chain of multiplications per 4 bytes; a longer key takes XXH64."""
+    XXH64 a chain of multiplications per 4 bytes; a longer key takes XXH64. Both are keyed
+    by the process's hash secret, so no one can choose keys that collide in advance."""
     cdef uint64_t a = 0, b = 0
     cdef uint32_t w
     if size > 16:
-        return <Py_hash_t>xxh64(text, size, KEY_SEED)
+        return <Py_hash_t>xxh64(text, size, KEY_SEED ^ key_secret0())
     if size >= 8:
         memcpy(&a, text, 8)
         memcpy(&b, text + size - 8, 8)
@@ -50,7 +58,8 @@ cdef inline Py_hash_t text_key_hash(const char* text, Py_ssize_t size) noexcept 
         a = ((<uint64_t>(<unsigned char>text[0]) << 16)
              | (<uint64_t>(<unsigned char>text[size >> 1]) << 8)
              | <unsigned char>text[size - 1])
-    return <Py_hash_t>fold_mul(fold_mul(a ^ XXH_P1, b ^ XXH_P2) ^ <uint64_t>size, XXH_P3)
+    return <Py_hash_t>fold_mul(fold_mul(a ^ key_secret0() ^ XXH_P1, b ^ key_secret1() ^ XXH_P2)
+                               ^ <uint64_t>size, XXH_P3)
 
 
 cdef inline Py_hash_t key_hash(str key) except? -1:

@@ -229,3 +229,8 @@ cdef class KeyMap:
         """Bytes of the entry table and the long keys' bytes (the key objects in ``names``
         not counted)."""
         return (self.mask + 1) * sizeof(KeyEntry) + self.long_size
+
+
+def hash_of(str key) -> int:
+    """The maps' hash of ``key`` in this process (key_hash), as a lookup computes it."""
+    return key_hash(key)
