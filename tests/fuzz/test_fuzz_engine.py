@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ REGISTER: dict[str, Any] = {"nodes": [
      }}]},
 ]}
 TABLES = ("T", "K", "ST")
+SLICE_TURNS = 100_000  # loop turns a reply evaluated in slices may take (a liveness bound)
 
 
 class CaptureLog(HeldLog):
@@ -127,30 +129,45 @@ class Wire:
         self.replayed = 0  # records of self.log already replayed into ``replica``
         self.replica = registered_store()
 
+    def answered(self, call: Callable[[], bytes | PendingReply]) -> bytes:
+        """The reply of a handler ``call``, run in an event loop as the transports run it:
+        a reply that waits for its records is released at once (the capturing log), one
+        evaluated in slices (a BATCH_GET that outlasts its first slice on a busy machine)
+        is waited for while the loop runs its slices."""
+        async def run() -> bytes:
+            reply = call()
+            if isinstance(reply, PendingReply):
+                self.log.release()
+                for _ in range(SLICE_TURNS):
+                    if reply.data is not None:
+                        break
+                    await asyncio.sleep(0)
+                assert reply.data is not None, "a sliced reply never finished"
+                reply = reply.data
+            return reply
+        return asyncio.run(run())
+
     def frame(self, op: int, ct: int, payload: bytes) -> tuple[int, dict[str, Any] | bytes]:
         """(reply op, error envelope or reply payload); a handler failure the transport
         would answer as internal_error is reported like one."""
         content_types, handler = self.frames.routes[op]
         if ct not in content_types:
             return OP_ERROR, {"error": {"code": "unsupported_content_type"}}
-        try:
-            reply = handler(ct, payload)
-        except Exception as exc:
-            reply = self.frames.failed(exc)
-        if isinstance(reply, PendingReply):
-            self.log.release()
-            assert reply.data is not None
-            reply = reply.data
+
+        def call() -> bytes | PendingReply:
+            try:
+                return handler(ct, payload)  # type: ignore[no-any-return]
+            except Exception as exc:
+                return self.frames.failed(exc)
+
+        reply = self.answered(call)
         op = struct.unpack(">H", reply[4:6])[0]
         body = reply[7:]
         return op, (json.loads(body) if op == OP_ERROR else body)
 
     def post(self, target: str, body: bytes) -> tuple[int, bytes]:
-        reply = self.http.respond(HttpRequest("POST", target, {}, body, True))
-        if isinstance(reply, PendingReply):
-            self.log.release()
-            assert reply.data is not None
-            reply = reply.data
+        reply = self.answered(
+            lambda: self.http.respond(HttpRequest("POST", target, {}, body, True)))
         head, _, payload = reply.partition(b"\r\n\r\n")
         return int(head.split(b" ")[1]), payload
 
