@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,23 +148,40 @@ def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str
         data.unpersist()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.historical")
+def history_parser(prog: str) -> argparse.ArgumentParser:
+    """The options of a bench over one fraud-team history on Spark (this one, bench
+    offline): its size, its spine, input partitions, the master, JSON output."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--spine", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=2, help="input partitions")
-    parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_history(args: argparse.Namespace, measure_with: Callable[..., dict[str, Any]],
+                conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """``measure_with(spark, events=, spine=, partitions=)`` in a session on ``args``'
+    master (with ``conf`` set), stopped after; the result with the master named."""
     spark = session(args.master)
-    spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+    for key, value in (conf or {}).items():
+        spark.conf.set(key, value)
     try:
-        result = measure(spark, events=args.events, spine=args.spine,
-                         partitions=args.partitions)
+        result = measure_with(spark, events=args.events, spine=args.spine,
+                              partitions=args.partitions)
     finally:
         spark.stop()
     result["master"] = args.master
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = history_parser("python -m bench.historical")
+    parser.add_argument("--shuffle-partitions", type=int, default=8)
+    args = parser.parse_args(argv)
+    result = run_history(args, measure,
+                         {"spark.sql.shuffle.partitions": str(args.shuffle_partitions)})
     result["shuffle_partitions"] = args.shuffle_partitions
     if args.json:
         print(json.dumps(result, indent=2))

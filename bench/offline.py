@@ -20,7 +20,6 @@ cost per event per core is that CPU time, set beside the live server's CPU per e
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -32,7 +31,6 @@ from bench import backfill, historical, scan_rate, workloads
 from bench.engine_bench import register
 from bench.process_usage import cpu_seconds
 from bench.server_process import BenchServer
-from bench.spark_ingest import session
 
 CHUNK_ROWS = 20_000  # event rows taken from Spark per pipelined push
 
@@ -106,20 +104,8 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench offline")
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--spine", type=int, default=100_000)
-    parser.add_argument("--partitions", type=int, default=2, help="input partitions")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    spark = session(args.master)
-    try:
-        result = measure(spark, events=args.events, spine=args.spine,
-                         partitions=args.partitions)
-    finally:
-        spark.stop()
-    result["master"] = args.master
+    args = historical.history_parser("python -m bench offline").parse_args(argv)
+    result = historical.run_history(args, measure)
     print(json.dumps(result, indent=2) if args.json else report(result))
 
 
