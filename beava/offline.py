@@ -12,7 +12,8 @@ so what they compute is what the server computes, and the engine may change behi
   (validated, deduplicated and applied as a live push), ``get`` a row at a time, ``state``
   of a table as the backfill operation uploads it, ``key_of`` the entity key an event lands
   on in a table, and ``replay_batch``: the events and reads of one Arrow batch applied in
-  one C loop (``beava._fast.intake.replay_batch``), the fast path of a long history.
+  one C loop (``beava._fast.intake.replay_batch``), the fast path of a long history, its
+  reads' features written into Arrow arrays' buffers.
 - :func:`gc_paused` keeps the garbage collector away from the long-lived state a replay
   builds (a collection would walk all of it, again and again, for nothing).
 - :func:`page_columns` reads a whole MessagePack scan page into Arrow column buffers (a
@@ -44,7 +45,7 @@ from beava.engine.state.push_validation import validate_push
 from beava.engine.state.reads import get
 from beava.engine.store import FeatureStore
 
-__all__ = ["NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
+__all__ = ["ARROW_TYPES", "NO_READ", "READ", "EventSpec", "FeatureInfo", "Pipeline", "Replay",
            "ReplayRefused", "TableInfo", "float_key", "gc_paused", "page_columns"]
 
 _encode_json = msgspec.json.Encoder(order="sorted").encode  # GET's JSON encoder
@@ -58,6 +59,9 @@ _OUTPUT_KINDS = {"i64": "long", "epoch_ms": "long", "f64": "double", "bool": "bo
                  "list": "json", "map": "json", "top_k": "json", "i64_list": "json"}
 _FIELD_KINDS = {"i64": "long", "f64": "double", "bool": "boolean", "str": "string",
                 "datetime": "string"}
+# The pyarrow type (its factory's name) of a value of each kind: a json value is its text.
+ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string",
+               "json": "string"}
 
 
 class ReplayRefused(ValueError):
@@ -250,7 +254,7 @@ class Replay:
     def replay_batch(self, batch: Any, events: tuple[str, ...],
                      fields: Sequence[Sequence[tuple[int, str]]],
                      reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
-                     ) -> tuple[list[int], list[list[Any]]]:
+                     ) -> tuple[list[int], list[Any]]:
         """Apply the rows of an Arrow batch in order, in one C loop (no :meth:`push` per
         row). ``batch``: any object with ``__arrow_c_array__`` (a ``pyarrow.RecordBatch``)
         holding ``code`` (int32: an index into ``events``, or :data:`READ`, or
@@ -262,22 +266,36 @@ class Replay:
         of those fields and applied to the store's tables at its own time; dedupe is not
         applied (remove replays first, over the whole history). A read row gets the GET
         row of its key at its time in each table of ``reads`` (``(table, its
-        features)``): returns the read rows' indexes and one column per feature (tables
-        in order), each value as its kind says (long, double: non-finite as None,
-        boolean, string, json: GET's JSON text; None where the key has no row). Raises
+        features)``): returns the read rows' indexes and one ``pyarrow.Array`` per
+        feature (tables in order, the type :data:`ARROW_TYPES` gives its kind), each value
+        as its kind says (long, double: non-finite as null, boolean, string, json: GET's
+        JSON text; null where the key has no row), written by the C loop into the
+        arrays' buffers. Raises
         :class:`ReplayRefused` (with ``row``) at the first event the server would refuse;
         the events before it are applied."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+
         rows: list[int] = []
-        tables = [(self._store.table(name), tuple((f.name, KINDS.index(f.kind))
-                                                  for f in features))
-                  for name, features in reads]
-        columns: list[list[Any]] = [[] for _, features in reads for _ in features]
+        tables = [(state.keys, tuple((f.name, state.column(f.name), KINDS.index(f.kind))
+                                     for f in features))
+                  for state, features in ((self._store.table(name), features)
+                                          for name, features in reads)]
+        buffers: list[tuple[bytes, bytes, bytes | None, int]] = []
         refused = replay_rows(batch, self._store.engine.routes, self._store.checkers,
                               events, tuple(tuple(f) for f in fields), tables, _encode_json,
-                              rows, columns)
+                              rows, buffers)
         if refused is not None:
             row, event, time_ms, code = refused
             raise ReplayRefused(event, time_ms, code, row)
+        kinds = [f.kind for _, features in reads for f in features]
+        columns = []
+        for kind, (valid, values, offsets, nulls) in zip(kinds, buffers, strict=True):
+            parts = [pa.py_buffer(valid) if nulls else None]
+            if offsets is not None:
+                parts.append(pa.py_buffer(offsets))
+            parts.append(pa.py_buffer(values))
+            columns.append(pa.Array.from_buffers(getattr(pa, ARROW_TYPES[kind])(), len(rows),
+                                                 parts, null_count=nulls))
         return rows, columns
 
     def state(self, table: str) -> bytes:

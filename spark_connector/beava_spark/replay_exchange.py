@@ -484,7 +484,7 @@ def group_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, int, int]]:
 def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                 fields: tuple[tuple[tuple[int, str], ...], ...], values: ValueColumns,
                 refused: Refused, reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
-                ) -> tuple[list[int], list[list[Any]]]:
+                ) -> tuple[list[int], list[Any]]:
     """``Replay.replay_batch`` of a run of one group's rows of the stream (``fields``: its
     fields by event code); a refused event raises ``refused`` naming it and its body."""
     import pyarrow as pa

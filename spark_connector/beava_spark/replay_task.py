@@ -53,10 +53,6 @@ class ReplayOutput:
     groups: tuple[str, ...]  # the struct columns, by group
 
 
-_ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string",
-                "json": "string"}
-
-
 def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup],
               events: tuple[str, ...], values: ValueColumns, output: ReplayOutput,
               refused: Refused) -> Iterator[pa.RecordBatch]:
@@ -64,9 +60,9 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
     read rows (``mapInArrow``'s function)."""
     import pyarrow as pa
 
-    from beava.offline import gc_paused
+    from beava.offline import ARROW_TYPES, gc_paused
 
-    types = [pa.struct([(f.name, getattr(pa, _ARROW_TYPES[f.kind])()) for fs in g.features
+    types = [pa.struct([(f.name, getattr(pa, ARROW_TYPES[f.kind])()) for fs in g.features
                         for f in fs]) for g in groups]
     current: tuple[int, Any] = (-1, None)
     with gc_paused():
@@ -84,7 +80,7 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
                     yield _rows(part, rows, features, number, output, types)
 
 
-def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]], number: int,
+def _rows(part: pa.RecordBatch, rows: list[int], columns: list[pa.Array], number: int,
           output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
     import pyarrow as pa
 
@@ -97,10 +93,7 @@ def _rows(part: pa.RecordBatch, rows: list[int], columns: list[list[Any]], numbe
         if group != number:
             arrays.append(pa.nulls(n, struct))
             continue
-        arrays.append(pa.StructArray.from_arrays(
-            [pa.array(values, field.type) for values, field in zip(columns, struct,
-                                                                   strict=True)],
-            fields=list(struct)))
+        arrays.append(pa.StructArray.from_arrays(columns, fields=list(struct)))
     names = [output.row_id, *([output.carried] if output.carried is not None else []),
              *output.groups]
     return pa.RecordBatch.from_arrays(arrays, names=names)

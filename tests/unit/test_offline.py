@@ -164,7 +164,8 @@ def test_replay_batch_applies_events_at_their_times_and_reads_as_get() -> None:
     user, card = pipeline.table("PayUser"), pipeline.table("BigCard")
     reads = [("PayUser", user.features), ("BigCard", card.features)]
     replay = Replay(payload)
-    rows, columns = replay.replay_batch(*_batch(rows), reads)
+    rows, arrays = replay.replay_batch(*_batch(rows), reads)
+    columns = [array.to_pylist() for array in arrays]
     # the same history through the server's push and GET, one at a time
     live = Replay(payload)
     expected: list[list[object]] = [[] for _ in columns]
@@ -262,3 +263,68 @@ def test_replay_batch_takes_typed_values_as_a_push_takes_the_same_body() -> None
             with pytest.raises(ReplayRefused) as pushed:
                 Replay(payload).push("Shop", 1_000, dict(bad))
             assert info.value.code == pushed.value.code
+
+
+@bv.event
+class Buy(bv.Event):
+    user: str
+    amount: float
+    tag: str
+
+
+@bv.table(key="user")
+def BuyUser(b: Buy) -> bv.Table:  # noqa: N802
+    return b.group_by("user").agg(
+        n=bv.count(), spend=bv.sum("amount"), seen=bv.has_seen(), tag=bv.last("tag"),
+        recent=bv.most_recent_n("tag", n=2),
+        sizes=bv.histogram("amount", buckets=[0.0, 10.0, 100.0]))
+
+
+def test_replay_batch_reads_into_arrow_arrays_of_each_kind() -> None:
+    """Each read's features land in one Arrow array per feature, typed by its kind: a
+    long, a double (an overflowing sum, inf, is null as GET's JSON has it), a boolean, a
+    string, a list and a map as GET's JSON text; a key without a row (and a NO_READ row
+    and a null key) gives nulls; a non-ASCII key finds its row."""
+    pa = pytest.importorskip("pyarrow")
+    from beava.offline import NO_READ, READ
+
+    pipeline = Pipeline([Buy, BuyUser])
+    table = pipeline.table("BuyUser")
+    kinds = {f.name: f.kind for f in table.features}
+    assert set(kinds.values()) == {"long", "double", "boolean", "string", "json"}
+    pushes = [(1_000, {"user": "u1", "amount": 5.0, "tag": "a"}),
+              (2_000, {"user": "u1", "amount": 50.0, "tag": "bé"}),
+              (3_000, {"user": "zoë", "amount": 1e308, "tag": "z"}),
+              (4_000, {"user": "zoë", "amount": 1e308, "tag": "z"})]
+    rows: list[tuple[int, int | None, dict[str, object] | None, str | None]] = [
+        (0, t, p, None) for t, p in pushes]
+    keys = ["u1", "zoë", "nobody"]
+    rows += [(READ, 5_000, None, key) for key in keys]
+    rows += [(NO_READ, 5_000, None, "u1"), (READ, 5_000, None, None)]
+    replay = Replay(table.payload)
+    read_rows, arrays = replay.replay_batch(*_batch(rows, "Buy"),
+                                            [("BuyUser", table.features)])
+    assert read_rows == [4, 5, 6, 7, 8]
+    types = {"long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
+             "string": pa.string(), "json": pa.string()}
+    got = {}
+    for feature, array in zip(table.features, arrays, strict=True):
+        assert isinstance(array, pa.Array) and array.type == types[feature.kind]
+        array.validate(full=True)
+        got[feature.name] = array.to_pylist()
+    # what the server's GET answers, through its JSON
+    live = Replay(table.payload)
+    for t, p in pushes:
+        live.push("Buy", t, p)
+    encode = msgspec.json.Encoder(order="sorted").encode
+    for i, key in enumerate(keys):
+        row = msgspec.json.decode(encode(live.get("BuyUser", [key], 5_000)))
+        for name, kind in kinds.items():
+            value = row.get(name)
+            if kind == "json" and value is not None:
+                value = encode(value).decode()
+            assert got[name][i] == value, (key, name)
+    assert [got[name][0] for name in ("n", "spend", "seen", "tag", "recent", "sizes")] == [
+        2, 55.0, True, "bé", '["a","bé"]', '{"0-10":1,"10-100":1,"<0":0,">=100":0}']
+    assert got["spend"][1] is None and got["n"][1] == 2  # inf: null
+    assert all(got[name][2:] == [None, None, None] for name in kinds)

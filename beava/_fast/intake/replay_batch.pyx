@@ -9,7 +9,9 @@ tables with the clock at the row's own time (what recovery does with a record's 
 ``apply_records``); or a
 read (code ``READ``): the row of its key in each table asked, as a GET at the row's time
 answers it (nothing applied after the row's time exists yet, so the query time is the
-row's time), each feature's value converted in C to its kind (one column per feature). A
+row's time), its entity's slot found from the key's bytes and each feature's value
+written in C, as its kind, into the buffers of the feature's Arrow array (no Python object
+for a null, bool or number: Column.number; other values as the column's JSON value). A
 read with code ``NO_READ`` (a null key or time) or a null key finds no row.
 
 An event's fields are read straight from the Arrow buffers (the columns' types checked
@@ -24,20 +26,27 @@ No LSN, count or WAL record is made: the batch builds state that no server serve
 is not applied here either: the caller removes replays first, over the whole history.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.math cimport isfinite
-from libc.stdint cimport int32_t, int64_t
-from libc.string cimport strcmp
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint64_t
+from libc.string cimport memset, strcmp
 
 from beava._fast.intake.intake cimport CheckerEntry, feed, feed_row, takes_rows
 from beava._fast.intake.push_check cimport (CONTROL, REQUIRED, T_ANY, T_BOOL, T_NUM, T_STR,
                                             TYPE_BITS, EventChecker)
+from beava._fast.ops.column cimport (VALUE_BOOL, VALUE_FLOAT, VALUE_INT, VALUE_NULL,
+                                     VALUE_OTHER, VALUE_UINT, Column, Number,
+                                     number_object)
+from beava._fast.ops.key_map cimport KeyMap, text_key_hash
 from beava._fast.ops.row cimport (ROW_BOOL, ROW_FIELDS, ROW_FLOAT, ROW_INT, ROW_TEXT, Row,
                                   RowField, field_object)
 from beava._fast.ops.slot_buffers cimport dict_get
+from beava._fast.wire.msgpack_out cimport Writer, as_bytes, put_raw, release
 
 from sys import intern
 
@@ -331,32 +340,166 @@ cdef inline void expect(ArrowSchema* schema, int64_t index, const char* fmt,
                         f"{schema.children[index].format.decode()!r}")
 
 
-cdef object as_kind(int kind, object value, object name, object encode_json):
-    """A GET row's value of feature ``name`` as its kind: a long (an integral float is
-    one), a double (an integer widened; a non-finite one is None, as GET's JSON has
-    null), a boolean, a string, or a list / map / other value as GET's JSON text."""
+# -- reads: each feature's values in the buffers of its Arrow array ----------------------
+
+
+cdef struct Out:
+    PyObject* column    # the feature's Column (borrowed: the caller's tables hold it)
+    PyObject* name      # its name (borrowed), for errors
+    int kind            # LONG ... JSON
+    Writer valid        # Arrow validity bitmap
+    Writer values       # int64 / float64 per row, bits (BOOLEAN), UTF-8 text (STRING, JSON)
+    Writer offsets      # int32 per row and one more (STRING, JSON)
+    Py_ssize_t nulls
+
+
+cdef struct ReadTable:
+    PyObject* keys      # the table's KeyMap (borrowed)
+    Py_ssize_t first    # its features are outs[first:stop]
+    Py_ssize_t stop
+
+
+cdef int open_row(Out* out, Py_ssize_t row) except -1:
+    """Start row ``row`` (rows come in order): each 8th takes a new byte of the bitmaps."""
+    cdef char zero = 0
+    if row & 7 == 0:
+        put_raw(&out.valid, &zero, 1)
+        if out.kind == BOOLEAN:
+            put_raw(&out.values, &zero, 1)
+    return 0
+
+
+cdef inline void set_bit(Writer* bits, Py_ssize_t row) noexcept:
+    bits.data[row >> 3] |= <char>(1 << (row & 7))
+
+
+cdef int put_end(Out* out) except -1:
+    """Close a text row: its end offset."""
+    cdef int32_t end
+    if out.values.size > INT32_MAX:
+        raise ValueError(f"feature {<object>out.name}: over 2 GiB of text in one batch")
+    end = <int32_t>out.values.size
+    put_raw(&out.offsets, <const char*>&end, 4)
+    return 0
+
+
+cdef int put_null(Out* out, Py_ssize_t row) except -1:
+    cdef int64_t zero = 0
+    open_row(out, row)
+    out.nulls += 1
+    if out.kind == LONG or out.kind == DOUBLE:
+        put_raw(&out.values, <const char*>&zero, 8)
+    elif out.kind >= STRING:
+        put_end(out)
+    return 0
+
+
+cdef int put_long(Out* out, Py_ssize_t row, int64_t v) except -1:
+    open_row(out, row)
+    set_bit(&out.valid, row)
+    put_raw(&out.values, <const char*>&v, 8)
+    return 0
+
+
+cdef int put_double(Out* out, Py_ssize_t row, double x) except -1:
+    """A double; a non-finite one is null, as GET's JSON has it."""
+    if not isfinite(x):
+        return put_null(out, row)
+    open_row(out, row)
+    set_bit(&out.valid, row)
+    put_raw(&out.values, <const char*>&x, 8)
+    return 0
+
+
+cdef int put_bool(Out* out, Py_ssize_t row, bint b) except -1:
+    open_row(out, row)
+    set_bit(&out.valid, row)
+    if b:
+        set_bit(&out.values, row)
+    return 0
+
+
+cdef int put_text(Out* out, Py_ssize_t row, const char* p, Py_ssize_t n) except -1:
+    open_row(out, row)
+    set_bit(&out.valid, row)
+    put_raw(&out.values, p, n)
+    return put_end(out)
+
+
+cdef int put_object(Out* out, Py_ssize_t row, object value, object encode_json) except -1:
+    """A GET row's value as the feature's kind: a long (an integral float is one), a
+    double (an integer widened), a boolean, a string, or a list / map / other value as
+    GET's JSON text; ValueError for a value of another kind."""
     if value is None:
-        return None
+        return put_null(out, row)
     cdef type kind_of = type(value)
-    cdef double x
+    cdef const char* p
+    cdef Py_ssize_t n
+    cdef int kind = out.kind
     if kind == LONG:
         if kind_of is int:
-            return value
+            return put_long(out, row, PyLong_AsLongLong(value))
         if kind_of is float and value.is_integer():
-            return int(value)
+            return put_long(out, row, PyLong_AsLongLong(int(value)))
     elif kind == DOUBLE:
         if kind_of is float or kind_of is int or kind_of is bool:
-            x = <double>value
-            return x if x - x == 0.0 else None  # inf - inf and nan - nan are nan
+            return put_double(out, row, <double>value)
     elif kind == BOOLEAN:
         if kind_of is bool:
-            return value
+            return put_bool(out, row, value is True)
     elif kind == STRING:
         if kind_of is str:
-            return value
+            p = PyUnicode_AsUTF8AndSize(value, &n)
+            return put_text(out, row, p, n)
     else:
-        return encode_json(value).decode()
-    raise ValueError(f"feature {name}: value {value!r} is not a {KINDS[kind]}")
+        text = encode_json(value)
+        return put_text(out, row, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+    raise ValueError(f"feature {<object>out.name}: value {value!r} is not a {KINDS[kind]}")
+
+
+cdef int put_feature(Out* out, Py_ssize_t row, Py_ssize_t slot, int64_t T,
+                     object encode_json) except -1:
+    """The feature's value at ``T`` in entity ``slot``, as a GET at ``T`` gives it: a
+    null, bool or number from Column.number straight into the buffers when the kind takes
+    it as it is; any other value through put_object (the same rules on the value)."""
+    cdef Column column = <Column>out.column
+    cdef Number n
+    cdef int got = column.number(slot, T, &n)
+    cdef int kind = out.kind
+    if got == VALUE_NULL:
+        return put_null(out, row)
+    if got == VALUE_INT:
+        if kind == LONG:
+            return put_long(out, row, n.i)
+        if kind == DOUBLE:
+            return put_double(out, row, <double>n.i)
+    elif got == VALUE_FLOAT:
+        if kind == DOUBLE:
+            return put_double(out, row, n.f)
+    elif got == VALUE_BOOL:
+        if kind == BOOLEAN:
+            return put_bool(out, row, n.i != 0)
+    elif got == VALUE_UINT:
+        if kind == DOUBLE:
+            return put_double(out, row, <double><uint64_t>n.i)
+    if got == VALUE_OTHER:
+        return put_object(out, row, column.json_value(slot, T), encode_json)
+    return put_object(out, row, number_object(got, &n), encode_json)
+
+
+cdef Py_ssize_t slot_of(KeyMap keys, const char* p, Py_ssize_t size) except -2:
+    """The slot of the stored key given by its UTF-8 bytes; -1 when it has no row."""
+    cdef Py_ssize_t k
+    for k in range(size):
+        if <unsigned char>p[k] >= 0x80:  # the map finds a non-ASCII key by its str
+            return keys.lookup(PyUnicode_DecodeUTF8(p, size, NULL))
+    return keys.lookup_text(p, size, text_key_hash(p, size))
+
+
+cdef tuple arrow_buffers(Out* out):
+    """``(validity bitmap, values, offsets or None, null count)`` of a feature's array."""
+    return (as_bytes(&out.valid), as_bytes(&out.values),
+            as_bytes(&out.offsets) if out.kind >= STRING else None, out.nulls)
 
 
 def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fields,
@@ -366,11 +509,13 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
     canonical key), then value columns (int64, float64, bool, text, or null): ``fields``,
     by event code, gives the ``(value column, field name)`` pairs of the event's fields, a
     null value being an absent field (value column 0 is the batch's fourth column).
-    ``routes`` and ``checkers`` are the store's. ``tables``: ``(TableState, ((feature,
-    kind index in KINDS), ...))`` per table read, whose features are ``columns`` in that
-    order: each read appends its row index to ``rows`` and the value of each feature at
-    the row's time to its column (None where the key has no row, for NO_READ and for a
-    null key). Returns None, or ``(row index, event, time, error code)`` of the first
+    ``routes`` and ``checkers`` are the store's. ``tables``: ``(KeyMap, ((feature name,
+    Column, kind index in KINDS), ...))`` per table read: each read appends its row index
+    to ``rows`` and the value of each feature at the row's time to the feature's Arrow
+    buffers (null where the key has no row, for NO_READ and for a null key). Returns None,
+    having appended to ``columns``, per feature (tables in order), ``(validity bitmap,
+    values, offsets or None, null count)`` of its Arrow array (int64, float64, bool, or
+    utf8 for string and json), or ``(row index, event, time, error code)`` of the first
     event the server would refuse (nothing after it is applied); an event with a null
     time (None) is refused as ``null_time``."""
     schema_capsule, array_capsule = batch.__arrow_c_array__()
@@ -406,25 +551,50 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
     cdef Py_ssize_t size = 0
     cdef Plan plan = None
     cdef Row row
-    cdef Py_ssize_t column
+    cdef Py_ssize_t n_tables = len(tables), n_outs = 0, n_read = 0, t, o, slot
+    cdef bint found
+    cdef int32_t zero = 0
+    cdef ReadTable* reads = <ReadTable*>PyMem_Malloc(max(n_tables, 1) * sizeof(ReadTable))
+    for _, features in tables:
+        n_outs += len(features)
+    cdef Out* outs = <Out*>PyMem_Malloc(max(n_outs, 1) * sizeof(Out))
+    if reads is NULL or outs is NULL:
+        PyMem_Free(values)
+        PyMem_Free(reads)
+        PyMem_Free(outs)
+        raise MemoryError()
+    memset(outs, 0, max(n_outs, 1) * sizeof(Out))
     try:
         for v in range(n_values):
             values_of(schema.children[3 + v], array.children[3 + v], &values[v], v)
+        o = 0
+        for t in range(n_tables):
+            keys, features = tables[t]
+            reads[t].keys = <PyObject*><KeyMap?>keys
+            reads[t].first = o
+            for name, column, kind in features:
+                if not 0 <= kind < len(KINDS):
+                    raise ValueError(f"feature {name}: kind {kind} is not in KINDS")
+                outs[o].column = <PyObject*><Column?>column
+                outs[o].name = <PyObject*>name
+                outs[o].kind = kind
+                if kind >= STRING:
+                    put_raw(&outs[o].offsets, <const char*>&zero, 4)
+                o += 1
+            reads[t].stop = o
         for i in range(n):
             code = codes[i]
             if code < 0:
                 rows.append(i)
-                stored = None
-                if code == READ and text_at(&key, i, &p, &size):
-                    stored = PyUnicode_DecodeUTF8(p, size, NULL)
-                column = 0
-                for table, features in tables:
-                    got = None if stored is None else table.row_json(stored, times[i])
-                    for feature, kind in features:
-                        (<list>columns[column]).append(
-                            None if got is None else
-                            as_kind(kind, (<dict>got).get(feature), feature, encode_json))
-                        column += 1
+                found = code == READ and text_at(&key, i, &p, &size)
+                for t in range(n_tables):
+                    slot = slot_of(<KeyMap>reads[t].keys, p, size) if found else -1
+                    for o in range(reads[t].first, reads[t].stop):
+                        if slot < 0:
+                            put_null(&outs[o], n_read)
+                        else:
+                            put_feature(&outs[o], n_read, slot, times[i], encode_json)
+                n_read += 1
                 continue
             if code >= count:
                 raise ValueError(f"row {i}: event code {code} names no event")
@@ -451,6 +621,14 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
                 return i, plan.event, now, error
             if plan.route is not None:
                 feed(plan.route, fields_of, now)
+        for o in range(n_outs):
+            columns.append(arrow_buffers(&outs[o]))
     finally:
         PyMem_Free(values)
+        for o in range(n_outs):
+            release(&outs[o].valid)
+            release(&outs[o].values)
+            release(&outs[o].offsets)
+        PyMem_Free(reads)
+        PyMem_Free(outs)
     return None

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from beava._fast.ops.column import Column
+from beava._fast.ops.key_map import KeyMap
 from beava._fast.ops.ops_core import BucketArena
 from beava._fast.ops.table_kernel import TableKernel
 from beava.engine.expressions import check_where, compile_where, format_expression
@@ -163,6 +164,11 @@ class TableState:
             self._shard.check_read(self.spec, stored_key)
         slot = self.slot(stored_key)
         return None if slot is None else (slot, names)
+
+    @property
+    def keys(self) -> KeyMap:
+        """The entity key map: stored key -> slot (a replay's read finds a row by it)."""
+        return self._kernel.keys
 
     def slot(self, stored_key: str) -> int | None:
         """The entity's slot; None when it holds no state."""
