@@ -253,8 +253,8 @@ class Replay:
 
     def replay_batch(self, batch: Any, events: tuple[str, ...],
                      fields: Sequence[Sequence[tuple[int, str]]],
-                     reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
-                     ) -> tuple[list[int], list[Any]]:
+                     reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = (),
+                     mask: Any = None, bit: int = 0) -> tuple[list[int], list[Any]]:
         """Apply the rows of an Arrow batch in order, in one C loop (no :meth:`push` per
         row). ``batch``: any object with ``__arrow_c_array__`` (a ``pyarrow.RecordBatch``)
         holding ``code`` (int32: an index into ``events``, or :data:`READ`, or
@@ -270,7 +270,9 @@ class Replay:
         feature (tables in order, the type :data:`ARROW_TYPES` gives its kind), each value
         as its kind says (long, double: non-finite as null, boolean, string, json: GET's
         JSON text; null where the key has no row), written by the C loop into the
-        arrays' buffers. Raises
+        arrays' buffers. With ``mask`` (an int64 Arrow array, one value per row, no null),
+        the rows whose mask lacks ``bit`` are skipped: they belong to other stores sharing
+        the batch. Raises
         :class:`ReplayRefused` (with ``row``) at the first event the server would refuse;
         the events before it are applied."""
         import pyarrow as pa  # type: ignore[import-untyped]
@@ -283,7 +285,7 @@ class Replay:
         buffers: list[tuple[bytes, bytes, bytes | None, int]] = []
         refused = replay_rows(batch, self._store.engine.routes, self._store.checkers,
                               events, tuple(tuple(f) for f in fields), tables, _encode_json,
-                              rows, buffers)
+                              rows, buffers, mask, bit)
         if refused is not None:
             row, event, time_ms, code = refused
             raise ReplayRefused(event, time_ms, code, row)

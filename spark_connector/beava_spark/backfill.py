@@ -13,13 +13,15 @@ One Spark job for all requested tables, on the exchange of ``historical_features
 1. the driver opens one upload per table, of K key-disjoint parts (K the exchange's
    buckets, from the size of the events and ``spark.default.parallelism``; a table
    without keys has one part);
-2. each event up to ``until_ms`` is exploded once per key group it feeds, repartitioned
-   once by (group, key bucket) into K partitions and sorted once into push order;
-3. the task of partition p replays each group's rows (Arrow batches into
-   ``Replay.replay_batch``, the garbage collector paused) and sends, for each table of the
-   group, its state as part p of the table's upload, over its own connection: the keys of
-   a (group, bucket) meet in one partition, so the parts are key-disjoint. A task holds
-   one group's state at a time and returns only counts;
+2. each event up to ``until_ms`` becomes one row per distinct key bucket of the key groups
+   it feeds (a mask of the groups whose key falls there), repartitioned once by bucket
+   into K partitions (bucket p into partition p) and sorted once into push order;
+3. the task of partition p replays the rows of each group of its bucket in that group's
+   store (Arrow batches into ``Replay.replay_batch`` with the mask and the group's bit,
+   the garbage collector paused) and, at the end of the partition, sends for each table
+   its state as part p of the table's upload, over its own connection: the keys of a
+   group's bucket meet in one partition, so the parts are key-disjoint. A task holds the
+   state of its bucket's keys (every group's) until it ends and returns only counts;
 4. the driver opens the parts no task sent as empty (no history reached their keys) and
    commits the tables one after another: the server joins each table's parts.
 
@@ -52,7 +54,7 @@ from .replay_exchange import (
     event_rows,
     event_stream,
     group_fields,
-    group_runs,
+    group_masks,
     key_groups,
     new_replay,
     replay_part,
@@ -283,10 +285,13 @@ class _Sender:
 
 @dataclass(frozen=True)
 class _PartGroup:
-    """What a task needs of a key group: its store's payload, its tables, for each table
-    the codes of the events that feed it and whether it has keys, and the fields it takes
-    of each event (by event code, ``Replay.replay_batch``'s fields)."""
+    """What a task needs of a key group: its mask word and bit, its store's payload, its
+    tables, for each table the codes of the events that feed it and whether it has keys,
+    and the fields it takes of each event (by event code, ``Replay.replay_batch``'s
+    fields)."""
 
+    word: int
+    bit: int
     payload: bytes
     tables: tuple[str, ...]
     feeding: tuple[frozenset[int], ...]
@@ -315,7 +320,7 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
     rows = []
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
-                           pipeline, 0, HistoricalReplayError, values)
+                           pipeline, 0, HistoricalReplayError, values, buckets)
     codes = event_codes(pipeline)
     task = functools.partial(
         _part_task, groups=[_part_group(g, codes, values) for g in groups],
@@ -327,7 +332,8 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
 
 def _part_group(group: KeyGroup, codes: tuple[str, ...], values: ValueColumns
                 ) -> _PartGroup:
-    return _PartGroup(group.payload, tuple(t.name for t in group.tables),
+    return _PartGroup(group.word, group.bit, group.payload,
+                      tuple(t.name for t in group.tables),
                       tuple(frozenset(codes.index(e) for e in t.events) for t in group.tables),
                       tuple(bool(t.keys) for t in group.tables),
                       group_fields(group, values, codes))
@@ -380,9 +386,9 @@ def _commit(client: Any, plan: TableInfo, nparts: int, upload: str,
 def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup],
                events: tuple[str, ...], values: ValueColumns, sender: _Sender
                ) -> Iterator[pa.RecordBatch]:
-    """Replay a partition of the stream (sorted by group, then push order), one group at
-    a time, and send each table's state as this partition's part (``mapInArrow``'s
-    function); yields one row per part sent."""
+    """Replay a partition of the stream (push order, the groups of its bucket interleaved),
+    one store per group, and send each table's state as this partition's part once the
+    partition is done (``mapInArrow``'s function); yields one row per part sent."""
     import numpy as np
     from pyspark import TaskContext
 
@@ -390,29 +396,25 @@ def _part_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[_PartGroup
 
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
-    number, replay = -1, None
-    counts: dict[int, int] = {}  # events of the current group, by event code
+    numbers = {(g.word, g.bit): number for number, g in enumerate(groups)}
+    replays: dict[int, Any] = {}
+    counts: dict[int, Any] = {}  # events of each group, by event code
     with _Uploader(sender, partition) as uploader, gc_paused():
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            for start, stop, group in group_runs(batch):
-                if group != number:  # sorted by group: the previous is done
-                    if replay is not None:
-                        yield uploader.send(groups[number], replay, counts)
-                    number = group
-                    replay, counts = new_replay(groups[number].payload,
-                                                HistoricalReplayError), {}
-                part = batch.slice(start, stop - start)
-                codes = part.column(E)
-                for code, n in zip(*np.unique(codes.to_numpy(zero_copy_only=False),
-                                              return_counts=True), strict=True):
-                    counts[int(code)] = counts.get(int(code), 0) + int(n)
-                assert replay is not None
-                replay_part(replay, part, events, groups[number].fields, values,
-                            HistoricalReplayError)
-        if replay is not None:
-            yield uploader.send(groups[number], replay, counts)
+            codes = batch.column(E).to_numpy(zero_copy_only=False)
+            for number, mask, bit in group_masks(batch, numbers):
+                if number not in replays:
+                    replays[number] = new_replay(groups[number].payload,
+                                                 HistoricalReplayError)
+                    counts[number] = np.zeros(len(events), np.int64)
+                mine = (mask.to_numpy(zero_copy_only=False) >> bit) & 1 == 1
+                counts[number] += np.bincount(codes[mine], minlength=len(events))
+                replay_part(replays[number], batch, events, groups[number].fields, values,
+                            HistoricalReplayError, mask=(mask, bit))
+        for number, replay in replays.items():
+            yield uploader.send(groups[number], replay, counts[number].tolist())
 
 
 class _Uploader:
@@ -431,8 +433,7 @@ class _Uploader:
     def __exit__(self, *exc: object) -> None:
         self.client.close()
 
-    def send(self, group: _PartGroup, replay: Any, counts: Mapping[int, int]
-             ) -> pa.RecordBatch:
+    def send(self, group: _PartGroup, replay: Any, counts: Sequence[int]) -> pa.RecordBatch:
         """Send each table's state of ``group`` as its part; the rows that say so."""
         import pyarrow as pa
 
@@ -451,7 +452,7 @@ class _Uploader:
                     "data": data[offset:offset + self.sender.chunk]})
             rows["table"].append(table)
             rows["part"].append(part)
-            rows["events"].append(sum(counts.get(code, 0) for code in feeding))
+            rows["events"].append(sum(counts[code] for code in feeding))
             rows["state_bytes"].append(len(data))
         return pa.RecordBatch.from_pydict(rows, schema=pa.schema([
             ("table", pa.string()), ("part", pa.int32()), ("events", pa.int64()),

@@ -7,16 +7,18 @@ stores (the server's feature store, its tables fed at each event's time) on the 
 its entities in time order, and reads each spine row as the server's GET at its time.
 
 One job for all requested tables (:mod:`beava_spark.replay_exchange`):
-1. the tables form key groups (same key, same chain); each event is exploded once per
-   group it feeds, with the group's canonical key; each spine row (given a row id once) is
-   exploded once per group, with its key read from its key columns, and carries its
-   columns (packed in one struct) on its first group's copy;
-2. one exchange partitions the stream by (group, key bucket) and sorts each partition by
-   time, the events of one millisecond in the documented order (``order_col``, then event
-   name, then input order), spine rows after the events of their millisecond
+1. the tables form key groups (same key, same chain), each with a mask bit; each event
+   becomes one row per distinct key bucket of the groups it feeds, its mask holding the
+   bits of the groups whose key falls there; each spine row (given a row id once) is
+   exploded once per group, with the group's bit and its key read from its key columns,
+   and carries its columns (packed in one struct) on its first group's copy;
+2. one exchange partitions the stream by key bucket and sorts each partition by time, the
+   events of one millisecond in the documented order (``order_col``, then event name,
+   then input order), spine rows after the events of their millisecond
    (``inclusive=True``) or before them (``inclusive=False``);
 3. each task replays its partition from Arrow batches (:mod:`beava_spark.replay_task`):
-   per group, one store applies the events in one C loop and reads the spine rows;
+   per group, one store applies the rows of its bit in one C loop (events applied, spine
+   rows read);
 4. the feature rows of one spine row (one per group) are joined back by row id.
 
 Events with a ``dedupe_key`` first go through one pass over the whole event (partitioned by
@@ -33,17 +35,20 @@ from typing import TYPE_CHECKING, Any
 from .conversion import quoted
 from .errors import BeavaSparkError
 from .replay_exchange import (
+    BK,
     PREFIX,
     E,
-    G,
     K,
     KeyGroup,
+    M,
     O,
     P,
     S,
     T,
     ValueColumns,
+    W,
     bucket_count,
+    bucket_of,
     check_event_names,
     compile_pipeline,
     event_codes,
@@ -129,15 +134,15 @@ def historical_features(
         streams[event] = event_stream(events[event], pipeline, event, time_col, order_col,
                                       HistoricalReplayError)
     values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()})
+    buckets = bucket_count([spine, *[events[e] for e in streams]])
     rows = []
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
-                           pipeline, event_phase, HistoricalReplayError, values)
+                           pipeline, event_phase, HistoricalReplayError, values, buckets)
     event_part = [r.withColumn(_R, f.lit(None).cast(packed_type(spine))) for r in rows]
     spine_part = _spine_rows(spine, groups, time_col, spine_phase,
-                             event_part[0].schema[O].dataType, values)
-    stream = replay_stream([*event_part, spine_part],
-                           bucket_count([spine, *[events[e] for e in streams]]))
+                             event_part[0].schema[O].dataType, values, buckets)
+    stream = replay_stream([*event_part, spine_part], buckets)
     # the task's rows: the row id, the spine's columns (on one group's row only) and one
     # struct of features per group (null on the other groups' rows): joined back by row
     # id, each row of the shuffle holds the values of its own group alone
@@ -152,7 +157,7 @@ def historical_features(
         events=codes, values=values,
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
-    out = stream.select(G, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
+    out = stream.select(M, W, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
     if len(groups) > 1:  # one row per group: the features of a spine row joined back
         out = out.groupBy(S).agg(
             f.first(_R, ignorenulls=True).alias(_R),
@@ -219,11 +224,10 @@ def packed_type(spine: DataFrame) -> Any:
 
 
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
-                order_type: Any, values: ValueColumns) -> DataFrame:
-    """The spine in the stream: one read row per group (``(G, K, T, P, O, E, S, V0, ...,
-    _R)``, its values null),
-    read once: its row id and time computed once, its columns on its first group's copy
-    only."""
+                order_type: Any, values: ValueColumns, buckets: int) -> DataFrame:
+    """The spine in the stream: one read row per group (``(M, W, BK, K, T, P, O, E, S, V0,
+    ..., _R)``: the group's bit, its key, its values null), read once: its row id and time
+    computed once, its columns on its first group's copy only."""
     from pyspark.sql import functions as f
 
     from beava.offline import NO_READ, READ
@@ -232,12 +236,14 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
     once = spine.select(f.monotonically_increasing_id().alias(S),
                         f.struct(*[f.col(quoted(c)) for c in spine.columns]).alias(_R),
                         time_ms(spine, time_col, "the spine").alias(T), *keys)
-    per_group = f.array(*[f.struct(f.lit(g.id).alias("g"), f.col(f"{PREFIX}k{g.id}")
-                                   .alias("k")) for g in groups])
+    per_group = f.array(*[f.struct(f.lit(1 << g.bit).cast("long").alias("m"),
+                                   f.lit(g.word).alias("w"),
+                                   f.col(f"{PREFIX}k{g.id}").alias("k")) for g in groups])
     exploded = once.select(S, _R, T, f.posexplode(per_group).alias("pos", "x"))
     key = f.col("x.k")
     return exploded.select(
-        f.col("x.g").alias(G), key.alias(K), T, f.lit(phase).alias(P),
+        f.col("x.m").alias(M), f.col("x.w").alias(W), bucket_of(key, buckets).alias(BK),
+        key.alias(K), T, f.lit(phase).alias(P),
         f.lit(None).cast(order_type).alias(O),
         f.when(f.col(T).isNull() | key.isNull(), f.lit(NO_READ)).otherwise(f.lit(READ))
         .alias(E),
@@ -247,6 +253,6 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
 
 def _task_group(group: KeyGroup, values: ValueColumns, codes: Sequence[str]
                 ) -> ReplayGroup:
-    return ReplayGroup(group.payload, tuple(t.name for t in group.tables),
+    return ReplayGroup(group.word, group.bit, group.payload, tuple(t.name for t in group.tables),
                        tuple(t.features for t in group.tables),
                        group_fields(group, values, codes))

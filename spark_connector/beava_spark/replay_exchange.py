@@ -1,34 +1,45 @@
 """The one exchange of an offline replay: every table's events in one stream, partitioned
-once by (key group, key bucket) and sorted once into push order.
+once by key bucket and sorted once into push order.
 
 A **key group** is the set of requested tables whose rows an event reaches under the same
 entity key: tables with the same key fields and no chain (whatever event feeds them), or
 chained tables that follow the same derivation with the same keys. One store replays a
-group's tables together (``KeyGroup.payload``). An event is exploded once per group it
-feeds, with the group id, the group's canonical key (computed in Spark SQL; by the
-engine's own key function, in a Python task, for a chain or a key Spark cannot spell) and
-its bucket, ``pmod(xxhash64(key), buckets)``: all events of one entity meet in one
-(group, bucket), and (group, bucket) parts are key-disjoint.
+group's tables together (``KeyGroup.payload``). Each group has a bit in a mask word
+(``KeyGroup.word``, ``KeyGroup.bit``: group id = ``WORD_BITS`` * word + bit). For each
+group an event feeds, its canonical key (computed in Spark SQL; by the engine's own key
+function, in a Python task, for a chain or a key Spark cannot spell) gives its bucket,
+``pmod(xxhash64(key), buckets)``. The event becomes **one row per distinct (bucket, word)**
+among its Spark-keyed groups, whose mask ``M`` has the bit of each of them whose key falls
+in that bucket (no groupBy: a group makes the row when no earlier group of its word has
+its bucket, the mask summing the bits of those that do); a Python-keyed group's rows carry
+its bit alone. All events of one entity of a group meet in one bucket, so a bucket's
+parts are key-disjoint per group.
 
-``replay_stream`` unions the exploded rows (and any read rows, such as a spine's), then
-``repartition(buckets, group, bucket)`` and ``sortWithinPartitions(group, time, phase,
-order, event, seq)``: a task meets each group's rows in push order, the events of one
+``replay_stream`` unions the event rows (and any read rows, such as a spine's), then
+``repartition(buckets, BK)``: ``BK`` is the bucket as the int Spark's hash partitioning
+sends to the partition of the bucket's number (``partition_keys``), so buckets never
+share a task; and ``sortWithinPartitions(time, phase, order, event, seq)``: a task meets
+its rows, every group of its bucket interleaved, in push order, the events of one
 millisecond in the documented order (``order_col``, then event name, then input order).
 The number of stages does not grow with the number of tables. A task reads the stream as
-Arrow batches and hands each to ``beava.offline.Replay.replay_batch``
+Arrow batches and hands each, once per group present in it (``group_masks``), to
+``beava.offline.Replay.replay_batch`` with the mask and the group's bit
 (:mod:`beava_spark.replay_task`).
 
-Stream columns (the ``__bv_`` prefix is reserved): ``G`` group id, ``BK`` bucket, ``K``
-canonical key, ``T`` time (epoch ms), ``P`` phase within a millisecond, ``O`` order_col
-value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ`` for read rows),
-``S`` input position of the event (a read's row id), then the value columns ``V0``,
-``V1``, ... (:class:`ValueColumns`): typed slots, as many of each Spark type as the event
-with the most fields of that type needs; each event's fields take the slots of their
-type in declaration order and hold their values as Spark converted them
-(``conversion``), null where the value is null or its group does not take the field (and
-on read rows). No event is turned into a JSON text: the task reads the typed columns
-straight into rows. ``K`` is kept on read rows only (an event's key is computed again by
-its tables).
+Stream columns (the ``__bv_`` prefix is reserved): ``M`` group mask (long), ``W`` its word
+(int), ``BK`` bucket's partition key, ``K`` canonical key (read rows only: an event's key
+is computed again by its tables), ``T`` time (epoch ms), ``P`` phase within a millisecond,
+``O`` order_col value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ``
+for read rows), ``S`` input position of the event (a read's row id), then the value
+columns ``V0``, ``V1``, ... (:class:`ValueColumns`): typed slots, as many of each Spark
+type as the event with the most fields of that type needs; each event's fields take the
+slots of their type in declaration order and hold their values as Spark converted them
+(``conversion``), null where the value is null or none of the row's groups takes the field
+(and on read rows). A row shared by several groups carries every field any of the event's
+Spark-keyed groups takes; each group's store reads only the fields it takes
+(``group_fields``), so it sees the body it would see on a row of its own. No event is
+turned into a JSON text: the task reads the typed columns straight into rows. A read row
+carries one group's bit and key.
 """
 
 from __future__ import annotations
@@ -52,13 +63,14 @@ if TYPE_CHECKING:
 
     from beava.offline import FeatureInfo, Pipeline, Replay, TableInfo
 
-__all__ = ["KeyGroup", "ValueColumns", "bucket_count", "check_event_names", "compile_pipeline",
-           "event_codes", "event_rows", "event_stream", "group_fields", "group_runs", "key_groups",
-           "new_replay", "refusal", "replay_part", "replay_stream", "row_key", "spark_key",
-           "table_names", "time_ms"]
+__all__ = ["KeyGroup", "ValueColumns", "bucket_count", "bucket_of", "check_event_names",
+           "compile_pipeline", "event_codes", "event_rows", "event_stream", "group_fields",
+           "group_masks", "key_groups", "new_replay", "partition_keys", "refusal",
+           "replay_part", "replay_stream", "row_key", "spark_key", "table_names", "time_ms"]
 
 PREFIX = "__bv_"
-G = PREFIX + "g"
+M = PREFIX + "m"
+W = PREFIX + "w"
 BK = PREFIX + "bk"
 K = PREFIX + "k"
 T = PREFIX + "t"
@@ -68,8 +80,9 @@ E = PREFIX + "e"
 S = PREFIX + "s"
 V = PREFIX + "v"  # value columns: V + index (ValueColumns)
 _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
-_L = PREFIX + "l"  # the exchange's leading sort key (replay_stream)
-_TIME_SPAN = 1 << 44  # ms (to the year 2527) of _L's time part; group ids below 2^19
+# groups per mask word: bit 63 (the sign of a long) is left out, so that a mask is a sum
+# of positive bits in Spark SQL
+WORD_BITS = 63
 FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
 
 # bytes of input per bucket when Spark knows the input's size; at least one bucket per
@@ -92,6 +105,8 @@ class KeyGroup:
     """Tables replayed together: same key, same chain (module docstring)."""
 
     id: int
+    word: int  # its mask word (W) and bit in it (M)
+    bit: int
     keys: tuple[str, ...]
     tables: tuple[TableInfo, ...]
     events: tuple[str, ...]  # every event whose pushes reach one of its tables
@@ -126,8 +141,8 @@ def key_groups(pipeline: Pipeline, plans: Sequence[TableInfo]) -> list[KeyGroup]
             bodies[event] = fields
             checked.add(event)
         narrowed = {e: fields for e, fields in bodies.items() if fields is not None}
-        groups.append(KeyGroup(number, keys, tuple(tables), events, chained, bodies,
-                               pipeline.payload(names, narrowed)))
+        groups.append(KeyGroup(number, *divmod(number, WORD_BITS), keys, tuple(tables),
+                               events, chained, bodies, pipeline.payload(names, narrowed)))
     return groups
 
 
@@ -305,43 +320,67 @@ def _field_positions(df: DataFrame, wire: Mapping[str, str]) -> tuple[tuple[int,
 
 def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyGroup],
                event: str, pipeline: Pipeline, phase: int, refused: Refused,
-               values: ValueColumns) -> list[DataFrame]:
-    """``stream`` (of ``event_stream``) as rows of the exchange, ``(G, K, T, P, O, E, S,
-    V0, ...)``, one per group of ``groups`` (those ``event`` feeds), each holding the
-    fields its group takes. The groups whose key Spark computes share one projection
-    exploded per group; a group whose key is the engine's to compute gets a Python pass of
-    its own, which keeps only the events that reach a row of it (a chain filter or a null
-    key skips them)."""
+               values: ValueColumns, buckets: int) -> list[DataFrame]:
+    """``stream`` (of ``event_stream``) as rows of the exchange, ``(M, W, BK, K, T, P, O,
+    E, S, V0, ...)``, for ``groups`` (those ``event`` feeds), ``K`` null.
+
+    The groups whose key Spark computes share one projection: each group's bucket from
+    its key, then one row per distinct (bucket, word) among them, its mask holding the bit
+    of each of them in it, its values every field any of them takes (each group's store
+    reads only its own: ``group_fields``). A group whose key is the engine's to compute
+    gets a Python pass of its own (rows with its bit alone), which keeps only the events
+    that reach a row of it (a chain filter or a null key skips them)."""
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
     source = pipeline.events[event]
     base = [T, O, E, S]
     frames = []
-    keys = []
+    spelled: list[tuple[KeyGroup, Column]] = []  # groups keyed in Spark, with their key
     for group in groups:
-        taken = _taken(group, event, values)
         if (not group.chained and all(k not in source.defaults for k in group.keys)
                 and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys)):
-            parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
             # a null key reaches no row; such events still go to the replay, whose checks
             # refuse them when the server would
-            keys.append(f.struct(f.lit(group.id).alias("g"), _join_key(parts).alias("k"),
-                                 *values.columns(event, taken)))
+            parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
+            spelled.append((group, _join_key(parts)))
             continue
         table = next(t.name for t in group.tables if event in t.events)
         task = functools.partial(_key_task, payload=group.payload, table=table,
                                  event=event, fields=_field_positions(stream, wire),
                                  refused=refused)
         keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
-        frames.append(keyed.select(f.lit(group.id).alias(G), K, T, f.lit(phase).alias(P), O,
-                                   E, S, *values.columns(event, taken)))
-    if keys:
-        exploded = stream.select(*base, f.explode(f.array(*keys)).alias("x"))
-        frames.append(exploded.select(f.col("x.g").alias(G), f.col("x.k").alias(K), T,
-                                      f.lit(phase).alias(P), O, E, S,
-                                      *[f.col(f"x.{name}").alias(name)
-                                        for name in values.names]))
+        frames.append(keyed.select(
+            f.lit(1 << group.bit).cast("long").alias(M), f.lit(group.word).alias(W),
+            bucket_of(f.col(K), buckets).alias(BK), f.lit(None).cast("string").alias(K), T,
+            f.lit(phase).alias(P), O, E, S, *values.columns(event, _taken(group, event,
+                                                                          values))))
+    if spelled:
+        # each group's bucket computed once (Spark does not inline a hash used twice)
+        bucketed = stream.select(*base, *values.columns(event, {
+            name for group, _ in spelled for name in _taken(group, event, values)}),
+            *[bucket_of(key, buckets).alias(f"{BK}{i}") for i, (_, key) in enumerate(spelled)])
+        shared = []
+        for i, (group, _) in enumerate(spelled):
+            mine = f.col(f"{BK}{i}")
+            same = [(j, other) for j, (other, _) in enumerate(spelled)
+                    if other.word == group.word]
+            earlier = [f.col(f"{BK}{j}") == mine for j, _ in same if j < i]
+            mask = functools.reduce(lambda a, b: a + b, [
+                f.when(f.col(f"{BK}{j}") == mine, f.lit(1 << other.bit)).otherwise(f.lit(0))
+                if j != i else f.lit(1 << group.bit) for j, other in same if j >= i])
+            row = f.struct(mask.cast("long").alias("m"), f.lit(group.word).alias("w"),
+                           mine.alias("bk"))
+            # the first group of its (bucket, word) makes the row
+            shared.append(f.when(~functools.reduce(lambda a, b: a | b, earlier), row)
+                          if earlier else row)
+        exploded = bucketed.select(*base, *values.names,
+                                   f.explode(f.array(*shared)).alias("x")).where(
+                                       f.col("x").isNotNull())
+        frames.append(exploded.select(
+            f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK),
+            f.lit(None).cast("string").alias(K), T, f.lit(phase).alias(P), O, E, S,
+            *values.names))
     return frames
 
 
@@ -414,24 +453,53 @@ def bucket_count(frames: Sequence[DataFrame]) -> int:
     return min(cores * _BUCKETS_PER_CORE, max(cores, math.ceil(size / _BUCKET_BYTES)))
 
 
-def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
-    """``rows`` (each ``(G, K, T, P, O, E, S, V0, ...)``, same columns) in one stream with
-    ``BK``, repartitioned once by (group, bucket) into ``buckets`` partitions, each sorted
-    by (group, time, phase, order, event, seq)."""
+def bucket_of(key: Column, buckets: int) -> Column:
+    """``BK`` of a canonical key: its bucket, ``pmod(xxhash64(key), buckets)``, as the int
+    that Spark's hash partitioning sends to the partition of that number
+    (``partition_keys``): one bucket per partition, none sharing one."""
     from pyspark.sql import functions as f
 
+    keys = f.array(*[f.lit(k) for k in partition_keys(buckets)])
+    return f.element_at(keys, (f.pmod(f.xxhash64(key), f.lit(buckets)) + 1).cast("int"))
+
+
+@functools.cache
+def partition_keys(partitions: int) -> tuple[int, ...]:
+    """For each partition p, an int that ``repartition(partitions, column)`` sends to p:
+    Spark's hash partitioning takes ``pmod(murmur3(value, seed 42), partitions)``, which
+    sends the ints 0..n-1 themselves to fewer than n partitions (two buckets would often
+    share one of two tasks)."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < partitions:
+        found.setdefault(_murmur3_int(value) % partitions, value)
+        value += 1
+    return tuple(found[p] for p in range(partitions))
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3Hash`` of an int (Murmur3_x86_32 of 4 bytes), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = rotl((value * 0xCC9E2D51) & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (rotl(seed ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
+    """``rows`` (each ``(M, W, BK, K, T, P, O, E, S, V0, ...)``, same columns) in one
+    stream, repartitioned once by bucket into ``buckets`` partitions (bucket b into
+    partition b), each sorted by (time, phase, order, event, seq): time leads, so Spark's
+    sort compares the 64-bit prefix of the time alone and whole rows only where times tie."""
     out = rows[0]
     for frame in rows[1:]:
         out = out.unionByName(frame)
-    out = out.withColumn(BK, f.pmod(f.xxhash64(K), f.lit(buckets)).cast("int"))
-    out = out.withColumn(K, f.when(f.col(E) < 0, f.col(K)))  # a read's key only
-    # Spark sorts by the first key's 64-bit prefix, comparing whole rows only where
-    # prefixes tie: (group, time clamped to [0, 2^44) ms) in one long orders as (G, T)
-    # does, and ties far less often than the group alone
-    clamped = f.least(f.greatest(f.col(T), f.lit(0)), f.lit(_TIME_SPAN - 1))
-    leading = f.col(G).cast("long") * f.lit(_TIME_SPAN) + f.coalesce(clamped, f.lit(0))
-    return (out.repartition(buckets, G, BK).withColumn(_L, leading)
-            .sortWithinPartitions(_L, G, T, P, O, E, S).drop(_L))
+    return out.repartition(buckets, BK).sortWithinPartitions(T, P, O, E, S)
 
 
 def _frame(rdd: Any, schema: Any) -> DataFrame:
@@ -471,22 +539,34 @@ def new_replay(payload: bytes, refused: Refused) -> Replay:
         raise refused(f"in the task: {err}") from None
 
 
-def group_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, int, int]]:
-    """``(start, stop, group)`` of each run of one group in a batch of the stream."""
+def group_masks(batch: pa.RecordBatch, groups: Mapping[tuple[int, int], int]
+                ) -> Iterator[tuple[int, pa.Array, int]]:
+    """``(group, mask, bit)`` for each group with rows in a batch of the stream: its
+    number (``groups[(word, bit)]``), the mask column its rows have ``bit`` set in (rows
+    of another word zeroed) and the bit: ``replay_part``'s mask."""
     import numpy as np
+    import pyarrow as pa
 
-    column = batch.column(G).to_numpy(zero_copy_only=False)
-    cuts = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(), len(column)]
-    for start, stop in zip(cuts, cuts[1:], strict=False):
-        yield start, stop, int(column[start])
+    masks = batch.column(M)
+    words = batch.column(W).to_numpy(zero_copy_only=False)
+    values = masks.to_numpy(zero_copy_only=False)
+    for word in np.unique(words).tolist():
+        mine = words == word
+        mask = masks if mine.all() else pa.array(np.where(mine, values, 0), pa.int64())
+        present = int(np.bitwise_or.reduce(values[mine]))
+        for bit in range(WORD_BITS):
+            if present >> bit & 1:
+                yield groups[(word, bit)], mask, bit
 
 
 def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                 fields: tuple[tuple[tuple[int, str], ...], ...], values: ValueColumns,
-                refused: Refused, reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = ()
+                refused: Refused, reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = (),
+                mask: tuple[pa.Array, int] | None = None
                 ) -> tuple[list[int], list[Any]]:
-    """``Replay.replay_batch`` of a run of one group's rows of the stream (``fields``: its
-    fields by event code); a refused event raises ``refused`` naming it and its body."""
+    """``Replay.replay_batch`` of one group's rows of a batch of the stream (``fields``:
+    its fields by event code; ``mask``: its mask column and bit, of ``group_masks``); a
+    refused event raises ``refused`` naming it and its body."""
     import pyarrow as pa
 
     from beava.offline import ReplayRefused
@@ -495,7 +575,7 @@ def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                *[part.column(name) for name in values.names]]
     batch = pa.RecordBatch.from_arrays(columns, names=["code", "time", "key", *values.names])
     try:
-        return replay.replay_batch(batch, events, fields, reads)
+        return replay.replay_batch(batch, events, fields, reads, *(mask or ()))
     except ReplayRefused as err:
         assert err.row is not None
         row = [column[err.row].as_py() for column in columns]

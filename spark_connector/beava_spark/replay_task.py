@@ -1,12 +1,16 @@
 """The task side of an offline replay: Arrow batches of the exchange's stream
 (:mod:`beava_spark.replay_exchange`) in, Arrow batches of feature rows out.
 
-One ``beava.offline.Replay`` per key group replays the group's rows batch by batch through
-``Replay.replay_batch`` (one C loop: each event's fields read from the typed value
-columns, checked as a live push and applied at its time, each read row answered as a GET
-at its time), with the garbage collector paused.
-A read row comes out as its row id, the columns it carries (``R``, passed through), and
-the features of its group's tables; other groups' features are null.
+A partition holds the rows of every key group whose keys fall in its bucket, interleaved in
+push order; a row is its mask's groups' (``M``, ``W``). One ``beava.offline.Replay`` per
+key group, made at the group's first row and kept to the end of the partition, replays
+the rows that have its bit, batch by batch, through ``Replay.replay_batch`` (one C loop
+over the whole batch, skipping the other groups' rows: each event's fields read from the
+typed value columns, checked as a live push and applied at its time, each read row
+answered as a GET at its time), with the garbage collector paused.
+A read row comes out, for each group of its mask, as its row id, the columns it carries
+(``R``, passed through), and the features of that group's tables; other groups' features
+are null.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .replay_exchange import Refused, ValueColumns, group_runs, new_replay, replay_part
+from .replay_exchange import Refused, ValueColumns, group_masks, new_replay, replay_part
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -28,10 +32,12 @@ __all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
 
 @dataclass(frozen=True)
 class ReplayGroup:
-    """What a task needs of a key group: its store's payload, its tables (in feature
-    order), the features of each, and the fields it takes of each event (by event code,
-    ``Replay.replay_batch``'s fields)."""
+    """What a task needs of a key group: its mask word and bit, its store's payload, its
+    tables (in feature order), the features of each, and the fields it takes of each event
+    (by event code, ``Replay.replay_batch``'s fields)."""
 
+    word: int
+    bit: int
     payload: bytes
     tables: tuple[str, ...]
     features: tuple[tuple[FeatureInfo, ...], ...]  # by table
@@ -56,28 +62,28 @@ class ReplayOutput:
 def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup],
               events: tuple[str, ...], values: ValueColumns, output: ReplayOutput,
               refused: Refused) -> Iterator[pa.RecordBatch]:
-    """Replay a partition of the stream (sorted by group, then push order) and yield the
-    read rows (``mapInArrow``'s function)."""
+    """Replay a partition of the stream (in push order) and yield the read rows
+    (``mapInArrow``'s function)."""
     import pyarrow as pa
 
     from beava.offline import ARROW_TYPES, gc_paused
 
     types = [pa.struct([(f.name, getattr(pa, ARROW_TYPES[f.kind])()) for fs in g.features
                         for f in fs]) for g in groups]
-    current: tuple[int, Any] = (-1, None)
+    numbers = {(g.word, g.bit): number for number, g in enumerate(groups)}
+    replays: dict[int, Any] = {}
     with gc_paused():
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            for start, stop, number in group_runs(batch):
-                if number != current[0]:  # sorted by group: the previous one is done
-                    current = (number, new_replay(groups[number].payload, refused))
+            for number, mask, bit in group_masks(batch, numbers):
                 group = groups[number]
-                part = batch.slice(start, stop - start)
-                rows, features = replay_part(current[1], part, events, group.fields, values,
-                                             refused, group.reads)
+                if number not in replays:
+                    replays[number] = new_replay(group.payload, refused)
+                rows, features = replay_part(replays[number], batch, events, group.fields,
+                                             values, refused, group.reads, (mask, bit))
                 if rows:
-                    yield _rows(part, rows, features, number, output, types)
+                    yield _rows(batch, rows, features, number, output, types)
 
 
 def _rows(part: pa.RecordBatch, rows: list[int], columns: list[pa.Array], number: int,

@@ -206,6 +206,31 @@ def test_replay_batch_refuses_what_the_server_refuses() -> None:
     assert (info.value.row, info.value.time_ms, info.value.code) == (0, None, "null_time")
 
 
+def test_replay_batch_with_a_mask_takes_only_the_rows_of_its_bit() -> None:
+    """Two stores share one batch: each applies and reads the rows whose mask has its
+    bit, and a row of both is applied by both."""
+    from beava.offline import READ
+
+    pa = pytest.importorskip("pyarrow")
+    payload = Pipeline([Pay, PayUser]).table("PayUser").payload
+    rows: list[tuple[int, int | None, dict[str, object] | None, str | None]] = [
+        (0, 1_000, _pay("a", amount=1.0), None), (0, 2_000, _pay("b", amount=2.0), None),
+        (0, 3_000, _pay("c", amount=4.0), None), (READ, 4_000, None, "u1"),
+        (READ, 5_000, None, "u1"), (0, 6_000, {"user": "refused"}, None)]
+    batch, events, fields = _batch(rows)
+    mask = pa.array([0b01, 0b10, 0b11, 0b01, 0b10, 0b100], pa.int64())
+    reads = [("PayUser", (FeatureInfo("spend", "double"),))]
+    first, second = Replay(payload), Replay(payload)
+    for replay, bit, row, spend in ((first, 0, 3, 5.0), (second, 1, 4, 6.0)):
+        rows, columns = replay.replay_batch(batch, events, fields, reads, mask, bit)
+        assert (rows, [c.to_pylist() for c in columns]) == ([row], [[spend]])
+    with pytest.raises(ReplayRefused) as info:  # the third bit's row is one the server refuses
+        Replay(payload).replay_batch(batch, events, fields, reads, mask, 2)
+    assert info.value.row == 5
+    with pytest.raises(ValueError, match="must hold 6 values"):
+        first.replay_batch(batch, events, fields, reads, mask.slice(1), 0)
+
+
 @bv.event
 class Shop(bv.Event):
     user: str

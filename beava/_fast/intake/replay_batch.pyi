@@ -13,5 +13,6 @@ def replay_rows(batch: Any, routes: dict[str, Any], checkers: dict[str, Any],
                 names: tuple[str, ...], fields: tuple[tuple[tuple[int, str], ...], ...],
                 tables: list[tuple[KeyMap, tuple[tuple[str, Column, int], ...]]],
                 encode_json: Any, rows: list[int],
-                columns: list[tuple[bytes, bytes, bytes | None, int]]
+                columns: list[tuple[bytes, bytes, bytes | None, int]], mask: Any = None,
+                bit: int = 0
                 ) -> tuple[int, str, int | None, str] | None: ...

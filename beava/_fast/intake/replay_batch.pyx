@@ -22,6 +22,10 @@ row built from the same values otherwise; any other row is built as a dict and g
 through ``EventChecker.check``, which fills defaults or names the error, as a push's body
 decoded from JSON would.
 
+Several stores may share one batch: given a mask column and a bit, a store applies and
+reads only the rows whose mask has its bit (the others are skipped in the loop; no batch
+is filtered or copied).
+
 No LSN, count or WAL record is made: the batch builds state that no server serves. Dedupe
 is not applied here either: the caller removes replays first, over the whole history.
 """
@@ -340,6 +344,18 @@ cdef inline void expect(ArrowSchema* schema, int64_t index, const char* fmt,
                         f"{schema.children[index].format.decode()!r}")
 
 
+cdef const int64_t* mask_of(ArrowSchema* schema, ArrowArray* array,
+                            int64_t length) except NULL:
+    """The values of a mask column (int64, no null, ``length`` rows)."""
+    if strcmp(schema.format, b"l") != 0:
+        raise TypeError(f"the mask must have Arrow format 'l', not "
+                        f"{schema.format.decode()!r}")
+    if array.length != length or array.null_count != 0:
+        raise ValueError(f"the mask must hold {length} values and no null (it holds "
+                         f"{array.length}, {array.null_count} null)")
+    return <const int64_t*>array.buffers[1] + array.offset
+
+
 # -- reads: each feature's values in the buffers of its Arrow array ----------------------
 
 
@@ -503,7 +519,8 @@ cdef tuple arrow_buffers(Out* out):
 
 
 def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fields,
-                list tables, object encode_json, list rows, list columns):
+                list tables, object encode_json, list rows, list columns,
+                object mask=None, int bit=0):
     """Apply the rows of ``batch`` in order: a struct of ``code`` (int32: the event's index
     in ``names``, or READ / NO_READ), ``time`` (int64, epoch ms), ``key`` (text: a read's
     canonical key), then value columns (int64, float64, bool, text, or null): ``fields``,
@@ -517,7 +534,9 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
     values, offsets or None, null count)`` of its Arrow array (int64, float64, bool, or
     utf8 for string and json), or ``(row index, event, time, error code)`` of the first
     event the server would refuse (nothing after it is applied); an event with a null
-    time (None) is refused as ``null_time``."""
+    time (None) is refused as ``null_time``. ``mask`` (an int64 Arrow array as long as
+    the batch, no null) with ``bit``: only the rows whose mask has that bit set are this
+    store's; the others are skipped (several stores share a batch)."""
     schema_capsule, array_capsule = batch.__arrow_c_array__()
     cdef ArrowSchema* schema = <ArrowSchema*>PyCapsule_GetPointer(schema_capsule,
                                                                    b"arrow_schema")
@@ -538,6 +557,15 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
     cdef Text key
     text_of(schema.children[2], array.children[2], &key, "key")
     cdef Py_ssize_t i, n = array.length, count = len(names), v
+    cdef const int64_t* selected = NULL
+    cdef int64_t wanted = 0
+    if mask is not None:
+        if not 0 <= bit < 64:
+            raise ValueError(f"bit {bit} is not a bit of a 64-bit mask")
+        mask_schema, mask_array = mask.__arrow_c_array__()
+        selected = mask_of(<ArrowSchema*>PyCapsule_GetPointer(mask_schema, b"arrow_schema"),
+                           <ArrowArray*>PyCapsule_GetPointer(mask_array, b"arrow_array"), n)
+        wanted = (<int64_t>1) << bit
     cdef Py_ssize_t n_values = schema.n_children - 3
     if len(fields) != count:
         raise ValueError(f"fields gives {len(fields)} events' fields, names {count}")
@@ -583,6 +611,8 @@ def replay_rows(object batch, dict routes, dict checkers, tuple names, tuple fie
                 o += 1
             reads[t].stop = o
         for i in range(n):
+            if selected != NULL and not selected[i] & wanted:
+                continue
             code = codes[i]
             if code < 0:
                 rows.append(i)

@@ -1,0 +1,102 @@
+"""The exchange of an offline replay: one row per (event, bucket) with a mask of the key
+groups whose keys fall in that bucket, and buckets that never share a task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
+
+from beava.offline import Pipeline  # noqa: E402
+from beava_spark import historical_features  # noqa: E402
+from beava_spark import replay_exchange as exchange  # noqa: E402
+from tests.spark.test_historical import T0, VISIT_TABLES, Visit  # noqa: E402
+
+VISIT_KEYS = ("user_id", "page", "region", "device", "host")
+
+
+def test_bucket_b_goes_to_partition_b(spark: Any) -> None:
+    from pyspark.sql import functions as f
+
+    for buckets in (2, 3, 16):
+        keys = spark.createDataFrame([(f"k{i}",) for i in range(200)], "k string")
+        parts = (keys.select(exchange.bucket_of(f.col("k"), buckets).alias(exchange.BK),
+                             f.pmod(f.xxhash64("k"), f.lit(buckets)).alias("b"))
+                 .repartition(buckets, exchange.BK)
+                 .select("b", f.spark_partition_id().alias("p")).distinct().collect())
+        assert {(r["b"], r["p"]) for r in parts} == {(b, b) for b in range(buckets)}
+
+
+def _visits(spark: Any) -> Any:
+    rows = [(f"u{i}", f"p{i % 7}", f"r{i % 3}", f"d{i % 5}", f"h{i % 11}", float(i), T0 + i)
+            for i in range(60)]
+    return spark.createDataFrame(rows, "user_id string, page string, region string, "
+                                       "device string, host string, ms double, ts long")
+
+
+def _exchange_rows(spark: Any, buckets: int) -> tuple[list[Any], list[exchange.KeyGroup]]:
+    """The exchange rows of ``_visits`` for the five Visit tables (one key group each)."""
+    pipeline = Pipeline([Visit, *VISIT_TABLES])
+    groups = exchange.key_groups(pipeline, [pipeline.table(t._name) for t in VISIT_TABLES])
+    stream, wire = exchange.event_stream(_visits(spark), pipeline, "Visit", "ts", None,
+                                         ValueError)
+    values = exchange.ValueColumns.of({"Visit": wire})
+    frames = exchange.event_rows(stream, wire, groups, "Visit", pipeline, 0, ValueError,
+                                 values, buckets)
+    return [r for frame in frames for r in frame.collect()], groups
+
+
+def test_an_event_is_one_row_per_bucket_of_its_groups_with_their_bits(spark: Any) -> None:
+    from pyspark.sql import functions as f
+
+    # one bucket: every group's key falls in it, one row per event holds every bit
+    rows, groups = _exchange_rows(spark, 1)
+    assert len(groups) == 5 and len(rows) == 60
+    assert {r[exchange.M] for r in rows} == {0b11111}
+    assert {r[exchange.W] for r in rows} == {0}
+    # 16 buckets: a row per distinct bucket of the event's five keys, its mask the bits of
+    # the groups whose key falls in it (and every event keeps all its values)
+    buckets = 16
+    rows, groups = _exchange_rows(spark, buckets)
+    keys = exchange.partition_keys(buckets)
+    got: dict[int, dict[int, int]] = {}
+    for r in rows:
+        assert r[exchange.V + "0"] is not None  # ms, whichever groups the row is for
+        assert keys.index(r[exchange.BK]) not in got.setdefault(r[exchange.S], {})
+        got[r[exchange.S]][keys.index(r[exchange.BK])] = r[exchange.M]
+    expected: dict[int, dict[int, int]] = {}
+    visits = _visits(spark).select(f.monotonically_increasing_id().alias("s"), *[
+        f.pmod(f.xxhash64(k), f.lit(buckets)).alias(k) for k in VISIT_KEYS])
+    for visit in visits.collect():
+        mine = expected.setdefault(visit["s"], {})
+        for group, key in zip(groups, VISIT_KEYS, strict=True):
+            mine[visit[key]] = mine.get(visit[key], 0) | 1 << group.bit
+    assert got == expected
+    assert any(len(buckets_of) < 5 for buckets_of in got.values())  # some share a bucket
+    assert any(len(buckets_of) > 1 for buckets_of in got.values())  # and some do not
+    assert len(rows) < 5 * 60
+
+
+def test_groups_beyond_one_mask_word_take_rows_of_their_own(
+        spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two groups per mask word, the five Visit groups take three words: an event is
+    a row per (bucket, word), and the features are those of one word for all."""
+    visits = _visits(spark)
+    spine = visits.select(*VISIT_KEYS, (visits.ts + 10).alias("ts"))
+
+    def features() -> list[tuple[Any, ...]]:
+        out = historical_features(spine, {"Visit": visits}, [Visit, *VISIT_TABLES])
+        return sorted(tuple(r) for r in out.collect())
+
+    expected = features()
+    monkeypatch.setattr(exchange, "WORD_BITS", 2)
+    rows, groups = _exchange_rows(spark, 1)
+    assert [(g.word, g.bit) for g in groups] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+    assert sorted((r[exchange.W], r[exchange.M]) for r in rows if r[exchange.S] == 0) == [
+        (0, 0b11), (1, 0b11), (2, 0b1)]
+    assert features() == expected
+    # u0's row at T0 + 10 sees visits 0..10: its one visit, page p0's 0 and 7, region r0's
+    # ms 0 + 3 + 6 + 9, device d0's 0, 5 and 10, host h0's ms 0
+    assert expected[0][6:] == (1, 2, 18.0, 3, 0.0)
