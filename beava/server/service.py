@@ -19,7 +19,7 @@ both transports. The others have a handler per transport here, for their shapes 
 - batch_get and backfill are served in slices across loop iterations (a reply slot
   filled later); backfill and scan answer an undecodable body with their own error;
 - scan's rows are encoded one by one in the reply's content type as they are read (a
-  MessagePack row written from the table's columns);
+  MessagePack page written from the table's columns into one buffer, framed with one copy);
 - auth belongs to the per-connection gate (``beava.protocol.auth``).
 """
 
@@ -34,8 +34,9 @@ from typing import Any
 from beava import __version__
 from beava._fast.intake.intake import STRICT
 from beava._fast.intake.push_pass import PushPass
-from beava._fast.wire.frame_splitter import encode_frame
+from beava._fast.wire.frame_splitter import encode_frame, frame_header
 from beava._fast.wire.json_items import JsonItems
+from beava._fast.wire.msgpack_out import RowPage
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.expression_grammar import I64_MAX
 from beava.engine.registry.describe import describe_registry
@@ -108,22 +109,20 @@ def _msgpack_count(small: int, count: int) -> bytes:
     return bytes((big + 1,)) + count.to_bytes(4, "big")
 
 
-def _scan_body(head: dict[str, Any], rows: list[bytes], msgpack: bool) -> bytes:
-    """``head`` plus ``"rows"`` (rows already encoded) as one object, keys sorted."""
+def _around_rows(head: dict[str, Any], count: int, msgpack: bool) -> tuple[bytes, bytes]:
+    """The bytes of the object ``head`` plus ``"rows"`` (``count`` rows, keys sorted) that
+    come before the rows' and after them."""
     names = sorted([*head, "rows"])
+    at = names.index("rows")
     if msgpack:
-        out = [_msgpack_count(0x80, len(names))]
-        for name in names:
-            out.append(messages.encode_msgpack(name))
-            if name == "rows":
-                out.append(_msgpack_count(0x90, len(rows)))
-                out.extend(rows)
-            else:
-                out.append(messages.encode_msgpack(head[name]))
-        return b"".join(out)
-    items = [b'"rows":[' + b",".join(rows) + b"]" if name == "rows"
-             else _encode(name) + b":" + _encode(head[name]) for name in names]
-    return b"{" + b",".join(items) + b"}"
+        def entry(name: str) -> bytes:
+            return messages.encode_msgpack(name) + messages.encode_msgpack(head[name])
+        before = [_msgpack_count(0x80, len(names)), *map(entry, names[:at]),
+                  messages.encode_msgpack("rows"), _msgpack_count(0x90, count)]
+        return b"".join(before), b"".join(map(entry, names[at + 1:]))
+    items = [_encode(name) + b":" + _encode(head[name]) for name in names if name != "rows"]
+    return (b"{" + b"".join(item + b"," for item in items[:at]) + b'"rows":[',
+            b"]" + b"".join(b"," + item for item in items[at:]) + b"}")
 
 
 class _PinnedClock:
@@ -451,8 +450,9 @@ class Service:
         return reads.get(store.table, {"table": table, "key": key}, store.query_time(),
                          registry=store.registry)
 
-    def scan(self, body: Any, msgpack: bool) -> bytes:
-        """One page of a table scan (docs/wire.md), as a JSON or MessagePack reply body."""
+    def scan(self, body: Any, msgpack: bool) -> tuple[bytes, list[bytes] | RowPage, bytes]:
+        """One page of a table scan (docs/wire.md), a JSON or MessagePack reply body: the
+        bytes before its rows, the rows (JSON texts, or a RowPage), the bytes after them."""
         store = self.store
         version = store.registry_version
         request, table = scan.parse_scan(body, store.table, version)
@@ -464,7 +464,8 @@ class Service:
             head["columns"] = scan.scan_columns(table.spec)
         if page.splits is not None:
             head["splits"] = page.splits
-        return _scan_body(head, page.rows, msgpack)
+        before, after = _around_rows(head, len(page.rows), msgpack)
+        return before, page.rows, after
 
     def _push(self, event: str, fields: Any, request: HttpRequest) -> bytes | PendingReply:
         """One HTTP push (spec/wire.md §6): the response to ``request``, deferred until the
@@ -642,9 +643,13 @@ class Service:
         return self._batch_get(ct, payload, _batch_frame, FrameDispatch.failed)
 
     def _tcp_scan(self, ct: int, payload: bytes) -> bytes:
-        body = self.scan(_decode_scan(ct, payload, self.store.registry_version),
-                         ct == CT_MSGPACK)
-        return encode_frame(_REPLY_OP["scan"], ct, body)
+        before, rows, after = self.scan(_decode_scan(ct, payload, self.store.registry_version),
+                                        ct == CT_MSGPACK)
+        op = _REPLY_OP["scan"]
+        if isinstance(rows, RowPage):  # the frame made around the page's rows: one copy
+            size = len(before) + rows.nbytes + len(after)
+            return rows.joined(frame_header(op, ct, size) + before, after)
+        return encode_frame(op, ct, before + b",".join(rows) + after)
 
     def _tcp_backfill(self, ct: int, payload: bytes) -> bytes | PendingReply:
         return self._serve_backfill(
@@ -710,9 +715,10 @@ class Service:
         return self._batch_get(CT_JSON, request.body, *_http_endings(request.keep_alive))
 
     def _http_scan(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
-        body = self.scan(_decode_scan(CT_JSON, request.body, self.store.registry_version),
-                         False)
-        return json_response(200, body, request.keep_alive)
+        before, rows, after = self.scan(
+            _decode_scan(CT_JSON, request.body, self.store.registry_version), False)
+        assert isinstance(rows, list)  # a JSON page
+        return json_response(200, before + b",".join(rows) + after, request.keep_alive)
 
     def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]
                        ) -> bytes | PendingReply:

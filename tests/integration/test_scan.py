@@ -13,6 +13,7 @@ import pytest
 
 import beava as bv
 from beava.engine.state.scan import MAX_SCAN_LIMIT, SCAN_PAGE_BYTES
+from beava.protocol.messages import encode_json, encode_msgpack
 from beava_client import AsyncHttpClient, AsyncTcpClient, HttpClient, ServerError, TcpClient
 from beava_client.opcodes import CT_JSON, CT_MSGPACK, OP_ERROR, OP_GET_RESPONSE, OP_SCAN
 from beava_client.pool import ClientPool
@@ -110,6 +111,8 @@ def tcp_scan(server: BeavaProcess, payload: bytes, ct: int = CT_JSON) -> tuple[i
     conn = FrameConn(server.tcp)
     op, reply_ct, reply = conn.request(OP_SCAN, ct, payload)
     decoded = msgspec.msgpack.decode(reply) if reply_ct == CT_MSGPACK else json.loads(reply)
+    # the page is the reply encoder's bytes of its value (keys sorted, smallest headers)
+    assert reply == (encode_msgpack if reply_ct == CT_MSGPACK else encode_json)(decoded)
     return op, decoded
 
 
@@ -232,10 +235,14 @@ def test_composite_keys_come_back_typed_and_address_the_same_entity(tcp: TcpClie
 def test_msgpack_request_gets_a_msgpack_page(tcp: TcpClient,
                                              clean_server: BeavaProcess) -> None:
     push_users(tcp, 0, 20)
-    payload = msgspec.msgpack.encode({"table": "UserSpend", "cursor": None, "limit": 15})
+    payload = msgspec.msgpack.encode({"table": "UserSpend", "cursor": None, "limit": 15,
+                                      "splits": 3})
     op, page = tcp_scan(clean_server, payload, CT_MSGPACK)
     assert op == OP_GET_RESPONSE
-    assert len(page["rows"]) == 15 and page["entities"] == 20
+    assert len(page["rows"]) == 15 and page["entities"] == 20 and len(page["splits"]) == 3
+    payload = msgspec.msgpack.encode({"table": "UserSpend", "cursor": page["cursor"]})
+    op, page = tcp_scan(clean_server, payload, CT_MSGPACK)
+    assert len(page["rows"]) == 5 and page["cursor"] is None and "columns" not in page
     with TcpClient(*clean_server.tcp, content_type="msgpack") as mp:
         assert list(mp.scan_rows("UserSpend", limit=15)) == list(tcp.scan_rows("UserSpend"))
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.wire.msgpack_out import packb
+from beava._fast.wire.msgpack_out import RowPage, packb
 from beava._fast.wire.reply_values import finite_or_none
 from beava.engine.state import reads, scan
 from beava.engine.store import FeatureStore
@@ -176,8 +176,8 @@ def _dict_built_page(table, rows: int, T: int) -> list[bytes]:  # type: ignore[n
 def _msgpack_page(table, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
     request = scan.ScanRequest(table.spec.name, 0, None, scan.MAX_SCAN_LIMIT, None, True)
     page = scan.scan_page(table, request, 1, T, None)
-    assert page.cursor is None
-    return page.rows
+    assert page.cursor is None and isinstance(page.rows, RowPage)
+    return page.rows.rows()
 
 
 def test_every_operator_scan_row_is_the_dict_built_row(every_op, monkeypatch) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from beava._fast.wire.msgpack_out import RowPage
 from beava.catalogue.errors import BeavaError
 from beava.engine.state import scan
 from beava.engine.store import FeatureStore
@@ -128,7 +129,9 @@ def test_msgpack_pages_keep_the_byte_and_time_budgets(monkeypatch: pytest.Monkey
     state = store.table("T")
     request = scan.ScanRequest("T", 0, None, 1000, None, True)
     monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 60.0)
-    sizes = [len(r) for r in scan.scan_page(state, request, 1, store.query_time(), None).rows]
+    rows = scan.scan_page(state, request, 1, store.query_time(), None).rows
+    assert isinstance(rows, RowPage)
+    sizes = [len(r) for r in rows.rows()]
     assert sum(sizes) >= scan.SCAN_PAGE_BYTES > sum(sizes[:-1])
     monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 0.0)
     assert len(scan.scan_page(state, request, 1, store.query_time(), None).rows) == 1

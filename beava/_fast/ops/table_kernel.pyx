@@ -12,7 +12,6 @@ objects, its key found by its bytes (no str unless the key is new).
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
@@ -35,6 +34,7 @@ from beava._fast.ops.row cimport (
 )
 from beava._fast.timing.clocks cimport monotonic
 from beava._fast.wire.msgpack_out cimport (
+    RowPage,
     Writer,
     as_bytes,
     put_map_header,
@@ -42,6 +42,7 @@ from beava._fast.wire.msgpack_out cimport (
     put_str,
     put_value,
     release,
+    reserve,
 )
 from beava._fast.wire.number_text cimport int_text, repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
@@ -461,31 +462,37 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
 
     def scan_msgpack(self, Py_ssize_t start, Py_ssize_t stop, int64_t T, tuple layout,
                      tuple key_parts, object split, Py_ssize_t max_bytes, double seconds
-                     ) -> list:
+                     ) -> RowPage:
         """Rows of the slots ``start`` to ``stop - 1`` at query time ``T``, each the
-        MessagePack map a reply carries (bytes per row), written from the columns: a page
-        of a table scan (beava.engine.state.scan). ``layout`` lists the row's entries in
-        the order they are written, ``(name as MessagePack, feature column or None, key
-        part index)``; ``key_parts`` has, per key column, a callable that turns its text into
-        the value written (None: the text itself); ``split`` turns a stored key into its
-        key column texts when there are several. The page ends after the row that takes its
-        bytes to ``max_bytes``, or once ``seconds`` have passed since the start (the clock
-        is read after the first row and every 8th), with one row at least."""
-        cdef Py_ssize_t n = len(layout), nparts = len(key_parts), i, slot, begin
+        MessagePack map a reply carries, written from the columns one after another into one
+        buffer: a page of a table scan (beava.engine.state.scan). ``layout`` lists the row's
+        entries in the order they are written, ``(name as MessagePack, feature column or
+        None, key part index)``; ``key_parts`` has, per key column, a callable that turns its
+        text into the value written (None: the text itself); ``split`` turns a stored key
+        into its key column texts when there are several. The page ends after the row that
+        takes its bytes to ``max_bytes``, or once ``seconds`` have passed since the start
+        (the clock is read after the first row and every 8th), with one row at least."""
+        cdef Py_ssize_t n = len(layout), nparts = len(key_parts), i, j, slot, size, guess
+        cdef Py_ssize_t nstate = len(self.state_cols)
         cdef Py_ssize_t last = min(stop, len(self.keys.names))
         cdef list names = self.keys.names
-        cdef list rows = []
-        cdef Writer out = Writer(NULL, 0, 0)
+        cdef RowPage page = RowPage()
+        cdef Writer* out = &page.out
         cdef double deadline = monotonic() + seconds
         cdef PyObject** cols = <PyObject**>malloc((n + 1) * sizeof(PyObject*))
+        cdef PyObject** state = <PyObject**>malloc((nstate + 1) * sizeof(PyObject*))
+        cdef Py_ssize_t* share = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
         cdef int* part_of = <int*>malloc((n + 1) * sizeof(int))
         cdef list packed = [entry[0] for entry in layout]
+        cdef bint far, near, close
         cdef bytes name
         cdef object convert
         cdef list texts
         cdef PyObject* key
-        if cols == NULL or part_of == NULL:
+        if cols == NULL or state == NULL or share == NULL or part_of == NULL:
             free(cols)
+            free(state)
+            free(share)
             free(part_of)
             raise MemoryError()
         try:
@@ -497,50 +504,65 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                 part_of[i] = layout[i][2]
                 if column is None and not 0 <= part_of[i] < nparts:
                     raise ValueError(f"scan layout entry {i}: no key part {part_of[i]}")
+            # borrowed: state_cols does not change while no Python code of ours runs
+            for j in range(nstate):
+                state[j] = PyList_GET_ITEM(self.state_cols, j)
+            # entry i of a row asks for the state of later slots of columns share[i] to
+            # share[i + 1] - 1: the requests are spread over the row's writing, where a
+            # burst of them (some 70 lines a row) would wait for the line fill buffers
+            for i in range(n + 1):
+                share[i] = i * nstate // n if n else 0
             texts = [None] * nparts
             for slot in range(start, last):
-                # the state of a later slot is asked for, so its cache misses overlap
-                # this slot's writing (the cells, what they point to, the objects held)
-                if slot + 2 * SCAN_AHEAD < last:
-                    for column in self.state_cols:
-                        (<Column>column).prefetch(slot + 2 * SCAN_AHEAD, 0)
-                if slot + SCAN_AHEAD < last:
-                    for column in self.state_cols:
-                        (<Column>column).prefetch(slot + SCAN_AHEAD, 1)
-                if slot + SCAN_AHEAD // 2 < last:
-                    for column in self.state_cols:
-                        (<Column>column).prefetch(slot + SCAN_AHEAD // 2, 2)
-                    # the stored key, a str of its own (its header, then its text)
+                # cells of slot + 8, what the cells of slot + 4 point to, the objects held
+                # by slot + 2 and its stored key (a str of its own: its header, its text)
+                far = slot + 2 * SCAN_AHEAD < last
+                near = slot + SCAN_AHEAD < last
+                close = slot + SCAN_AHEAD // 2 < last
+                if close:
                     key = PyList_GET_ITEM(names, slot + SCAN_AHEAD // 2)
                     prefetch_line(key)
                     prefetch_line((<char*>key) + 64)
-                begin = out.size
-                if nparts == 1:
-                    texts[0] = names[slot]
+                if nparts > 1:
+                    texts = split(<str>PyList_GET_ITEM(names, slot))
                 elif nparts:
-                    texts = split(names[slot])
-                put_map_header(&out, n)
+                    texts[0] = <str>PyList_GET_ITEM(names, slot)
+                put_map_header(out, n)
                 for i in range(n):
+                    for j in range(share[i], share[i + 1]):
+                        if far:
+                            (<Column>state[j]).prefetch(slot + 2 * SCAN_AHEAD, 0)
+                        if near:
+                            (<Column>state[j]).prefetch(slot + SCAN_AHEAD, 1)
+                        if close:
+                            (<Column>state[j]).prefetch(slot + SCAN_AHEAD // 2, 2)
                     name = <bytes>PyList_GET_ITEM(packed, i)
-                    put_raw(&out, name, len(name))
+                    put_raw(out, name, len(name))
                     if cols[i] != NULL:
-                        (<Column>cols[i]).put_msgpack(&out, slot, T)
+                        (<Column>cols[i]).put_msgpack(out, slot, T)
                         continue
                     convert = key_parts[part_of[i]]
                     if convert is None:
-                        put_str(&out, <str>texts[part_of[i]])
+                        put_str(out, <str>texts[part_of[i]])
                     else:
-                        put_value(&out, convert(texts[part_of[i]]))
-                rows.append(PyBytes_FromStringAndSize(out.data + begin, out.size - begin))
+                        put_value(out, convert(texts[part_of[i]]))
+                page.end_row()
+                if slot == start:
+                    # room for the page at the first row's size, so that the buffer
+                    # seldom grows (a copy of all written) while the page is written
+                    size = out.size
+                    guess = size * (last - start)
+                    reserve(out, min(guess + guess // 8, max_bytes + 2 * size) - size)
                 # the clock after the first row, then every few rows (a read of it costs
                 # as much as a small feature)
                 if out.size >= max_bytes or (
                         (slot - start) % SCAN_CLOCK_EVERY == 0 and monotonic() >= deadline):
                     break
-            return rows
+            return page
         finally:
-            release(&out)
             free(cols)
+            free(state)
+            free(share)
             free(part_of)
 
     def column(self, str name):

@@ -217,11 +217,8 @@ cdef class FrameSplitter:
         frames.add(NULL, 0, marker, declared)
 
 
-def encode_frame(unsigned int op, unsigned int ct, bytes payload):
-    """One frame around ``payload``."""
-    cdef Py_ssize_t n = len(payload)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + HEADER_SIZE)
-    cdef unsigned char* p = <unsigned char*><char*>out
+cdef inline void _put_header(unsigned char* p, unsigned int op, unsigned int ct,
+                             Py_ssize_t n) noexcept:
     cdef unsigned int length = <unsigned int>(n + MIN_LENGTH)
     p[0] = (length >> 24) & 0xFF
     p[1] = (length >> 16) & 0xFF
@@ -230,6 +227,22 @@ def encode_frame(unsigned int op, unsigned int ct, bytes payload):
     p[4] = (op >> 8) & 0xFF
     p[5] = op & 0xFF
     p[6] = ct & 0xFF
+
+
+def encode_frame(unsigned int op, unsigned int ct, bytes payload):
+    """One frame around ``payload``."""
+    cdef Py_ssize_t n = len(payload)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + HEADER_SIZE)
+    cdef unsigned char* p = <unsigned char*><char*>out
+    _put_header(p, op, ct, n)
     if n:
         memcpy(p + HEADER_SIZE, <const char*>payload, n)
+    return out
+
+
+def frame_header(unsigned int op, unsigned int ct, Py_ssize_t payload_size):
+    """The header of a frame whose payload of ``payload_size`` bytes is written after it
+    by the caller (a reply assembled in one buffer)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE)
+    _put_header(<unsigned char*><char*>out, op, ct, payload_size)
     return out

@@ -17,7 +17,19 @@ cdef int put_map_header(Writer* out, Py_ssize_t n) except -1
 cdef int put_array_header(Writer* out, Py_ssize_t n) except -1
 cdef int put_raw(Writer* out, const char* data, Py_ssize_t n) except -1
 cdef int put_value(Writer* out, object value) except -1
+# Room for ``n`` more bytes without a further allocation (a writer about to take a page).
+cdef int reserve(Writer* out, Py_ssize_t n) except -1
 # The bytes written so far, copied into a bytes object.
 cdef bytes as_bytes(Writer* out)
 # Free the buffer (the writer is empty again); callers release in a finally clause.
 cdef void release(Writer* out) noexcept
+
+
+cdef class RowPage:
+    # MessagePack rows written one after another into ``out`` (a table scan's page): the
+    # writer calls end_row() after each; the reply is made around them in one copy.
+    cdef Writer out
+    cdef Py_ssize_t* ends       # where each row ends in out.data
+    cdef readonly Py_ssize_t count
+    cdef Py_ssize_t ends_cap
+    cdef int end_row(self) except -1

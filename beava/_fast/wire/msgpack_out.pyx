@@ -10,7 +10,8 @@ header. A value of any other type (a map, a tuple, an integer beyond int64) is h
 that encoder and its bytes appended: a map's keys are sorted there, as in every reply.
 """
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.math cimport isfinite
@@ -53,6 +54,13 @@ cdef inline uint8_t* _room(Writer* out, Py_ssize_t n) except NULL:
         out.cap = cap
     out.size = size + n
     return <uint8_t*>out.data + size
+
+
+cdef int reserve(Writer* out, Py_ssize_t n) except -1:
+    cdef Py_ssize_t size = out.size
+    _room(out, n)
+    out.size = size
+    return 0
 
 
 cdef bytes as_bytes(Writer* out):
@@ -164,6 +172,80 @@ cdef int put_value(Writer* out, object value) except -1:
         return 0
     cdef bytes encoded = _encode_sorted(finite_or_none(value))
     return put_raw(out, encoded, len(encoded))
+
+
+DEF SPARE_MAX = 8 << 20  # the largest RowPage buffer kept for the next page
+
+# The buffer of the last RowPage freed, kept for the next one: a page (a megabyte) is then
+# written into memory already mapped, where a fresh allocation of that size is a new
+# mapping whose every 4 KiB page faults on its first write.
+cdef char* _spare = NULL
+cdef Py_ssize_t _spare_cap = 0
+
+
+cdef class RowPage:
+    """MessagePack rows written one after another into one buffer, as a table scan writes a
+    page (TableKernel.scan_msgpack): no bytes object per row, and the reply is made around
+    them with one copy of their bytes (:meth:`joined`)."""
+
+    def __cinit__(self):
+        global _spare
+        if _spare != NULL:
+            self.out.data = _spare
+            self.out.cap = _spare_cap
+            _spare = NULL
+
+    def __dealloc__(self):
+        global _spare, _spare_cap
+        if _spare == NULL and self.out.cap <= SPARE_MAX:
+            _spare = self.out.data
+            _spare_cap = self.out.cap
+        else:
+            release(&self.out)
+        PyMem_Free(self.ends)
+
+    cdef int end_row(self) except -1:
+        """The row written since the previous one (or the start) ends here."""
+        cdef Py_ssize_t cap
+        cdef Py_ssize_t* grown
+        if self.count == self.ends_cap:
+            cap = self.ends_cap * 2 if self.ends_cap else 256
+            grown = <Py_ssize_t*>PyMem_Realloc(self.ends, cap * sizeof(Py_ssize_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.ends = grown
+            self.ends_cap = cap
+        self.ends[self.count] = self.out.size
+        self.count += 1
+        return 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all the rows."""
+        return self.out.size
+
+    def rows(self) -> list:
+        """Each row's bytes, in order."""
+        cdef Py_ssize_t i, begin = 0
+        out = []
+        for i in range(self.count):
+            out.append(PyBytes_FromStringAndSize(self.out.data + begin, self.ends[i] - begin))
+            begin = self.ends[i]
+        return out
+
+    def joined(self, bytes head, bytes tail) -> bytes:
+        """``head``, the rows, then ``tail``, as one bytes object."""
+        cdef Py_ssize_t nhead = len(head), ntail = len(tail), n = self.out.size
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, nhead + n + ntail)
+        cdef char* p = PyBytes_AS_STRING(out)
+        memcpy(p, <const char*>head, nhead)
+        if n:
+            memcpy(p + nhead, self.out.data, n)
+        memcpy(p + nhead + n, <const char*>tail, ntail)
+        return out
 
 
 def packb(value) -> bytes:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from beava._fast.wire.msgpack_out import packb
+from beava._fast.wire.msgpack_out import RowPage, packb
 from beava.catalogue.errors import BeavaError
 from beava.catalogue.operators import CATALOGUE
 from beava.engine.expressions.chain_ops import chain_output_schema
@@ -75,10 +75,11 @@ class ScanRequest:
 
 @dataclass(frozen=True, slots=True)
 class ScanPage:
-    """One page: the encoded rows, where the next page starts (None: the scan is done),
-    the table's entity count when the page was read, and the split cursors if asked."""
+    """One page: the encoded rows (JSON texts, or MessagePack maps in one RowPage), where
+    the next page starts (None: the scan is done), the table's entity count when the page
+    was read, and the split cursors if asked."""
 
-    rows: list[bytes]
+    rows: list[bytes] | RowPage
     cursor: str | None
     entities: int
     splits: list[str] | None
@@ -249,7 +250,7 @@ def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
     stop = entities if request.until is None else min(request.until, entities)
     position = request.position
     end = min(stop, position + request.limit)
-    rows: list[bytes]
+    rows: list[bytes] | RowPage
     if encode is None:
         spec = table.spec
         count = len(spec.keys)

@@ -14,6 +14,7 @@ from beava._fast.ops.column import Column
 from beava._fast.ops.key_map import KeyMap
 from beava._fast.ops.ops_core import BucketArena
 from beava._fast.ops.table_kernel import TableKernel
+from beava._fast.wire.msgpack_out import RowPage
 from beava.engine.expressions import check_where, compile_where, format_expression
 from beava.engine.expressions.chain_ops import chain_output_schema, compile_chain
 from beava.engine.registry import TableSpec
@@ -193,9 +194,9 @@ class TableState:
                      layout: tuple[tuple[bytes, Column | None, int], ...],
                      key_parts: tuple[Callable[[str], Any] | None, ...],
                      split: Callable[[str], list[str]] | None, max_bytes: int, seconds: float
-                     ) -> list[bytes]:
+                     ) -> RowPage:
         """Rows of slots ``start`` to ``stop - 1`` as MessagePack maps written from the
-        columns (TableKernel.scan_msgpack)."""
+        columns into one buffer (TableKernel.scan_msgpack)."""
         return self._kernel.scan_msgpack(start, stop, T, layout, key_parts, split, max_bytes,
                                          seconds)
 
