@@ -231,17 +231,18 @@ def backfill(
 
 
 def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: str) -> int:
+    """The newest event time of ``needed``, in one Spark job over the union of their
+    times (a job per event costs its own planning and scheduling each)."""
     from pyspark.sql import functions as f
 
-    newest: int | None = None
-    for event in needed:
-        df = events[event]
-        value = df.select(f.max(time_ms(df, time_col, f"events[{event!r}]"))).first()
-        if value is not None and value[0] is not None:
-            newest = value[0] if newest is None else max(newest, value[0])
-    if newest is None:
+    times = [events[event].select(time_ms(events[event], time_col, f"events[{event!r}]")
+                                  .alias("t"))
+             for event in needed]
+    union = functools.reduce(lambda a, b: a.unionAll(b), times)
+    value = union.select(f.max("t")).first()
+    if value is None or value[0] is None:
         raise ValueError("the events hold no time to backfill until; give until_ms")
-    return int(newest)
+    return int(value[0])
 
 
 class _KeptOpen:

@@ -257,3 +257,37 @@ def test_the_uploads_are_kept_open_while_the_job_runs(monkeypatch: pytest.Monkey
     assert len(calls) >= 4
     assert {(table, body["action"], body["upload"]) for table, body in calls} == {
         ("A", "status", "up-a"), ("B", "status", "up-b")}
+
+
+def test_the_newest_event_time_is_found_in_one_spark_job(spark: Any) -> None:
+    """Without until_ms the backfill runs until the newest time of every event feeding
+    the tables (epoch ms or timestamps, nulls and empty events ignored), found in one
+    Spark query whatever the number of events: as many jobs for four events as for one."""
+    import importlib
+
+    module = importlib.import_module("beava_spark.backfill")
+    newest = T0 + 5 * HOUR
+    frames = {
+        "A": spark.createDataFrame([(T0,), (None,), (T0 + HOUR,)], "ts long"),
+        "B": spark.createDataFrame([(datetime.datetime.fromtimestamp(newest / 1000,
+                                                                     datetime.UTC),)],
+                                   "ts timestamp"),
+        "C": spark.createDataFrame([], "ts long"),
+        "D": spark.createDataFrame([(None,)], "ts long"),
+    }
+    context = spark.sparkContext
+
+    def jobs(events: list[str]) -> tuple[int, int]:
+        group = f"newest-of-{len(events)}"
+        context.setJobGroup(group, "the newest event time")
+        try:
+            found = module._newest(frames, events, "ts")
+        finally:
+            context.setJobGroup("", "")
+        return found, len(context.statusTracker().getJobIdsForGroup(group))
+
+    (one, one_jobs), (every, every_jobs) = jobs(["A"]), jobs(["A", "B", "C", "D"])
+    assert (one, every) == (T0 + HOUR, newest)
+    assert every_jobs == one_jobs
+    with pytest.raises(ValueError, match="no time to backfill until"):
+        module._newest(frames, ["C", "D"], "ts")
