@@ -354,7 +354,7 @@ cdef class BloomMemberColumn(BlockColumn):
             w.u8(b.dense)
             w.u32(b.n)
             w.raw(bloom_data(b), self.m // 8 if b.dense else <Py_ssize_t>b.n * self.width)
-        return bytes(w.buf)
+        return w.value()
 
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef SnapshotReader r = SnapshotReader(state_bytes(state, "bloom_member column"))

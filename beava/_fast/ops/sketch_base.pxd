@@ -150,11 +150,17 @@ cdef void ql_sort(QList* q) noexcept nogil
 
 
 cdef class SnapshotWriter:
-    cdef bytearray buf
-    cdef void raw(self, const void* p, Py_ssize_t n)
-    cdef void u8(self, uint8_t v)
-    cdef void u32(self, uint32_t v)
-    cdef void i64(self, int64_t v)
+    # one C buffer grown by doubling: a field is copied in place, no object per field
+    cdef uint8_t* data
+    cdef Py_ssize_t size, cap
+    # the next ``n`` bytes of the stream, to be filled by the caller (MemoryError)
+    cdef uint8_t* reserve(self, Py_ssize_t n) except NULL
+    cdef int raw(self, const void* p, Py_ssize_t n) except -1
+    cdef int u8(self, uint8_t v) except -1
+    cdef int u32(self, uint32_t v) except -1
+    cdef int i64(self, int64_t v) except -1
+    # the stream written so far
+    cdef bytes value(self)
 
 
 cdef class SnapshotReader:

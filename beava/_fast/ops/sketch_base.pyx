@@ -641,22 +641,43 @@ cdef void ql_sort(QList* q) noexcept nogil:
 # ---------------------------------------------------------------------------------------
 
 cdef class SnapshotWriter:
-    """A snapshot stream being written (little-endian fixed-width fields)."""
+    """A snapshot stream being written (little-endian fixed-width fields) into one C
+    buffer: a column of many slots writes a few fields per slot, each copied in place."""
 
-    def __cinit__(self):
-        self.buf = bytearray()
+    def __dealloc__(self):
+        free(self.data)
 
-    cdef void raw(self, const void* p, Py_ssize_t n):
-        self.buf += PyBytes_FromStringAndSize(<const char*>p, n)
+    cdef uint8_t* reserve(self, Py_ssize_t n) except NULL:
+        cdef Py_ssize_t cap = self.cap
+        cdef uint8_t* grown
+        if self.size + n > cap:
+            cap = max(2 * cap, self.size + n, 4096)
+            grown = <uint8_t*>realloc(self.data, cap)
+            if grown == NULL:
+                raise MemoryError()
+            self.data, self.cap = grown, cap
+        grown = self.data + self.size
+        self.size += n
+        return grown
 
-    cdef void u8(self, uint8_t v):
-        self.raw(&v, 1)
+    cdef int raw(self, const void* p, Py_ssize_t n) except -1:
+        memcpy(self.reserve(n), p, n)
+        return 0
 
-    cdef void u32(self, uint32_t v):
-        self.raw(&v, 4)
+    cdef int u8(self, uint8_t v) except -1:
+        self.reserve(1)[0] = v
+        return 0
 
-    cdef void i64(self, int64_t v):
-        self.raw(&v, 8)
+    cdef int u32(self, uint32_t v) except -1:
+        memcpy(self.reserve(4), &v, 4)
+        return 0
+
+    cdef int i64(self, int64_t v) except -1:
+        memcpy(self.reserve(8), &v, 8)
+        return 0
+
+    cdef bytes value(self):
+        return PyBytes_FromStringAndSize(<const char*>self.data, self.size)
 
 
 cdef class SnapshotReader:
@@ -695,7 +716,7 @@ cdef void dump_block(SnapshotWriter w, Node* b):
     cdef KeyMap* m
     cdef QList* q
     cdef bytes blob
-    cdef bytearray enc
+    cdef Py_ssize_t size
     w.i64(b.epoch)
     w.u8(mode)
     if mode == MODE_KEYS:
@@ -710,16 +731,15 @@ cdef void dump_block(SnapshotWriter w, Node* b):
         w.u32(q.n)
         w.raw(ql_values(q), 8 * <Py_ssize_t>q.n)
     elif mode == MODE_UDD:
-        enc = bytearray(udd_encoded_size(&(<QSketch*>b).sk))
-        udd_encode(&(<QSketch*>b).sk, <uint8_t*>(<char*>enc))
-        w.u32(len(enc))
-        w.buf += enc
+        size = udd_encoded_size(&(<QSketch*>b).sk)
+        w.u32(<uint32_t>size)
+        udd_encode(&(<QSketch*>b).sk, w.reserve(size))
     else:
         obj = <object>(<ObjBlock*>b).obj
         blob = (obj.serialize_updatable() if isinstance(obj, datasketches().hll_sketch)
                 else obj.serialize())
-        w.u32(len(blob))
-        w.buf += blob
+        w.u32(<uint32_t>len(blob))
+        w.raw(<const char*>blob, len(blob))
 
 
 cdef Node* load_block(SnapshotReader r, uint8_t kind) except NULL:
@@ -974,7 +994,7 @@ cdef class SketchColumn(BlockColumn):
             while node != NULL:
                 dump_block(w, node)
                 node = node.next
-        return bytes(w.buf)
+        return w.value()
 
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef SnapshotReader r = SnapshotReader(state_bytes(state, "sketch column"))
