@@ -22,7 +22,10 @@ def new_encoder(ct: int) -> Encoder:
 
 def decode_payload(payload: bytes, ct: int, decode_as: Any = Any) -> Any:
     """Decode a body by its content type byte, as ``decode_as`` (a type msgspec decodes
-    to)."""
+    to). ``msgspec.Raw`` takes the body as it came, unparsed (msgspec would walk all of it
+    only to find where it ends: a scan page's megabyte is parsed once, by its reader)."""
+    if decode_as is msgspec.Raw:
+        return msgspec.Raw(payload)
     if ct == CT_MSGPACK:
         return _msgpack_decode(payload, type=decode_as)
     return _json_decode(payload, type=decode_as)

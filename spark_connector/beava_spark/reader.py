@@ -314,12 +314,9 @@ _KINDS = {"long": 0, "double": 1, "boolean": 2, "string": 3}
 
 class PageBuffers:
     """MessagePack scan pages as Arrow record batches, read in C: one pass over a page's
-    rows fills the buffers of every column's Arrow array (``page_columns``), each value
+    body fills the buffers of every column's Arrow array (``page_columns``), each value
     converted as :func:`_converter` says (a JSON column's value as its JSON text, written
-    from the bytes), with no Python object per row or value."""
-
-    page_type = _typed_dict("ScanPage", {"rows": msgspec.Raw, "cursor": str | None},
-                            total=False)
+    from the bytes), with no Python object per row or value, and finds the next cursor."""
 
     def __init__(self, columns: Sequence[Column]) -> None:
         import pyarrow as pa
@@ -333,15 +330,16 @@ class PageBuffers:
     def read(self, client: Any, table: str, cursor: str | None, limit: int,
              until: str | None) -> tuple[pa.RecordBatch | None, str | None]:
         """The batch of the page at ``cursor`` (None: no rows) and the next cursor."""
-        page = client.scan(table, cursor, limit=limit, until=until, decode_as=self.page_type)
-        return self.batch(page["rows"]), page["cursor"]
+        return self.batch(client.scan(table, cursor, limit=limit, until=until,
+                                      decode_as=msgspec.Raw))
 
-    def batch(self, rows: msgspec.Raw) -> pa.RecordBatch | None:
-        """The record batch of a page's rows (the encoded array); None when it has none."""
+    def batch(self, page: bytes) -> tuple[pa.RecordBatch | None, str | None]:
+        """The record batch of a page's rows (None when it has none) and its cursor, from
+        the page's body."""
         pa = self._pa
-        count, buffers = page_columns(rows, self._encoded, self._kinds)
+        count, buffers, cursor = page_columns(page, self._encoded, self._kinds)
         if not count:
-            return None
+            return None, cursor
         arrays = []
         for kind, (valid, values, offsets, nulls) in zip(self._types, buffers, strict=True):
             parts = [pa.py_buffer(valid) if nulls else None]
@@ -349,7 +347,7 @@ class PageBuffers:
                 parts.append(pa.py_buffer(offsets))
             parts.append(pa.py_buffer(values))
             arrays.append(pa.Array.from_buffers(kind, count, parts, null_count=nulls))
-        return pa.RecordBatch.from_arrays(arrays, names=self.names)
+        return pa.RecordBatch.from_arrays(arrays, names=self.names), cursor
 
 
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,

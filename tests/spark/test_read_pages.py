@@ -27,9 +27,8 @@ def batch(columns: list[Column], rows: list[dict[str, Any]], msgpack: bool) -> d
     codec = msgspec.msgpack if msgpack else msgspec.json
     body = codec.Encoder(order="sorted").encode({"cursor": None, "entities": 9, "rows": rows})
     if msgpack:
-        buffers = PageBuffers(columns)
-        read = buffers.batch(codec.decode(body, type=buffers.page_type)["rows"])
-        assert read is not None
+        read, cursor = PageBuffers(columns).batch(body)
+        assert read is not None and cursor is None
         return read.to_pydict()
     pages = PageColumns(columns)
     try:

@@ -26,9 +26,10 @@ def expected(value: object) -> str | None:
 
 
 def json_column(page: bytes) -> list[str | None]:
-    """The texts of column ``v`` of ``page`` (a MessagePack array of maps), None where
-    null."""
-    count, ((valid, values, offsets, nulls),) = page_columns(page, [b"v"], bytes([JSON_KIND]))
+    """The texts of column ``v`` of ``page`` (a MessagePack array of maps, the rows of a
+    scan reply), None where null."""
+    count, ((valid, values, offsets, nulls),), _ = page_columns(
+        b"\x81\xa4rows" + page, [b"v"], bytes([JSON_KIND]))
     ends = struct.unpack(f"<{count + 1}i", offsets)
     present = [bool(valid[i >> 3] >> (i & 7) & 1) for i in range(count)] if nulls \
         else [True] * count
@@ -100,3 +101,17 @@ def test_a_float_32_reads_as_the_double_msgspec_decodes() -> None:
     for x in (1.5, 0.1, -3.4e38, 1e-40, 0.0):
         page = b"\x91\x81\xa1v\xca" + struct.pack(">f", x)
         assert json_column(page) == [expected(msgspec.msgpack.decode(page)[0]["v"])]
+
+
+def test_a_reply_body_gives_its_rows_and_cursor_and_skips_its_other_entries() -> None:
+    """A scan reply's body is read in one pass: ``columns``, ``entities`` and
+    ``splits`` are skipped, the cursor is returned, a row's entries are read by name."""
+    rows = [{"k": "a", "n": 1, "x": [1.5]}, {"k": "b", "x": None, "zz": {"q": 1}}]
+    for cursor in ("1.40", None):
+        body = pack({"columns": [{"name": "k", "type": "str"}], "cursor": cursor,
+                     "entities": 2, "rows": rows, "splits": ["1.0", "1.9"]})
+        count, ((_, keys, _, key_nulls), (valid, numbers, _, nulls)), after = page_columns(
+            body, [b"k", b"n"], bytes([3, 0]))
+        assert (count, keys, key_nulls, after) == (2, b"ab", 0, cursor)
+        assert (valid[0] & 3, struct.unpack("<2q", numbers)[0], nulls) == (1, 1, 1)
+    assert page_columns(pack({"cursor": None, "rows": []}), [b"k"], bytes([3]))[::2] == (0, None)

@@ -2,9 +2,10 @@
 
 from typing import Any
 
-# The rows of a scan page (a MessagePack array of maps) as the buffers of one Arrow array
-# per column: (row count, [(validity bitmap, values, offsets or None, null count)]), for
-# columns named ``names`` (UTF-8) of ``kinds`` (one byte each: 0 long, 1 double, 2 bool,
-# 3 text, 4 JSON text).
-def page_columns(rows: Any, names: list[bytes], kinds: bytes
-                 ) -> tuple[int, list[tuple[bytes, bytes, bytes | None, int]]]: ...
+# A scan reply's body (a MessagePack map: ``rows``, an array of maps, and ``cursor``) as
+# the buffers of one Arrow array per column and the next cursor: (row count, [(validity
+# bitmap, values, offsets or None, null count)], cursor or None), for columns named
+# ``names`` (UTF-8) of ``kinds`` (one byte each: 0 long, 1 double, 2 bool, 3 text, 4 JSON
+# text).
+def page_columns(page: Any, names: list[bytes], kinds: bytes
+                 ) -> tuple[int, list[tuple[bytes, bytes, bytes | None, int]], str | None]: ...

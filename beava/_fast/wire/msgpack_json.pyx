@@ -11,7 +11,7 @@ decoded value (maps keep their order: a reply's maps are sorted already; a float
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_GET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport fabs, floor, frexp, log10
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
@@ -545,73 +545,62 @@ cdef bytes _bitmap(Text* bytes_per_row, Py_ssize_t rows):
     return packed
 
 
-def page_columns(rows, list names, bytes kinds) -> tuple:
-    """The rows of a scan page (``rows``: bytes-like, a MessagePack array of maps) as
-    column buffers: ``(row count, [per column: (validity bitmap, values, offsets or None,
-    null count)])``. ``names`` are the columns' names (UTF-8 bytes) and ``kinds`` their
-    kinds, one byte each (KIND_LONG ... KIND_JSON); a row's entries of other names are
-    skipped, a column absent from a row is null. Rows list their entries in one order
-    (the server sorts them), so each entry is first looked for where the row before had
-    it."""
-    cdef const uint8_t[::1] view = memoryview(rows).cast("B")
-    cdef Py_ssize_t ncols = len(names), nrows, r, e, nentries, k, c, klen, width
-    cdef Source src
+cdef Py_ssize_t _text(Source* src, const uint8_t** at) except -1:
+    """The length of the text next in ``src`` (a map key), its bytes at ``at``; -1 with
+    ValueError when the next value is not text."""
+    cdef Py_ssize_t n, width
+    if not _take(src, 1, at) or not (0xa0 <= at[0][0] <= 0xbf or 0xd9 <= at[0][0] <= 0xdb):
+        raise ValueError("a scan page with a key that is not text")
+    if at[0][0] <= 0xbf:
+        n = at[0][0] & 0x1f
+    else:
+        width = 1 << (at[0][0] - 0xd9)
+        if not _take(src, width, at):
+            raise ValueError("a scan page that is not MessagePack rows")
+        n = <Py_ssize_t>_big(at[0], <int>width)
+    if not _take(src, n, at):
+        raise ValueError("a scan page that is not MessagePack rows")
+    return n
+
+
+cdef struct Entry:
+    const uint8_t* key  # the name of this entry in the row before (in the page), or NULL
+    Py_ssize_t size
+    Py_ssize_t column   # the column of that name, -1: none
+
+
+cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index) except -1:
+    """Read the array of rows next in ``src`` into the columns; the row count. Rows list
+    their entries in one order (the server sorts them), so an entry whose name is the one
+    the row before had in its place is that row's column, found without a lookup."""
+    cdef Py_ssize_t nrows, r, e, c, k, klen, nentries, nseen = 0
     cdef const uint8_t* at
-    cdef Out* cols = <Out*>calloc(ncols + 1, sizeof(Out))
-    cdef Py_ssize_t* hint = NULL
-    cdef Py_ssize_t nhint = 0
-    cdef dict index = {name: i for i, name in enumerate(names)}
-    cdef list name_list = names
-    cdef bytes name
-    cdef int32_t zero = 0
+    cdef Entry* seen = NULL
+    cdef Entry* entry
     cdef object found
-    if cols == NULL:
-        raise MemoryError()
-    if len(kinds) != ncols:
-        free(cols)
-        raise ValueError("one kind per column")
-    src.p = &view[0] if view.shape[0] else NULL
-    src.end = src.p + view.shape[0]
+    nrows = _count(src, 0x90, 0xdc)
     try:
-        for c in range(ncols):
-            cols[c].kind = kinds[c]
-            if cols[c].kind >= KIND_TEXT:
-                memcpy(_room(&cols[c].offsets, 4), &zero, 4)
-        nrows = _count(&src, 0x90, 0xdc)
         for r in range(nrows):
-            nentries = _count(&src, 0x80, 0xde)
-            if nentries > nhint:
-                hint = <Py_ssize_t*>realloc(hint, nentries * sizeof(Py_ssize_t))
-                if hint == NULL:
+            nentries = _count(src, 0x80, 0xde)
+            if nentries > nseen:
+                seen = <Entry*>realloc(seen, nentries * sizeof(Entry))
+                if seen == NULL:
                     raise MemoryError()
-                for e in range(nhint, nentries):
-                    hint[e] = -1
-                nhint = nentries
+                memset(seen + nseen, 0, (nentries - nseen) * sizeof(Entry))
+                nseen = nentries
             for e in range(nentries):
-                if not _take(&src, 1, &at) or not (0xa0 <= at[0] <= 0xbf or 0xd9 <= at[0] <= 0xdb):
-                    raise ValueError("a scan page whose row has a key that is not text")
-                if at[0] <= 0xbf:
-                    klen = at[0] & 0x1f
-                else:
-                    width = 1 << (at[0] - 0xd9)
-                    if not _take(&src, width, &at):
-                        raise ValueError("a scan page that is not MessagePack rows")
-                    klen = <Py_ssize_t>_big(at, width)
-                if not _take(&src, klen, &at):
-                    raise ValueError("a scan page that is not MessagePack rows")
-                k = hint[e]
-                if k >= 0:
-                    name = <bytes>PyList_GET_ITEM(name_list, k)
-                    if len(name) != klen or memcmp(<const char*>name, at, klen) != 0:
-                        k = -1
-                if k < 0:
+                klen = _text(src, &at)
+                entry = &seen[e]
+                if entry.key == NULL or entry.size != klen or memcmp(entry.key, at, klen) != 0:
                     found = index.get(PyBytes_FromStringAndSize(<const char*>at, klen))
-                    k = -1 if found is None else found
-                    hint[e] = k
+                    entry.column = -1 if found is None else found
+                entry.key = at
+                entry.size = klen
+                k = entry.column
                 if k < 0 or cols[k].valid.size > r:  # not a column, or a repeated one
-                    _skip(&src, 0)
+                    _skip(src, 0)
                 else:
-                    _cell(&cols[k], &src)
+                    _cell(&cols[k], src)
             for c in range(ncols):  # absent from the row: null
                 if cols[c].valid.size == r:
                     _room(&cols[c].valid, 1)[0] = 0
@@ -621,11 +610,56 @@ def page_columns(rows, list names, bytes kinds) -> tuple:
                     else:
                         memset(_room(&cols[c].values, 1 if cols[c].kind == KIND_BOOL else 8),
                                0, 1 if cols[c].kind == KIND_BOOL else 8)
+    finally:
+        free(seen)
+    return nrows
+
+
+def page_columns(page, list names, bytes kinds) -> tuple:
+    """A scan reply's body (``page``: bytes-like, a MessagePack map holding ``rows``, an
+    array of maps, and ``cursor``) read in one pass: ``(row count, [per column: (validity
+    bitmap, values, offsets or None, null count)], cursor)``. ``names`` are the columns'
+    names (UTF-8 bytes) and ``kinds`` their kinds, one byte each (KIND_LONG ... KIND_JSON);
+    a row's entries of other names are skipped, a column absent from a row is null; the
+    body's other entries are skipped."""
+    cdef const uint8_t[::1] view = memoryview(page).cast("B")
+    cdef Py_ssize_t ncols = len(names), nrows = 0, i, nkeys, klen
+    cdef Source src
+    cdef const uint8_t* at
+    cdef Out* cols = <Out*>calloc(ncols + 1, sizeof(Out))
+    cdef dict index = {name: i for i, name in enumerate(names)}
+    cdef int32_t zero = 0
+    cdef bint has_rows = False
+    cursor = None
+    if cols == NULL:
+        raise MemoryError()
+    if len(kinds) != ncols:
+        free(cols)
+        raise ValueError("one kind per column")
+    src.p = &view[0] if view.shape[0] else NULL
+    src.end = src.p + view.shape[0]
+    try:
+        for i in range(ncols):
+            cols[i].kind = kinds[i]
+            if cols[i].kind >= KIND_TEXT:
+                memcpy(_room(&cols[i].offsets, 4), &zero, 4)
+        nkeys = _count(&src, 0x80, 0xde)
+        for i in range(nkeys):
+            klen = _text(&src, &at)
+            if klen == 4 and memcmp(at, b"rows", 4) == 0 and not has_rows:
+                nrows = _rows(cols, ncols, &src, index)
+                has_rows = True
+            elif klen == 6 and memcmp(at, b"cursor", 6) == 0 and src.p < src.end \
+                    and src.p[0] != 0xc0:
+                klen = _text(&src, &at)
+                cursor = PyUnicode_DecodeUTF8(<const char*>at, klen, NULL)
+            else:
+                _skip(&src, 0)
         if src.p != src.end:
             raise ValueError("a scan page with bytes after its rows")
         out = []
-        for c in range(ncols):
-            col = &cols[c]
+        for i in range(ncols):
+            col = &cols[i]
             if col.kind == KIND_BOOL:
                 values = _bitmap(&col.values, nrows)
             else:
@@ -633,11 +667,10 @@ def page_columns(rows, list names, bytes kinds) -> tuple:
             offsets = (PyBytes_FromStringAndSize(col.offsets.data, col.offsets.size)
                        if col.kind >= KIND_TEXT else None)
             out.append((_bitmap(&col.valid, nrows), values, offsets, col.nulls))
-        return nrows, out
+        return nrows, out, cursor
     finally:
-        for c in range(ncols):
-            free(cols[c].valid.data)
-            free(cols[c].values.data)
-            free(cols[c].offsets.data)
+        for i in range(ncols):
+            free(cols[i].valid.data)
+            free(cols[i].values.data)
+            free(cols[i].offsets.data)
         free(cols)
-        free(hint)
