@@ -116,6 +116,7 @@ def historical_features(
     is not kept. Raises ValueError (``ConversionError`` for event columns) before any job
     runs; an event row the server would refuse fails the job with HistoricalReplayError.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
@@ -158,11 +159,15 @@ def historical_features(
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
     out = stream.select(M, W, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
-    if len(groups) > 1:  # one row per group: the features of a spine row joined back
-        out = out.groupBy(S).agg(
-            f.first(_R, ignorenulls=True).alias(_R),
-            *[f.first(_features_of(g), ignorenulls=True).alias(_features_of(g))
-              for g in groups])
+    if len(groups) > 1:
+        # one row per group: the copy that carries the spine row's columns takes the other
+        # groups' features over a window of its row id (one exchange and one sort, where
+        # a groupBy's first() of structs sorts twice, its partial aggregation before the
+        # exchange finding no two rows of one id to merge)
+        row = Window.partitionBy(S)
+        out = out.select(_R, *[f.first(_features_of(g), ignorenulls=True).over(row)
+                               .alias(_features_of(g)) for g in groups]
+                         ).where(f.col(_R).isNotNull())
     where = {ft.name: _features_of(g) for g in groups for p in g.tables for ft in p.features}
     return out.select(*[f.col(_R).getField(c).alias(c) for c in spine.columns],
                       *[f.col(where[ft.name]).getField(ft.name).alias(ft.name)
