@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import zlib
 from collections.abc import Iterator
 from types import TracebackType
@@ -44,6 +45,8 @@ _FIXED_BYTES = RECORD_NAME_OFFSET + 4
 _NAME_LEN_OFFSET = RECORD_NAME_OFFSET - 2
 # A record's type (1-4), body_format (1-2) and flags (0) bytes, 16 bytes into it.
 _TYPE_OFFSET = 16
+# lsn, type, body_format, flags and timestamp_ms, 8 bytes into a record
+_LSN_TYPE_TIME = struct.Struct("<QBBHQ")
 _CANDIDATE = re.compile(rb"[\x01-\x04][\x01\x02]\x00\x00")
 _CANDIDATE_LEN = 4
 _SEEK_DATA: int | None = getattr(os, "SEEK_DATA", None)
@@ -137,15 +140,30 @@ class SegmentReader:
     def header(self) -> bytes:
         return self.read(0, SEGMENT_HEADER_SIZE)
 
-    def record_at(self, offset: int, ahead: int = WINDOW) -> int:
-        """Size of the structurally valid record starting at ``offset`` (§5), else 0."""
+    def _head(self, offset: int, ahead: int) -> tuple[int, bytes, int]:
+        """The size the record at ``offset`` declares when its fixed fields make it
+        structurally valid apart from the CRC (else 0), a buffer holding those fields and
+        their position in it; the body is not read."""
         end = self.size
         if end - offset < _FIXED_BYTES:
-            return 0
+            return 0, b"", 0
         buf, rel = self._view(offset, _FIXED_BYTES, ahead)
         name_len = int.from_bytes(buf[rel + _NAME_LEN_OFFSET:rel + RECORD_NAME_OFFSET], "little")
         buf, rel = self._view(offset, _FIXED_BYTES + name_len, ahead)
-        size = record_head_size(buf, rel, rel + end - offset)
+        return record_head_size(buf, rel, rel + end - offset), buf, rel
+
+    def head_at(self, offset: int) -> RecordHead:
+        """The fixed fields of the record at ``offset``, its body unread and its CRC
+        unchecked (size 0: its fields do not make it structurally valid)."""
+        size, buf, rel = self._head(offset, WINDOW)
+        if size == 0:
+            return RecordHead(0, 0, 0, 0)
+        lsn, rtype, _, _, timestamp_ms = _LSN_TYPE_TIME.unpack_from(buf, rel + 8)
+        return RecordHead(size, lsn, rtype, timestamp_ms)
+
+    def record_at(self, offset: int, ahead: int = WINDOW) -> int:
+        """Size of the structurally valid record starting at ``offset`` (§5), else 0."""
+        size, buf, rel = self._head(offset, ahead)
         if size == 0:
             return 0
         crc = record_crc_at(buf, rel)
@@ -193,6 +211,15 @@ class SegmentReader:
             # the next read repeats the last bytes, where a candidate may start
             pos += len(chunk) - (_CANDIDATE_LEN - 1)
         return end
+
+
+class RecordHead(NamedTuple):
+    """The fixed fields of a record (:meth:`SegmentReader.head_at`)."""
+
+    size: int
+    lsn: int
+    type: int
+    timestamp_ms: int
 
 
 class RecordAt(NamedTuple):

@@ -78,18 +78,24 @@ def events_after(wal_dir: str, snapshot_dir: str, events: Collection[str], until
             end = reader.size
             first_time: int | None = None
             while offset < end:
-                size = reader.record_at(offset)
-                if size == 0:
+                # a push is checked whole (its CRC); another record (a register, a reset, a
+                # table's whole state after a backfill) only by its fixed fields, its body
+                # not read: the installs of one backfill would each read the states of
+                # the installs before them again
+                head = reader.head_at(offset)
+                if head.size == 0 or (head.type == RECORD_EVENT
+                                      and reader.record_at(offset) != head.size):
                     raise FormatError(f"segment {name}: no valid record at offset {offset}")
-                record = reader.decode_at(offset, size)
-                offset += size
                 if first_time is None:
-                    first_time = record.timestamp_ms
-                if record.lsn > last_lsn:
+                    first_time = head.timestamp_ms
+                if head.lsn > last_lsn:
                     break
-                if (record.type == RECORD_EVENT and record.timestamp_ms > until_ms
-                        and record.lsn > after_lsn and record.name in events):
-                    yield record
+                if (head.type == RECORD_EVENT and head.timestamp_ms > until_ms
+                        and head.lsn > after_lsn):
+                    record = reader.decode_at(offset, head.size)
+                    if record.name in events:
+                        yield record
+                offset += head.size
                 read += 1
                 if read % SCAN_STEP == 0:
                     yield None

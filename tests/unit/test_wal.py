@@ -515,3 +515,43 @@ def test_a_segment_reclaimed_while_the_tail_read_pauses(
         list(tail)
     assert info.value.first_lsn == segments[2][0]
     writer.close()
+
+
+def test_the_tail_read_skips_a_table_state_record_unread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill installs its tables one after another, each reading the WAL tail: the
+    table state records of the installs before it (a table's whole state each) are passed
+    by their fixed fields, their bodies not read, while every push is still read and
+    CRC-checked (a damaged one is refused)."""
+    from beava.durability.wal_scan import SegmentReader
+    from beava.durability.wal_tail import events_after
+
+    wal_dir, snap_dir = dirs(tmp_path)
+    writer = WalWriter(wal_dir, snap_dir)
+    writer.start(1)
+    state = bytes(8 << 20)  # a table's state of 8 MiB
+    writer.write_and_sync(event(1))
+    writer.write_registry_record(wf.encode_record(2, wf.RECORD_TABLE_STATE, wf.BODY_MSGPACK,
+                                                  1002, 1, b"ByUser", state))
+    writer.write_and_sync(event(3) + event(4))
+    read: list[int] = []
+    real = SegmentReader.read
+
+    def counted(self: SegmentReader, offset: int, size: int) -> bytes:
+        data = real(self, offset, size)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(SegmentReader, "read", counted)
+    tail = [r for r in events_after(wal_dir, snap_dir, {"txn"}, 1001, 4) if r is not None]
+    assert [(r.lsn, r.name) for r in tail] == [(3, "txn"), (4, "txn")]
+    assert sum(read) < len(state)  # the reader's window of 4 MiB at most
+    writer.close()
+    segment = os.path.join(wal_dir, segment_files(wal_dir)[0])
+    with open(segment, "r+b") as f:  # the last push's last byte
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with pytest.raises(wf.FormatError):
+        list(events_after(wal_dir, snap_dir, {"txn"}, 1001, 4))
