@@ -57,8 +57,19 @@ IDLE_SECONDS = 600.0
 
 @dataclass
 class _Part:
+    """A part being received: its chunks as they came (joined once, when the commit
+    decodes it; appending each to one growing buffer copied the bytes so far again and
+    again), ``received`` their bytes."""
+
     size: int
-    data: bytearray = field(default_factory=bytearray)
+    chunks: list[bytes] = field(default_factory=list)
+    received: int = 0
+
+    def data(self) -> bytes:
+        """The part's bytes, in one buffer (its chunks dropped)."""
+        data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks = [data]
+        return data
 
 
 @dataclass
@@ -109,7 +120,7 @@ class Commit:
                  drop_missing: bool) -> None:
         self.area = area
         self.spec = upload.spec
-        self.parts = [part.data for part in upload.parts if part is not None]
+        self.parts = [part for part in upload.parts if part is not None]
         self.decoder: StateDecoder | None = None  # of the part being decoded
         self.table: TableState | None = None  # the parts joined so far
         self.starts: list[int] = []  # the first slot of each part joined
@@ -147,11 +158,11 @@ class Commit:
     def _next_part(self, deadline: float | None) -> TableState | None:
         """The next part loaded, or None when ``deadline`` passed first (call again)."""
         index = len(self.starts)
-        if not self.parts[index]:
+        if not self.parts[index].size:
             return TableState(self.spec)  # a part of 0 bytes holds no entity
         try:
             if self.decoder is None:
-                self.decoder = StateDecoder(self.spec, self.parts[index])
+                self.decoder = StateDecoder(self.spec, self.parts[index].data())
             if not self.decoder.run(deadline, time.perf_counter):
                 return None
             assert self.decoder.state is not None
@@ -161,7 +172,7 @@ class Commit:
                 err.fields["part"] = index
             raise
         self.decoder = None  # the loaded table holds its state now
-        self.parts[index] = bytearray()  # nor are its bytes needed any more
+        self.parts[index].chunks = []  # nor are its bytes needed any more
         return part
 
 
@@ -195,7 +206,7 @@ class BackfillUploads:
             return self._commit(body)
         if action == "status":
             upload = self._upload(body)
-            return {"parts": [None if part is None else len(part.data)
+            return {"parts": [None if part is None else part.received
                               for part in upload.parts]}
         if action == "abort":
             self.uploads.pop(_str(body, "upload"), None)
@@ -285,27 +296,28 @@ class BackfillUploads:
                 raise _bad("data", "data is not base64") from None
         if type(data) is not bytes:
             raise _bad("data", "data must be bytes (base64 text in JSON)")
-        if offset != len(part.data):
-            raise BeavaError("invalid_backfill", path="offset", expected=len(part.data),
+        if offset != part.received:
+            raise BeavaError("invalid_backfill", path="offset", expected=part.received,
                              message=f"offset {offset} is not the bytes received so far "
-                                     f"({len(part.data)})")
+                                     f"({part.received})")
         if len(data) > MAX_CHUNK_BYTES or offset + len(data) > part.size:
             raise _bad("data", f"a chunk holds at most {MAX_CHUNK_BYTES} bytes, within the "
                                f"part's size {part.size}")
-        part.data += data
-        return {"received": len(part.data)}
+        part.chunks.append(data)
+        part.received += len(data)
+        return {"received": part.received}
 
     def _commit(self, body: dict[str, Any]) -> Commit:
         upload = self._upload(body)
         dry_run, drop_missing = _bool(body, "dry_run"), _bool(body, "drop_missing")
         missing = [index for index, part in enumerate(upload.parts)
-                   if part is None or len(part.data) != part.size]
+                   if part is None or part.received != part.size]
         if missing:
             if len(upload.parts) == 1:
                 part = upload.parts[0]
                 assert part is not None
                 raise BeavaError("invalid_backfill", path="upload", expected=part.size,
-                                 message=f"received {len(part.data)} of {part.size} bytes")
+                                 message=f"received {part.received} of {part.size} bytes")
             raise BeavaError("invalid_backfill", path="upload", parts=missing[:FIRST_MISSING],
                              message=f"{len(missing)} of the {len(upload.parts)} parts are "
                                      f"not complete (the first: "
