@@ -319,7 +319,7 @@ class WalWriter:
         self._truncate_back(f, self.active_size)
         return True
 
-    def write_registry_record(self, data: bytes) -> None:
+    def write_registry_record(self, data: bytes | bytearray) -> None:
         """Append one REGISTRY record and fsync it, synchronously (§10 step 2).
 
         A write failure is rolled back (truncate to the previous length + fsync) and raises
@@ -356,7 +356,7 @@ class WalWriter:
                           segment=segment_name(next_lsn), base_lsn=next_lsn)
         return True
 
-    def reset(self, lsn: int, record_bytes: bytes) -> None:
+    def reset(self, lsn: int, record_bytes: bytes | bytearray) -> None:
         """Reset truncation (§11 steps 2-3).
 
         ``record_bytes`` is the encoded RESET record with LSN ``lsn``. Creates the history-boundary

@@ -338,26 +338,27 @@ cdef class Intake:
         self.last_lsn = self.applied_lsn = lsn
 
     def write_sync(self, int record_type, int body_format, clock, uint32_t version,
-                   bytes name, bytes body, bint boundary):
+                   bytes name, const unsigned char[::1] body, bint boundary):
         """The one way register, reset and backfill log their change: one record with the
         next LSN, stamped ``clock()``, written and fsynced before it returns (``boundary``:
         the record of a reset, which starts the WAL's history anew), that LSN then being
         applied (memory-only: no record, the LSN only). Call with no push pending (after
         the log's barrier). Returns the LSN. ValueError (before anything is written) when
         the record is over the WAL's limit; the WAL's own errors pass through, the LSN
-        unused."""
+        unused. ``body`` is any contiguous buffer; the record is handed to the WAL as the
+        bytearray it was made in (a backfill's is the size of a table's state: no copy)."""
         cdef int64_t lsn = self.last_lsn + 1
         cdef bytearray record
         if self.wal is not None:
             record = bytearray()
             append_to(record, <uint64_t>lsn, <unsigned char>record_type,
                       <unsigned char>body_format, <uint64_t>clock(), version,
-                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), PyBytes_AS_STRING(body),
-                      PyBytes_GET_SIZE(body), True)
+                      PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name),
+                      <const char*>&body[0] if body.shape[0] else NULL, body.shape[0], True)
             if boundary:
-                self.wal.reset(lsn, bytes(record))
+                self.wal.reset(lsn, record)
             else:
-                self.wal.write_registry_record(bytes(record))
+                self.wal.write_registry_record(record)
         self.last_lsn = self.applied_lsn = lsn
         return lsn
 
