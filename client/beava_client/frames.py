@@ -50,66 +50,77 @@ class FrameDecoder:
     above ``max_frame_bytes + 3`` raises ProtocolError (the stream cannot be resynchronised).
     """
 
-    __slots__ = ("_max_length", "_pending", "_need")
+    __slots__ = ("_have", "_max_length", "_need", "_parts")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max_length = max_frame_bytes + MIN_LENGTH
-        self._pending = bytearray()
-        # Bytes needed in _pending before parsing is worth trying again (avoids rescanning a
-        # large frame that arrives in many small reads).
+        # The reads of an incomplete frame, the first from its start, kept as they came: a
+        # frame of many reads (a scan page's megabyte) is joined once when whole, where a
+        # buffer grown read by read was copied again at each growth.
+        self._parts: list[bytes] = []
+        self._have = 0  # bytes in _parts
+        # Bytes needed in _parts before parsing is worth trying again: the whole frame once
+        # its length is known, else its header.
         self._need = 0
 
     @property
     def buffered(self) -> int:
         """Number of bytes held from an incomplete frame."""
-        return len(self._pending)
+        return self._have
 
     def clear(self) -> None:
         """Drop any partial frame (after the connection is discarded)."""
-        self._pending = bytearray()
+        self._parts = []
+        self._have = 0
         self._need = 0
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add received bytes; return the completed frames in order."""
-        pending = self._pending
-        buffered: bytes | bytearray = data
-        if pending:
-            pending += data
-            if len(pending) < self._need:
+        if self._parts:
+            parts = self._parts
+            parts.append(data)
+            self._have += len(data)
+            if self._have < self._need:
                 return []
-            # parsed where it is: a frame's payload is copied out once (a scan page's
-            # megabyte is not copied whole first)
-            buffered = pending
-            self._pending = bytearray()
+            first = parts[0]
+            over = self._have - self._need  # bytes of data after the frame
+            self.clear()
+            if len(first) < HEADER_SIZE:  # a header split across reads: parse all again
+                data = b"".join(parts)
+            else:
+                _, op, ct = _unpack_header(first, 0)  # its length was checked when kept
+                cut = len(data) - over
+                frame = (op, ct, b"".join([memoryview(first)[HEADER_SIZE:], *parts[1:-1],
+                                           memoryview(data)[:cut]]))
+                return [frame, *self.feed(data[cut:])] if over else [frame]
         frames: list[Frame] = []
         append = frames.append
         max_length = self._max_length
         pos = 0
-        n = len(buffered)
-        view = memoryview(buffered) if buffered is pending else None
+        n = len(data)
         while n - pos >= HEADER_SIZE:
-            length, op, ct = _unpack_header(buffered, pos)
+            length, op, ct = _unpack_header(data, pos)
             if length < MIN_LENGTH or length > max_length:
                 self._bad_length(length)
             end = pos + 4 + length
             if end > n:
-                self._keep(buffered, pos, end - pos)
+                self._keep(data, pos, end - pos)
                 return frames
-            append((op, ct, data[pos + HEADER_SIZE : end] if view is None
-                    else bytes(view[pos + HEADER_SIZE : end])))
+            append((op, ct, data[pos + HEADER_SIZE : end]))
             pos = end
         if pos < n:
             if n - pos >= 4:
-                (length,) = _unpack_length(buffered, pos)
+                (length,) = _unpack_length(data, pos)
                 if length < MIN_LENGTH or length > max_length:
                     self._bad_length(length)
-                self._keep(buffered, pos, length + 4)
+                self._keep(data, pos, length + 4)
             else:
-                self._keep(buffered, pos, HEADER_SIZE)
+                self._keep(data, pos, HEADER_SIZE)
         return frames
 
-    def _keep(self, data: bytes | bytearray, pos: int, need: int) -> None:
-        self._pending = bytearray(memoryview(data)[pos:])
+    def _keep(self, data: bytes, pos: int, need: int) -> None:
+        self._parts = [data[pos:] if pos else data]
+        self._have = len(data) - pos
         self._need = need
 
     def _bad_length(self, length: int) -> None:

@@ -247,6 +247,34 @@ cdef int _string(Text* out, const uint8_t* s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef inline bint _small_entry(Text* out, Source* src) except -1:
+    """Write the map entry next in ``src`` when its key is short text needing no escape
+    and its value an integer from 0 to 127 (a histogram's bins, counts by name): True when
+    written, False (nothing read) for any other entry."""
+    cdef const uint8_t* p = src.p
+    cdef Py_ssize_t n, i
+    cdef char* w
+    cdef uint8_t c
+    if src.end - p < 2 or not (0xa0 <= p[0] <= 0xbf):
+        return False
+    n = p[0] & 0x1f
+    if src.end - p < n + 2 or p[n + 1] > 0x7f:
+        return False
+    for i in range(1, n + 1):
+        c = p[i]
+        if c < 0x20 or c == b'"' or c == b'\\':
+            return False
+    c = p[n + 1]
+    w = _room(out, n + 6)
+    w[0] = b'"'
+    memcpy(w + 1, p + 1, n)
+    w[n + 1] = b'"'
+    w[n + 2] = b':'
+    out.size -= 3 - uint_text(w + n + 3, c)
+    src.p = p + n + 2
+    return True
+
+
 cdef int _value(Text* out, Source* src, int depth, bint key) except -2:
     """Transcode the next value of ``src`` (a map key: text only); 0 when done, 1 when it
     is not one this transcoder writes (a float, binary, an extension, bad bytes)."""
@@ -336,6 +364,8 @@ cdef int _value(Text* out, Source* src, int depth, bint key) except -2:
         for i in range(n):
             if i:
                 _byte(out, b',')
+            if _small_entry(out, src):  # the common entry, written in one piece
+                continue
             if _value(out, src, depth + 1, True):
                 return 1
             _byte(out, b':')
