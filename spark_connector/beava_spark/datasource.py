@@ -65,7 +65,7 @@ from .reader import (
     Column,
     ReadOptions,
     ScanRange,
-    plan_ranges,
+    plan_read,
     read_range,
     spark_schema,
     table_columns,
@@ -229,7 +229,8 @@ class BeavaDataSource(DataSource):
 
     def reader(self, schema: StructType) -> BeavaReader:
         options = ReadOptions.parse(self.options)
-        return BeavaReader(options, _read_columns(table_columns(options), schema))
+        columns, ranges = plan_read(options)
+        return BeavaReader(options, _read_columns(columns, schema), ranges)
 
     def writer(self, schema: StructType, overwrite: bool) -> BeavaBatchWriter:
         _refuse_overwrite(overwrite)
@@ -337,12 +338,14 @@ class ScanPartition(InputPartition):
 class BeavaReader(DataSourceReader):
     """``spark.read.format("beava")``: a task per slot range, a record batch per page."""
 
-    def __init__(self, options: ReadOptions, columns: list[Column]) -> None:
+    def __init__(self, options: ReadOptions, columns: list[Column],
+                 ranges: list[ScanRange]) -> None:
         self.options = options
         self.columns = columns
+        self.ranges = ranges  # planned with the columns: one request per server
 
     def partitions(self) -> list[ScanPartition]:
-        return [ScanPartition(r) for r in plan_ranges(self.options)]
+        return [ScanPartition(r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ScanPartition)

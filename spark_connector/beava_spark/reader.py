@@ -177,7 +177,12 @@ def _scan(url: str, table: str, timeout: float, access: Access, **request: Any
 def table_columns(options: ReadOptions) -> list[Column]:
     """The table's columns, from the first server (every server of a sharded deployment
     has the same registry)."""
-    page = _scan(options.urls[0], options.table, options.timeout, options.access, limit=0)
+    return _columns(_scan(options.urls[0], options.table, options.timeout, options.access,
+                          limit=0))
+
+
+def _columns(page: Mapping[str, Any]) -> list[Column]:
+    """The columns a scan's first page (cursor None) lists."""
     return [Column(c["name"], c["type"], bool(c["key"])) for c in page["columns"]]
 
 
@@ -190,17 +195,20 @@ def spark_schema(columns: Sequence[Column]) -> StructType:
                          for column in columns])
 
 
-def plan_ranges(options: ReadOptions) -> list[ScanRange]:
-    """``partitions`` slot ranges per server (fewer for a small table), the last range of
-    each open-ended."""
+def plan_read(options: ReadOptions) -> tuple[list[Column], list[ScanRange]]:
+    """The table's columns and ``partitions`` slot ranges per server (fewer for a small
+    table), the last range of each open-ended: one request per server, the first server's
+    reply listing the columns too."""
+    columns: list[Column] = []
     ranges = []
     for url in options.urls:
         page = _scan(url, options.table, options.timeout, options.access, limit=0,
                      splits=options.partitions)
+        columns = columns or _columns(page)
         starts = page["splits"]
         for i, start in enumerate(starts):
             ranges.append(ScanRange(url, start, starts[i + 1] if i + 1 < len(starts) else None))
-    return ranges
+    return columns, ranges
 
 
 def _converter(column: Column) -> Callable[[Any], Any]:

@@ -139,15 +139,14 @@ def test_bad_options_and_tables_fail_before_any_task(spark: Any, loaded: TcpClie
 
 
 def test_driver_helpers_without_spark(loaded: TcpClient, clean_server: BeavaProcess) -> None:
-    from beava_spark.reader import ReadOptions, plan_ranges, read_range, table_columns
+    from beava_spark.reader import ReadOptions, plan_read, read_range, table_columns
 
     url = f"tcp://{clean_server.addrs['tcp']}"
     options = ReadOptions.parse({"url": url, "table": "UserSpend", "partitions": "4",
                                  "pageSize": "128"})
     assert options.page_size == 128 and options.partitions == 4
-    ranges = plan_ranges(options)
+    columns, ranges = plan_read(options)
     assert len(ranges) == 4 and ranges[-1].until is None
-    columns = table_columns(options)
     ids = [u for r in ranges for batch in read_range(columns, "UserSpend", r, 128, 10.0)
            for u in batch.column(0).to_pylist()]
     assert ids == [f"u{i}" for i in range(USERS)]

@@ -84,7 +84,7 @@ def test_a_page_with_a_float_in_an_i64_column_is_read_again_loosely(
         clean_server: Any, scheme: str) -> None:
     """An i64 field takes floats: its max can be 2.5 (not a long: null) or 3.0 (3)."""
     from beava_client import TcpClient
-    from beava_spark.reader import ReadOptions, plan_ranges, read_range, table_columns
+    from beava_spark.reader import ReadOptions, plan_read, read_range
 
     with TcpClient(*clean_server.tcp) as client:
         assert client.register({"nodes": [
@@ -97,8 +97,7 @@ def test_a_page_with_a_float_in_an_i64_column_is_read_again_loosely(
             client.push("E", body)
     url = f"{scheme}://{clean_server.addrs[scheme]}"
     options = ReadOptions.parse({"url": url, "table": "T", "partitions": "1"})
-    columns = table_columns(options)
-    (scan_range,) = plan_ranges(options)
+    columns, (scan_range,) = plan_read(options)
     pages = list(read_range(columns, "T", scan_range, 2, 10.0))
     assert [p.num_rows for p in pages] == [2, 2]
     rows = [row for page in pages for row in page.to_pylist()]
