@@ -10,16 +10,18 @@ One job for all requested tables (:mod:`beava_spark.replay_exchange`):
 1. the tables form key groups (same key, same chain), each with a mask bit; each event
    becomes one row per distinct key bucket of the groups it feeds, its mask holding the
    bits of the groups whose key falls there; each spine row (given a row id once) is
-   exploded once per group, with the group's bit and its key read from its key columns,
-   and carries its columns (packed in one struct) on its first group's copy;
+   masked the same way, by the buckets of its key for each key tuple (read from its key
+   columns), each of its rows holding all those keys and the first its columns (packed in
+   one struct);
 2. one exchange partitions the stream by key bucket and sorts each partition by time, the
    events of one millisecond in the documented order (``order_col``, then event name,
    then input order), spine rows after the events of their millisecond
    (``inclusive=True``) or before them (``inclusive=False``);
 3. each task replays its partition from Arrow batches (:mod:`beava_spark.replay_task`):
    per group, one store applies the rows of its bit in one C loop (events applied, spine
-   rows read);
-4. the feature rows of one spine row (one per group) are joined back by row id.
+   rows read), a spine row's features of every group of its mask coming out as one row;
+4. the feature rows of one spine row (one per bucket of its keys) are joined back by row
+   id.
 
 Events with a ``dedupe_key`` first go through one pass over the whole event (partitioned by
 the dedupe value), so replays are recognised across entities as the server does.
@@ -56,6 +58,7 @@ from .replay_exchange import (
     event_stream,
     group_fields,
     key_groups,
+    masked_rows,
     replay_stream,
     row_key,
     table_names,
@@ -154,7 +157,7 @@ def historical_features(
              for ft in plan.features]))
     codes = event_codes(pipeline)
     task = functools.partial(
-        read_rows, groups=[_task_group(g, values, codes) for g in groups],
+        read_rows, groups=[_task_group(g, key_tuples(groups), values, codes) for g in groups],
         events=codes, values=values,
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
@@ -230,34 +233,42 @@ def packed_type(spine: DataFrame) -> Any:
 
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
                 order_type: Any, values: ValueColumns, buckets: int) -> DataFrame:
-    """The spine in the stream: one read row per group (``(M, W, BK, K, T, P, O, E, S, V0,
-    ..., _R)``: the group's bit, its key, its values null), read once: its row id and time
-    computed once, its columns on its first group's copy only."""
+    """The spine in the stream (``(M, W, BK, K, T, P, O, E, S, V0, ..., _R)``, its values
+    null): read once, its row id, time and key per key tuple (``key_tuples``) computed
+    once, then one row per distinct bucket of its groups' keys (masked as events are),
+    each with every key, its columns on its first group's row only."""
     from pyspark.sql import functions as f
 
     from beava.offline import NO_READ, READ
 
-    keys = [row_key(spine, g.keys).alias(f"{PREFIX}k{g.id}") for g in groups]
-    once = spine.select(f.monotonically_increasing_id().alias(S),
-                        f.struct(*[f.col(quoted(c)) for c in spine.columns]).alias(_R),
-                        time_ms(spine, time_col, "the spine").alias(T), *keys)
-    per_group = f.array(*[f.struct(f.lit(1 << g.bit).cast("long").alias("m"),
-                                   f.lit(g.word).alias("w"),
-                                   f.col(f"{PREFIX}k{g.id}").alias("k")) for g in groups])
-    exploded = once.select(S, _R, T, f.posexplode(per_group).alias("pos", "x"))
-    key = f.col("x.k")
-    return exploded.select(
-        f.col("x.m").alias(M), f.col("x.w").alias(W), bucket_of(key, buckets).alias(BK),
-        key.alias(K), T, f.lit(phase).alias(P),
-        f.lit(None).cast(order_type).alias(O),
-        f.when(f.col(T).isNull() | key.isNull(), f.lit(NO_READ)).otherwise(f.lit(READ))
-        .alias(E),
+    tuples = key_tuples(groups)
+    once = spine.select(
+        f.monotonically_increasing_id().alias(S),
+        f.struct(*[f.col(quoted(c)) for c in spine.columns]).alias(_R),
+        time_ms(spine, time_col, "the spine").alias(T),
+        *[row_key(spine, keys).alias(f"{K}{i}") for i, keys in enumerate(tuples)])
+    bucketed = once.select(S, _R, T, f.array(*[f"{K}{i}" for i in range(len(tuples))])
+                           .alias(K),
+                           *[bucket_of(f.col(f"{K}{i}"), buckets).alias(f"{BK}{i}")
+                             for i in range(len(tuples))])
+    exploded = bucketed.select(S, _R, T, K, f.posexplode(masked_rows(
+        [(g, f"{BK}{tuples.index(g.keys)}") for g in groups])).alias("pos", "x"))
+    return exploded.where(f.col("x").isNotNull()).select(
+        f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), K, T,
+        f.lit(phase).alias(P), f.lit(None).cast(order_type).alias(O),
+        f.when(f.col(T).isNull(), f.lit(NO_READ)).otherwise(f.lit(READ)).alias(E),
         S, *values.columns(None, ()),
         f.when(f.col("pos") == 0, f.col(_R)).alias(_R))
 
 
-def _task_group(group: KeyGroup, values: ValueColumns, codes: Sequence[str]
-                ) -> ReplayGroup:
-    return ReplayGroup(group.word, group.bit, group.payload, tuple(t.name for t in group.tables),
+def key_tuples(groups: Sequence[KeyGroup]) -> list[tuple[str, ...]]:
+    """The distinct key tuples of ``groups``: a read row's ``K`` holds a key for each."""
+    return list(dict.fromkeys(g.keys for g in groups))
+
+
+def _task_group(group: KeyGroup, tuples: Sequence[tuple[str, ...]], values: ValueColumns,
+                codes: Sequence[str]) -> ReplayGroup:
+    return ReplayGroup(group.word, group.bit, tuples.index(group.keys), group.payload,
+                       tuple(t.name for t in group.tables),
                        tuple(t.features for t in group.tables),
                        group_fields(group, values, codes))

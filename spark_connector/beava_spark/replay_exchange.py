@@ -27,19 +27,20 @@ Arrow batches and hands each, once per group present in it (``group_masks``), to
 (:mod:`beava_spark.replay_task`).
 
 Stream columns (the ``__bv_`` prefix is reserved): ``M`` group mask (long), ``W`` its word
-(int), ``BK`` bucket's partition key, ``K`` canonical key (read rows only: an event's key
-is computed again by its tables), ``T`` time (epoch ms), ``P`` phase within a millisecond,
-``O`` order_col value, ``E`` event code (index in ``event_codes``; ``READ`` / ``NO_READ``
-for read rows), ``S`` input position of the event (a read's row id), then the value
-columns ``V0``, ``V1``, ... (:class:`ValueColumns`): typed slots, as many of each Spark
-type as the event with the most fields of that type needs; each event's fields take the
-slots of their type in declaration order and hold their values as Spark converted them
+(int), ``BK`` bucket's partition key, ``K`` a read row's canonical keys (array of strings,
+one per distinct key tuple of the groups, the caller's order; null on event rows: an
+event's key is computed again by its tables), ``T`` time (epoch ms), ``P`` phase within a
+millisecond, ``O`` order_col value, ``E`` event code (index in ``event_codes``; ``READ`` /
+``NO_READ`` for read rows), ``S`` input position of the event (a read's row id), then the
+value columns ``V0``, ``V1``, ... (:class:`ValueColumns`): typed slots, as many of each
+Spark type as the event with the most fields of that type needs; each event's fields take
+the slots of their type in declaration order and hold their values as Spark converted them
 (``conversion``), null where the value is null or none of the row's groups takes the field
 (and on read rows). A row shared by several groups carries every field any of the event's
 Spark-keyed groups takes; each group's store reads only the fields it takes
 (``group_fields``), so it sees the body it would see on a row of its own. No event is
-turned into a JSON text: the task reads the typed columns straight into rows. A read row
-carries one group's bit and key.
+turned into a JSON text: the task reads the typed columns straight into rows. Read rows
+are masked as events are (``masked_rows``): one per distinct bucket of their groups' keys.
 """
 
 from __future__ import annotations
@@ -352,7 +353,8 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
         keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
         frames.append(keyed.select(
             f.lit(1 << group.bit).cast("long").alias(M), f.lit(group.word).alias(W),
-            bucket_of(f.col(K), buckets).alias(BK), f.lit(None).cast("string").alias(K), T,
+            bucket_of(f.col(K), buckets).alias(BK), f.lit(None).cast("array<string>").alias(K),
+            T,
             f.lit(phase).alias(P), O, E, S, *values.columns(event, _taken(group, event,
                                                                           values))))
     if spelled:
@@ -360,28 +362,38 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
         bucketed = stream.select(*base, *values.columns(event, {
             name for group, _ in spelled for name in _taken(group, event, values)}),
             *[bucket_of(key, buckets).alias(f"{BK}{i}") for i, (_, key) in enumerate(spelled)])
-        shared = []
-        for i, (group, _) in enumerate(spelled):
-            mine = f.col(f"{BK}{i}")
-            same = [(j, other) for j, (other, _) in enumerate(spelled)
-                    if other.word == group.word]
-            earlier = [f.col(f"{BK}{j}") == mine for j, _ in same if j < i]
-            mask = functools.reduce(lambda a, b: a + b, [
-                f.when(f.col(f"{BK}{j}") == mine, f.lit(1 << other.bit)).otherwise(f.lit(0))
-                if j != i else f.lit(1 << group.bit) for j, other in same if j >= i])
-            row = f.struct(mask.cast("long").alias("m"), f.lit(group.word).alias("w"),
-                           mine.alias("bk"))
-            # the first group of its (bucket, word) makes the row
-            shared.append(f.when(~functools.reduce(lambda a, b: a | b, earlier), row)
-                          if earlier else row)
-        exploded = bucketed.select(*base, *values.names,
-                                   f.explode(f.array(*shared)).alias("x")).where(
-                                       f.col("x").isNotNull())
-        frames.append(exploded.select(
+        exploded = bucketed.select(*base, *values.names, f.explode(masked_rows(
+            [(group, f"{BK}{i}") for i, (group, _) in enumerate(spelled)])).alias("x"))
+        frames.append(exploded.where(f.col("x").isNotNull()).select(
             f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK),
-            f.lit(None).cast("string").alias(K), T, f.lit(phase).alias(P), O, E, S,
+            f.lit(None).cast("array<string>").alias(K), T, f.lit(phase).alias(P), O, E, S,
             *values.names))
     return frames
+
+
+def masked_rows(bucketed: Sequence[tuple[KeyGroup, str]]) -> Column:
+    """One row per distinct (bucket, word) among ``bucketed`` (each group with the column
+    of its bucket, ``BK`` of ``bucket_of``), as an array of ``struct(m, w, bk)`` to explode,
+    its mask ``m`` the bits of the groups of word ``w`` whose bucket is ``bk``: the entry
+    of a group is null when an earlier group of its word has its bucket (no groupBy). The
+    first group's entry is never null."""
+    from pyspark.sql import functions as f
+
+    entries = []
+    for i, (group, column) in enumerate(bucketed):
+        mine = f.col(column)
+        same = [(j, other, f.col(theirs)) for j, (other, theirs) in enumerate(bucketed)
+                if other.word == group.word]
+        earlier = [theirs == mine for j, _, theirs in same if j < i]
+        mask = functools.reduce(lambda a, b: a + b, [
+            f.lit(1 << other.bit) if j == i else
+            f.when(theirs == mine, f.lit(1 << other.bit)).otherwise(f.lit(0))
+            for j, other, theirs in same if j >= i])
+        row = f.struct(mask.cast("long").alias("m"), f.lit(group.word).alias("w"),
+                       mine.alias("bk"))
+        entries.append(f.when(~functools.reduce(lambda a, b: a | b, earlier), row)
+                       if earlier else row)
+    return f.array(*entries)
 
 
 def spark_key(col: Column, wire_type: str) -> Column:
@@ -562,16 +574,20 @@ def group_masks(batch: pa.RecordBatch, groups: Mapping[tuple[int, int], int]
 def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                 fields: tuple[tuple[tuple[int, str], ...], ...], values: ValueColumns,
                 refused: Refused, reads: Sequence[tuple[str, Sequence[FeatureInfo]]] = (),
-                mask: tuple[pa.Array, int] | None = None
+                mask: tuple[pa.Array, int] | None = None, key: int | None = None
                 ) -> tuple[list[int], list[Any]]:
     """``Replay.replay_batch`` of one group's rows of a batch of the stream (``fields``:
-    its fields by event code; ``mask``: its mask column and bit, of ``group_masks``); a
+    its fields by event code; ``mask``: its mask column and bit, of ``group_masks``;
+    ``key``: the index of its key in a read row's ``K``, None when nothing is read); a
     refused event raises ``refused`` naming it and its body."""
     import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     from beava.offline import ReplayRefused
 
-    columns = [part.column(E), part.column(T), part.column(K),
+    keys = (pa.nulls(part.num_rows, pa.string()) if key is None else
+            pc.list_element(part.column(K), key))
+    columns = [part.column(E), part.column(T), keys,
                *[part.column(name) for name in values.names]]
     batch = pa.RecordBatch.from_arrays(columns, names=["code", "time", "key", *values.names])
     try:

@@ -8,9 +8,9 @@ the rows that have its bit, batch by batch, through ``Replay.replay_batch`` (one
 over the whole batch, skipping the other groups' rows: each event's fields read from the
 typed value columns, checked as a live push and applied at its time, each read row
 answered as a GET at its time), with the garbage collector paused.
-A read row comes out, for each group of its mask, as its row id, the columns it carries
-(``R``, passed through), and the features of that group's tables; other groups' features
-are null.
+A read row (its key for each group in ``K``, at the group's ``key`` index) comes out as one
+row: its row id, the columns it carries (``R``, passed through), and the features of the
+tables of each group of its mask; other groups' features are null.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ __all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
 
 @dataclass(frozen=True)
 class ReplayGroup:
-    """What a task needs of a key group: its mask word and bit, its store's payload, its
-    tables (in feature order), the features of each, and the fields it takes of each event
-    (by event code, ``Replay.replay_batch``'s fields)."""
+    """What a task needs of a key group: its mask word and bit, the index of its key in a
+    read row's keys, its store's payload, its tables (in feature order), the features of
+    each, and the fields it takes of each event (by event code, ``Replay.replay_batch``'s
+    fields)."""
 
     word: int
     bit: int
+    key: int
     payload: bytes
     tables: tuple[str, ...]
     features: tuple[tuple[FeatureInfo, ...], ...]  # by table
@@ -76,30 +78,44 @@ def read_rows(batches: Iterator[pa.RecordBatch], *, groups: Sequence[ReplayGroup
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            read: list[tuple[int, list[int], list[pa.Array]]] = []
             for number, mask, bit in group_masks(batch, numbers):
                 group = groups[number]
                 if number not in replays:
                     replays[number] = new_replay(group.payload, refused)
                 rows, features = replay_part(replays[number], batch, events, group.fields,
-                                             values, refused, group.reads, (mask, bit))
+                                             values, refused, group.reads, (mask, bit),
+                                             group.key)
                 if rows:
-                    yield _rows(batch, rows, features, number, output, types)
+                    read.append((number, rows, features))
+            if read:
+                yield _rows(batch, read, output, types)
 
 
-def _rows(part: pa.RecordBatch, rows: list[int], columns: list[pa.Array], number: int,
+def _rows(batch: pa.RecordBatch, read: list[tuple[int, list[int], list[pa.Array]]],
           output: ReplayOutput, types: list[Any]) -> pa.RecordBatch:
+    """One output row per read row of ``batch``: ``read`` holds, per group that read, its
+    rows' indexes and its features' arrays (aligned with them)."""
+    import numpy as np
     import pyarrow as pa
 
-    n = len(rows)
-    index = pa.array(rows, pa.int64())
-    arrays = [part.column(output.row_id).take(index)]
+    index = np.unique(np.concatenate([np.asarray(rows, np.int64) for _, rows, _ in read]))
+    arrays = [batch.column(output.row_id).take(index)]
     if output.carried is not None:
-        arrays.append(part.column(output.carried).take(index))
-    for group, struct in enumerate(types):
-        if group != number:
-            arrays.append(pa.nulls(n, struct))
+        arrays.append(batch.column(output.carried).take(index))
+    found = {number: (rows, features) for number, rows, features in read}
+    for number, struct in enumerate(types):
+        if number not in found:
+            arrays.append(pa.nulls(len(index), struct))
             continue
-        arrays.append(pa.StructArray.from_arrays(columns, fields=list(struct)))
+        rows, features = found[number]
+        values = pa.StructArray.from_arrays(features, fields=list(struct))
+        if len(rows) == len(index):  # every read row of the batch is this group's
+            arrays.append(values)
+            continue
+        mine = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(mine, index), len(mine) - 1)
+        arrays.append(values.take(pa.array(at, mask=mine[at] != index)))
     names = [output.row_id, *([output.carried] if output.carried is not None else []),
              *output.groups]
     return pa.RecordBatch.from_arrays(arrays, names=names)

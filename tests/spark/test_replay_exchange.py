@@ -100,3 +100,27 @@ def test_groups_beyond_one_mask_word_take_rows_of_their_own(
     # u0's row at T0 + 10 sees visits 0..10: its one visit, page p0's 0 and 7, region r0's
     # ms 0 + 3 + 6 + 9, device d0's 0, 5 and 10, host h0's ms 0
     assert expected[0][6:] == (1, 2, 18.0, 3, 0.0)
+
+
+def test_a_spine_row_is_one_row_per_bucket_of_its_keys_holding_every_key(spark: Any) -> None:
+    from beava.offline import READ
+    from beava_spark.historical import _spine_rows
+
+    pipeline = Pipeline([Visit, *VISIT_TABLES])
+    groups = exchange.key_groups(pipeline, [pipeline.table(t._name) for t in VISIT_TABLES])
+    spine = _visits(spark).select(*VISIT_KEYS, "ts")
+    values = exchange.ValueColumns.of({"Visit": {"ms": "f64"}})
+    rows = _spine_rows(spine, groups, "ts", 1, "long", values, 1).collect()
+    assert len(rows) == 60  # one bucket: one row per spine row, for all five groups
+    row = next(r for r in rows if r[exchange.K][0] == "u7")
+    assert (row[exchange.M], row[exchange.E]) == (0b11111, READ)
+    assert row[exchange.K] == ["u7", "p0", "r1", "d2", "h7"]  # a key per key tuple
+    assert row["__bv_r"]["user_id"] == "u7"  # the spine's columns, once
+    rows = _spine_rows(spine, groups, "ts", 1, "long", values, 16).collect()
+    assert 60 < len(rows) < 5 * 60
+    by_row: dict[int, int] = {}
+    for r in rows:
+        assert not by_row.get(r[exchange.S], 0) & r[exchange.M]  # each group once
+        by_row[r[exchange.S]] = by_row.get(r[exchange.S], 0) | r[exchange.M]
+    assert set(by_row.values()) == {0b11111}
+    assert sum(r["__bv_r"] is not None for r in rows) == 60
