@@ -163,10 +163,10 @@ def historical_features(
         refused=HistoricalReplayError)
     out = stream.select(M, W, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
     if len(groups) > 1:
-        # one row per group: the copy that carries the spine row's columns takes the other
-        # groups' features over a window of its row id (one exchange and one sort, where
-        # a groupBy's first() of structs sorts twice, its partial aggregation before the
-        # exchange finding no two rows of one id to merge)
+        # one row per bucket of the spine row's keys: the row that carries its columns
+        # takes the other rows' groups' features over a window of its row id (one
+        # exchange and one sort, where a groupBy's first() of structs sorts twice, its
+        # partial aggregation before the exchange finding no two rows of one id to merge)
         row = Window.partitionBy(S)
         out = out.select(_R, *[f.first(_features_of(g), ignorenulls=True).over(row)
                                .alias(_features_of(g)) for g in groups]
