@@ -18,8 +18,8 @@ both transports. The others have a handler per transport here, for their shapes 
   path) and cannot carry the legacy request shapes;
 - batch_get and backfill are served in slices across loop iterations (a reply slot
   filled later); backfill and scan answer an undecodable body with their own error;
-- scan's rows are encoded one by one in the reply's content type as they are read (a
-  MessagePack page written from the table's columns into one buffer, framed with one copy);
+- scan's rows are written from the table's columns into one buffer, as MessagePack or
+  its JSON text, and the reply is made around them with one copy;
 - auth belongs to the per-connection gate (``beava.protocol.auth``).
 """
 
@@ -450,14 +450,13 @@ class Service:
         return reads.get(store.table, {"table": table, "key": key}, store.query_time(),
                          registry=store.registry)
 
-    def scan(self, body: Any, msgpack: bool) -> tuple[bytes, list[bytes] | RowPage, bytes]:
+    def scan(self, body: Any, msgpack: bool) -> tuple[bytes, RowPage, bytes]:
         """One page of a table scan (docs/wire.md), a JSON or MessagePack reply body: the
-        bytes before its rows, the rows (JSON texts, or a RowPage), the bytes after them."""
+        bytes before its rows, the rows, the bytes after them."""
         store = self.store
         version = store.registry_version
         request, table = scan.parse_scan(body, store.table, version)
-        page = scan.scan_page(table, request, version, store.query_time(),
-                              None if msgpack else _encode)
+        page = scan.scan_page(table, request, version, store.query_time(), not msgpack)
         head: dict[str, Any] = {"cursor": page.cursor, "entities": page.entities,
                                 "registry_version": version}
         if request.first:
@@ -645,11 +644,9 @@ class Service:
     def _tcp_scan(self, ct: int, payload: bytes) -> bytes:
         before, rows, after = self.scan(_decode_scan(ct, payload, self.store.registry_version),
                                         ct == CT_MSGPACK)
-        op = _REPLY_OP["scan"]
-        if isinstance(rows, RowPage):  # the frame made around the page's rows: one copy
-            size = len(before) + rows.nbytes + len(after)
-            return rows.joined(frame_header(op, ct, size) + before, after)
-        return encode_frame(op, ct, before + b",".join(rows) + after)
+        # the frame made around the page's rows: one copy of them
+        size = len(before) + rows.nbytes + len(after)
+        return rows.joined(frame_header(_REPLY_OP["scan"], ct, size) + before, after)
 
     def _tcp_backfill(self, ct: int, payload: bytes) -> bytes | PendingReply:
         return self._serve_backfill(
@@ -717,8 +714,7 @@ class Service:
     def _http_scan(self, request: HttpRequest, params: tuple[str, ...]) -> bytes:
         before, rows, after = self.scan(
             _decode_scan(CT_JSON, request.body, self.store.registry_version), False)
-        assert isinstance(rows, list)  # a JSON page
-        return json_response(200, before + b",".join(rows) + after, request.keep_alive)
+        return json_response(200, rows.joined(before, after), request.keep_alive)
 
     def _http_backfill(self, request: HttpRequest, params: tuple[str, ...]
                        ) -> bytes | PendingReply:

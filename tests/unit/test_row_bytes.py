@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beava._fast.wire.msgpack_out import RowPage, packb
+from beava._fast.wire.msgpack_out import packb
 from beava._fast.wire.reply_values import finite_or_none
 from beava.engine.state import reads, scan
 from beava.engine.store import FeatureStore
@@ -161,22 +161,24 @@ def test_bucket_histograms_write_their_json_as_the_encoder() -> None:
             table.row("u", clock.now, [feature]))
 
 
-def _dict_built_page(table, rows: int, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _dict_built_page(table, rows: int, T: int,  # type: ignore[no-untyped-def]
+                     json: bool = False) -> list[bytes]:
     """A scan page's rows as they were encoded before they were written from the columns:
-    a dict of the key columns and the features per row, then the reply encoder."""
+    a dict of the key columns and the features per row, then the reply encoder (JSON's
+    when ``json``)."""
     key_columns = scan.decode_key(table.spec)
     out = []
     for slot, key in enumerate(table.slot_keys(0, rows)):
         row = key_columns(key)
         row.update(table.read_slot(slot, T))
-        out.append(reply_bytes(row))
+        out.append(encode_json(row) if json else reply_bytes(row))
     return out
 
 
-def _msgpack_page(table, T: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _scan_page(table, T: int, json: bool = False) -> list[bytes]:  # type: ignore[no-untyped-def]
     request = scan.ScanRequest(table.spec.name, 0, None, scan.MAX_SCAN_LIMIT, None, True)
-    page = scan.scan_page(table, request, 1, T, None)
-    assert page.cursor is None and isinstance(page.rows, RowPage)
+    page = scan.scan_page(table, request, 1, T, json)
+    assert page.cursor is None
     return page.rows.rows()
 
 
@@ -186,9 +188,10 @@ def test_every_operator_scan_row_is_the_dict_built_row(every_op, monkeypatch) ->
     for T in (clock.now, clock.now + 5 * 60_000, clock.now + 2 * HOUR):
         for name in ("L", "W", "G"):
             table = store.table(name)
-            rows = _msgpack_page(table, T)
-            assert len(rows) == table.entity_count >= 1
-            assert rows == _dict_built_page(table, len(rows), T), (name, T)
+            for json in (False, True):
+                rows = _scan_page(table, T, json)
+                assert len(rows) == table.entity_count >= 1
+                assert rows == _dict_built_page(table, len(rows), T, json), (name, T, json)
 
 
 def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
@@ -211,10 +214,11 @@ def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
         for x in ((1.5e308, 1.5e308) if i == 1 else (i * 0.5 - 1, i * 1e300)):
             store.push("Ev", {"user": user, "n": n, "x": x, "b": i % 2 == 0})
     table = store.table("K")
-    rows = _msgpack_page(table, clock.now)
+    rows = _scan_page(table, clock.now)
     assert len(rows) == table.entity_count == 4
     assert rows == _dict_built_page(table, len(rows), clock.now)
-    decoded = msgspec.msgpack.decode(_msgpack_page(store.table("K"), clock.now)[0])
+    assert _scan_page(table, clock.now, True) == _dict_built_page(table, 4, clock.now, True)
+    decoded = msgspec.msgpack.decode(rows[0])
     assert decoded == {"a": 2, "b": True, "c": 0.0, "n": 5, "s": -1.0, "user": "a|b|",
                        "z": [-1.0, 0.0]}
     assert msgspec.msgpack.decode(rows[1])["s"] is None  # an infinite sum

@@ -54,7 +54,7 @@ class TableKernel:
     def read_json(self, slot: int, T: int, names: Iterable[str] | None = None
                   ) -> dict[str, Any]: ...
     def read_msgpack(self, slot: int, T: int, names: Sequence[str] | None = None) -> bytes: ...
-    def scan_msgpack(
+    def scan_rows(
         self,
         start: int,
         stop: int,
@@ -64,6 +64,7 @@ class TableKernel:
         split: Callable[[str], list[str]] | None,
         max_bytes: int,
         seconds: float,
+        json: bool,
     ) -> RowPage: ...
     def column(self, name: str) -> Column: ...
     def last_touch(self, slot: int) -> int | None: ...

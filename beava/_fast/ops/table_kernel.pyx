@@ -44,6 +44,7 @@ from beava._fast.wire.msgpack_out cimport (
     release,
     reserve,
 )
+from beava._fast.wire.msgpack_json cimport json_map
 from beava._fast.wire.number_text cimport int_text, repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
@@ -460,24 +461,27 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         finally:
             release(&out)
 
-    def scan_msgpack(self, Py_ssize_t start, Py_ssize_t stop, int64_t T, tuple layout,
-                     tuple key_parts, object split, Py_ssize_t max_bytes, double seconds
-                     ) -> RowPage:
-        """Rows of the slots ``start`` to ``stop - 1`` at query time ``T``, each the
-        MessagePack map a reply carries, written from the columns one after another into one
-        buffer: a page of a table scan (beava.engine.state.scan). ``layout`` lists the row's
-        entries in the order they are written, ``(name as MessagePack, feature column or
-        None, key part index)``; ``key_parts`` has, per key column, a callable that turns its
-        text into the value written (None: the text itself); ``split`` turns a stored key
-        into its key column texts when there are several. The page ends after the row that
-        takes its bytes to ``max_bytes``, or once ``seconds`` have passed since the start
-        (the clock is read after the first row and every 8th), with one row at least."""
+    def scan_rows(self, Py_ssize_t start, Py_ssize_t stop, int64_t T, tuple layout,
+                  tuple key_parts, object split, Py_ssize_t max_bytes, double seconds,
+                  bint json) -> RowPage:
+        """Rows of the slots ``start`` to ``stop - 1`` at query time ``T``, each the map a
+        reply carries, written from the columns one after another into one buffer: a page
+        of a table scan (beava.engine.state.scan). A row is MessagePack, or (``json``) the
+        JSON text of that MessagePack (msgpack_json.json_map: the text msgspec gives its
+        value). ``layout`` lists the row's entries in the order they are written, ``(name as
+        MessagePack, feature column or None, key part index)``; ``key_parts`` has, per key
+        column, a callable that turns its text into the value written (None: the text
+        itself); ``split`` turns a stored key into its key column texts when there are
+        several. The page ends after the row that takes its bytes to ``max_bytes``, or once
+        ``seconds`` have passed since the start (the clock is read after the first row and
+        every 8th), with one row at least."""
         cdef Py_ssize_t n = len(layout), nparts = len(key_parts), i, j, slot, size, guess
         cdef Py_ssize_t nstate = len(self.state_cols)
         cdef Py_ssize_t last = min(stop, len(self.keys.names))
         cdef list names = self.keys.names
-        cdef RowPage page = RowPage()
-        cdef Writer* out = &page.out
+        cdef RowPage page = RowPage(b"," if json else b"")
+        cdef Writer row = Writer(NULL, 0, 0)  # a JSON row's MessagePack
+        cdef Writer* out = &row if json else &page.out
         cdef double deadline = monotonic() + seconds
         cdef PyObject** cols = <PyObject**>malloc((n + 1) * sizeof(PyObject*))
         cdef PyObject** state = <PyObject**>malloc((nstate + 1) * sizeof(PyObject*))
@@ -527,6 +531,8 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                     texts = split(<str>PyList_GET_ITEM(names, slot))
                 elif nparts:
                     texts[0] = <str>PyList_GET_ITEM(names, slot)
+                page.start_row()
+                row.size = 0
                 put_map_header(out, n)
                 for i in range(n):
                     for j in range(share[i], share[i + 1]):
@@ -546,20 +552,24 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                         put_str(out, <str>texts[part_of[i]])
                     else:
                         put_value(out, convert(texts[part_of[i]]))
+                if json:
+                    json_map(&page.out, row.data, row.size)
                 page.end_row()
                 if slot == start:
                     # room for the page at the first row's size, so that the buffer
                     # seldom grows (a copy of all written) while the page is written
-                    size = out.size
+                    size = page.out.size
                     guess = size * (last - start)
-                    reserve(out, min(guess + guess // 8, max_bytes + 2 * size) - size)
-                # the clock after the first row, then every few rows (a read of it costs
-                # as much as a small feature)
-                if out.size >= max_bytes or (
+                    reserve(&page.out, min(guess + guess // 8, max_bytes + 2 * size) - size)
+                # the rows' bytes (a JSON page's separators not counted); the clock after
+                # the first row, then every few rows (a read of it costs as much as a
+                # small feature)
+                if page.out.size - (page.count - 1) * json >= max_bytes or (
                         (slot - start) % SCAN_CLOCK_EVERY == 0 and monotonic() >= deadline):
                     break
             return page
         finally:
+            release(&row)
             free(cols)
             free(state)
             free(share)

@@ -1,7 +1,9 @@
 # cython: language_level=3
 """Table scan pages read without building their Python objects: a page's rows as the
 buffers of Arrow arrays, one per column (page_columns, which beava_spark.reader's
-PageBuffers hands to pyarrow), JSON columns as the JSON text of their MessagePack values.
+PageBuffers hands to pyarrow), JSON columns as the JSON text of their MessagePack values;
+and the JSON text of a MessagePack row (json_map: a JSON scan page's rows, written by the
+table kernel as MessagePack first).
 
 A value of the types a reply holds (nil, booleans, integers, floats, text, arrays, maps
 with text keys) is transcoded byte by byte, giving the text ``msgspec.json`` gives the
@@ -19,6 +21,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 import msgspec
 
+from beava._fast.wire.msgpack_out cimport Writer
 from beava._fast.wire.number_text cimport int_text, uint_text
 
 
@@ -26,10 +29,7 @@ cdef object _decode = msgspec.msgpack.decode
 cdef object _encode = msgspec.json.encode
 
 
-cdef struct Text:
-    char* data      # malloc'd; NULL until the first byte
-    Py_ssize_t size
-    Py_ssize_t cap
+ctypedef Writer Text  # a growing byte buffer (msgpack_out.pxd's)
 
 
 cdef struct Source:
@@ -458,22 +458,40 @@ cdef Py_ssize_t _count(Source* src, uint8_t fix, uint8_t tag16) except -1:
     raise ValueError("a scan page that is not MessagePack rows")
 
 
-cdef int _json_text(Out* col, Source* src) except -1:
-    """The JSON text of the next value of ``src`` appended to the column's text: written
-    byte by byte, or by msgspec for a value this transcoder does not write."""
+cdef int _json_of(Text* out, Source* src) except -1:
+    """The JSON text of the next value of ``src`` appended to ``out``: written byte by
+    byte, or by msgspec for a value this transcoder does not write."""
     cdef const uint8_t* start = src.p
-    cdef Py_ssize_t size = col.values.size
+    cdef Py_ssize_t size = out.size
     cdef const char* text
     cdef Py_ssize_t n
-    if _value(&col.values, src, 0, False) == 0:
+    if _value(out, src, 0, False) == 0:
         return 0
-    col.values.size = size
+    out.size = size
     src.p = start
     _skip(src, 0)
     encoded = _encode(_decode(PyBytes_FromStringAndSize(<const char*>start, src.p - start)))
     n = len(encoded)
     text = encoded
-    memcpy(_room(&col.values, n), text, n)
+    memcpy(_room(out, n), text, n)
+    return 0
+
+
+cdef int json_map(Writer* out, const char* data, Py_ssize_t n) except -1:
+    cdef Source src
+    cdef Py_ssize_t i, count
+    src.p = <const uint8_t*>data
+    src.end = src.p + n
+    count = _count(&src, 0x80, 0xde)
+    _byte(out, b'{')
+    for i in range(count):
+        if i:
+            _byte(out, b',')
+        if _value(out, &src, 0, True):
+            raise ValueError("a MessagePack map whose key is not text")
+        _byte(out, b':')
+        _json_of(out, &src)
+    _byte(out, b'}')
     return 0
 
 
@@ -508,7 +526,7 @@ cdef int _cell(Out* col, Source* src) except -1:
                     raise ValueError("a scan page that is not MessagePack rows")
                 memcpy(_room(&col.values, n), at, n)
             else:
-                _json_text(col, src)
+                _json_of(&col.values, src)
         (<int32_t*>_room(&col.offsets, 4))[0] = <int32_t>col.values.size
     else:
         if tag <= 0x7f or tag >= 0xe0:

@@ -26,10 +26,13 @@ cdef void release(Writer* out) noexcept
 
 
 cdef class RowPage:
-    # MessagePack rows written one after another into ``out`` (a table scan's page): the
-    # writer calls end_row() after each; the reply is made around them in one copy.
+    # Rows written one after another into ``out`` (a table scan's page): the writer calls
+    # start_row() before each and end_row() after it; the reply is made around them in one
+    # copy. ``separator`` (0: none) goes between two rows (a JSON page's ",").
     cdef Writer out
     cdef Py_ssize_t* ends       # where each row ends in out.data
     cdef readonly Py_ssize_t count
     cdef Py_ssize_t ends_cap
+    cdef char separator
+    cdef int start_row(self) except -1
     cdef int end_row(self) except -1

@@ -6,12 +6,14 @@ from typing import Any
 def packb(value: Any) -> bytes: ...
 
 class RowPage:
-    """MessagePack rows written one after another into one buffer (a table scan's page)."""
+    """Rows written one after another into one buffer (a table scan's page): MessagePack
+    maps, or JSON texts with a ``separator`` between two."""
 
     count: int
+    def __init__(self, separator: bytes = b"") -> None: ...
     nbytes: int
     def __len__(self) -> int: ...
-    # Each row's bytes, in order.
+    # Each row's bytes, in order (separators left out).
     def rows(self) -> list[bytes]: ...
     # ``head``, the rows, then ``tail``, as one bytes object (one copy of the rows).
     def joined(self, head: bytes, tail: bytes) -> bytes: ...

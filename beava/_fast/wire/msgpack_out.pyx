@@ -184,12 +184,16 @@ cdef Py_ssize_t _spare_cap = 0
 
 
 cdef class RowPage:
-    """MessagePack rows written one after another into one buffer, as a table scan writes a
-    page (TableKernel.scan_msgpack): no bytes object per row, and the reply is made around
-    them with one copy of their bytes (:meth:`joined`)."""
+    """Rows written one after another into one buffer, as a table scan writes a page
+    (TableKernel.scan_rows): MessagePack maps, or JSON texts with a ``separator`` ","
+    between two. No bytes object per row: the reply is made around them with one copy of
+    their bytes (:meth:`joined`)."""
 
-    def __cinit__(self):
+    def __cinit__(self, bytes separator=b""):
         global _spare
+        if len(separator) > 1:
+            raise ValueError("a row separator is one byte or none")
+        self.separator = separator[0] if separator else 0
         if _spare != NULL:
             self.out.data = _spare
             self.out.cap = _spare_cap
@@ -203,6 +207,12 @@ cdef class RowPage:
         else:
             release(&self.out)
         PyMem_Free(self.ends)
+
+    cdef int start_row(self) except -1:
+        """A row is written next (after the separator, if it is not the first)."""
+        if self.count and self.separator:
+            _room(&self.out, 1)[0] = <uint8_t>self.separator
+        return 0
 
     cdef int end_row(self) except -1:
         """The row written since the previous one (or the start) ends here."""
@@ -228,12 +238,12 @@ cdef class RowPage:
         return self.out.size
 
     def rows(self) -> list:
-        """Each row's bytes, in order."""
+        """Each row's bytes, in order (separators left out)."""
         cdef Py_ssize_t i, begin = 0
         out = []
         for i in range(self.count):
             out.append(PyBytes_FromStringAndSize(self.out.data + begin, self.ends[i] - begin))
-            begin = self.ends[i]
+            begin = self.ends[i] + (self.separator != 0)
         return out
 
     def joined(self, bytes head, bytes tail) -> bytes:

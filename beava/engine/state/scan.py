@@ -13,7 +13,6 @@ query time ``T``, as a GET at that moment would.
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -75,11 +74,11 @@ class ScanRequest:
 
 @dataclass(frozen=True, slots=True)
 class ScanPage:
-    """One page: the encoded rows (JSON texts, or MessagePack maps in one RowPage), where
+    """One page: the encoded rows (MessagePack maps or JSON texts, in one buffer), where
     the next page starts (None: the scan is done), the table's entity count when the page
     was read, and the split cursors if asked."""
 
-    rows: list[bytes] | RowPage
+    rows: RowPage
     cursor: str | None
     entities: int
     splits: list[str] | None
@@ -231,35 +230,31 @@ def scan_columns(spec: TableSpec) -> list[dict[str, Any]]:
     return columns
 
 
-def _msgpack_layout(table: TableState) -> tuple[tuple[bytes, Column | None, int], ...]:
-    """The entries of a scan row as ``TableKernel.scan_msgpack`` writes them: every key
-    column and feature by name in sorted order, as the reply encoder sorts a map's keys (a
-    feature cannot take a key column's name: the registry refuses it)."""
+def _layout(table: TableState) -> tuple[tuple[bytes, Column | None, int], ...]:
+    """The entries of a scan row as ``TableKernel.scan_rows`` writes them: every key column
+    and feature by name in sorted order, as the reply encoders sort a map's keys (a feature
+    cannot take a key column's name: the registry refuses it)."""
     entries: list[tuple[str, Column | None, int]] = [
         (name, None, index) for index, name in enumerate(table.spec.keys)]
     entries.extend((name, table.column(name), -1) for name in table.feature_names)
     return tuple((packb(name), column, index) for name, column, index in sorted(entries))
 
 
-def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
-              encode: Callable[[dict[str, Any]], bytes] | None) -> ScanPage:
-    """Read one page of ``request`` at query time ``T``: each row a JSON map encoded by
-    ``encode``, or (None) a MessagePack map written from the table's columns, as the read
-    fast path writes a GET's row."""
+def scan_page(table: TableState, request: ScanRequest, version: int, T: int, json: bool
+              ) -> ScanPage:
+    """Read one page of ``request`` at query time ``T``: each row a MessagePack map written
+    from the table's columns, as the read fast path writes a GET's row, or (``json``) that
+    map's JSON text, the text the JSON reply encoder gives the row."""
     entities = table.entity_count
     stop = entities if request.until is None else min(request.until, entities)
     position = request.position
     end = min(stop, position + request.limit)
-    rows: list[bytes] | RowPage
-    if encode is None:
-        spec = table.spec
-        count = len(spec.keys)
-        rows = table.scan_msgpack(
-            position, end, T, _msgpack_layout(table), tuple(_key_parts(spec)),
-            (lambda key: _key_texts(key, count)) if count > 1 else None,
-            SCAN_PAGE_BYTES, SCAN_PAGE_SECONDS)
-    else:
-        rows = _json_rows(table, table.slot_keys(position, end), position, T, encode)
+    spec = table.spec
+    nkeys = len(spec.keys)
+    rows = table.scan_rows(
+        position, end, T, _layout(table), tuple(_key_parts(spec)),
+        (lambda key: _key_texts(key, nkeys)) if nkeys > 1 else None,
+        SCAN_PAGE_BYTES, SCAN_PAGE_SECONDS, json)
     position += len(rows)
     name = request.table
     cursor = make_cursor(name, version, position) if position < stop else None
@@ -271,25 +266,3 @@ def scan_page(table: TableState, request: ScanRequest, version: int, T: int,
                         else {request.position})
         splits = [make_cursor(name, version, start) for start in starts]
     return ScanPage(rows, cursor, entities, splits)
-
-
-def _json_rows(table: TableState, keys: list[str], position: int, T: int,
-               encode: Callable[[dict[str, Any]], bytes]) -> list[bytes]:
-    """The JSON rows of the slots from ``position`` with stored ``keys``: each a map of its
-    key columns and its features as a JSON GET reads them (TableState.row_json), until the
-    page's byte or time budget is spent."""
-    key_columns = decode_key(table.spec)
-    read = table.read_slot_json
-    rows: list[bytes] = []
-    size = 0
-    clock = time.perf_counter
-    deadline = clock() + SCAN_PAGE_SECONDS
-    for slot, key in enumerate(keys, position):
-        row = key_columns(key)
-        row.update(read(slot, T))
-        data = encode(row)
-        rows.append(data)
-        size += len(data)
-        if size >= SCAN_PAGE_BYTES or clock() >= deadline:
-            break
-    return rows

@@ -185,20 +185,15 @@ class TableState:
         """Every feature of ``slot`` at query time ``T`` (what ``row`` returns for its key)."""
         return self._kernel.read(slot, T)
 
-    def read_slot_json(self, slot: int, T: int) -> dict[str, Any]:
-        """Every feature of ``slot`` at query time ``T`` for a JSON reply (what ``row_json``
-        returns for its key)."""
-        return self._kernel.read_json(slot, T)
-
-    def scan_msgpack(self, start: int, stop: int, T: int,
-                     layout: tuple[tuple[bytes, Column | None, int], ...],
-                     key_parts: tuple[Callable[[str], Any] | None, ...],
-                     split: Callable[[str], list[str]] | None, max_bytes: int, seconds: float
-                     ) -> RowPage:
-        """Rows of slots ``start`` to ``stop - 1`` as MessagePack maps written from the
-        columns into one buffer (TableKernel.scan_msgpack)."""
-        return self._kernel.scan_msgpack(start, stop, T, layout, key_parts, split, max_bytes,
-                                         seconds)
+    def scan_rows(self, start: int, stop: int, T: int,
+                  layout: tuple[tuple[bytes, Column | None, int], ...],
+                  key_parts: tuple[Callable[[str], Any] | None, ...],
+                  split: Callable[[str], list[str]] | None, max_bytes: int, seconds: float,
+                  json: bool) -> RowPage:
+        """Rows of slots ``start`` to ``stop - 1`` as MessagePack maps (or their JSON text)
+        written from the columns into one buffer (TableKernel.scan_rows)."""
+        return self._kernel.scan_rows(start, stop, T, layout, key_parts, split, max_bytes,
+                                      seconds, json)
 
     def column(self, name: str) -> Column:
         """The column of feature ``name``."""
