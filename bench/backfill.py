@@ -8,7 +8,8 @@ directory), registers fraud-team, generates in Spark the history of bench/histor
 installs (parts joined, WAL tail read, state record written and fsynced, swap). events/s
 is ``events / seconds``; ``cpu_us_per_event`` the CPU time of the whole process tree in
 that window (driver, Spark JVM, Python workers, server) per event, which other load on the
-machine does not inflate as it does the wall time. A GET of one entity checks the result
+machine does not inflate as it does the wall time; ``server_us_per_event`` the server's
+share of it (receiving the parts, the installs). A GET of one entity checks the result
 is served.
 """
 
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from bench.historical import History, history, spark_cpu
+from bench.process_usage import cpu_seconds
 from bench.server_process import BenchServer
 from bench.spark_ingest import session
 
@@ -28,16 +30,16 @@ from bench.spark_ingest import session
 def run(history: History, server: BenchServer) -> dict[str, Any]:
     """Time one ``backfill`` of every table of ``history`` into ``server`` (durable, with
     fraud-team registered): seconds and the CPU of the whole process tree, the server's
-    install included (module docstring)."""
+    install included (module docstring), and the server's own share of it."""
     from beava_client import client_for_url
     from beava_spark import backfill
 
     url = f"tcp://{server.addrs['tcp']}"
-    cpu = spark_cpu()
+    cpu, server_cpu = spark_cpu(), cpu_seconds(server.pid())
     started = time.perf_counter()
     totals = backfill(history.frames, history.register, url)
     seconds = time.perf_counter() - started
-    cpu = spark_cpu() - cpu
+    cpu, server_cpu = spark_cpu() - cpu, cpu_seconds(server.pid()) - server_cpu
     with client_for_url(url) as client:
         probe = client.get("TxnByUser", "us1")
     return {"workload": "fraud-team", "events": history.events,
@@ -48,6 +50,8 @@ def run(history: History, server: BenchServer) -> dict[str, Any]:
             "seconds": round(seconds, 2), "events_per_s": round(history.events / seconds),
             "spark_cpu_s": round(cpu, 1),
             "cpu_us_per_event": round(cpu / history.events * 1e6, 1),
+            "server_cpu_s": round(server_cpu, 2),
+            "server_us_per_event": round(server_cpu / history.events * 1e6, 2),
             "probe_txn_count": probe.get("txn_count_lifetime")}
 
 
@@ -95,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"backfill, fraud-team, Spark {args.master}")
     print(f"events {result['events']:,} ({result['tables']} tables, "
           f"{result['entities']:,} entities, {result['state_bytes']:,} state bytes)")
-    print(f"{result['seconds']:.1f} s  {result['events_per_s']:,} events/s")
+    print(f"{result['seconds']:.1f} s  {result['events_per_s']:,} events/s  "
+          f"{result['cpu_us_per_event']} us of CPU per event (the server's install "
+          f"{result['server_us_per_event']})")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ bench/historical.py once (``--events`` over the five events, 30 days, and a spin
   ``spark.read.format("beava")`` (bench/scan_rate.py).
 
 Each Spark figure is events (rows) per second of wall-clock time and the CPU time of the
-Spark driver, its JVM and the Python workers per event, the servers' own left out; the
-cost per event per core is that CPU time, set beside the live server's CPU per event
+Spark driver, its JVM and the Python workers per event, the servers' own left out except
+for ``backfill``, whose server install is part of the work (its share printed below it);
+the cost per event per core is that CPU time, set beside the live server's CPU per event
 (offline/live).
 """
 
@@ -94,6 +95,8 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"{name + ' ' + result['master']:30}{part['events_per_s']:>10,}"
                      f"{part['cpu_us_per_event']:>14}"
                      f"{part['cpu_us_per_event'] / live_us:>14.1f}")
+    lines.append(f"{'':30}(backfill: the server's share "
+                 f"{result['backfill']['server_us_per_event']} µs/event)")
     scan = result["scan"]
     lines.append(f"scan {scan['table']} ({scan['rows']:,} rows, {scan['columns']} columns): "
                  f"server {scan['server_us_per_row']:.1f} µs/row, one client "
