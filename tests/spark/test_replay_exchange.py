@@ -124,3 +124,29 @@ def test_a_spine_row_is_one_row_per_bucket_of_its_keys_holding_every_key(spark: 
         by_row[r[exchange.S]] = by_row.get(r[exchange.S], 0) | r[exchange.M]
     assert set(by_row.values()) == {0b11111}
     assert sum(r["__bv_r"] is not None for r in rows) == 60
+
+
+def test_a_backfill_of_groups_over_several_mask_words(
+        spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each group's store takes the rows of its word and bit only, and counts them."""
+    import beava as bv
+    from beava_spark import backfill
+    from tests.support import BeavaProcess
+
+    monkeypatch.setattr(exchange, "WORD_BITS", 2)
+    server = BeavaProcess("--data-dir", str(tmp_path), memory_only=False)
+    try:
+        url = f"tcp://{server.addrs['tcp']}"
+        with bv.App(url) as app:
+            app.register(Visit, *VISIT_TABLES)
+            totals = backfill({"Visit": _visits(spark)}, [Visit, *VISIT_TABLES], url)
+            assert {name: t.events for name, t in totals.tables.items()} == {
+                t._name: 60 for t in VISIT_TABLES}
+            assert {name: t.entities for name, t in totals.tables.items()} == {
+                "VisitsByUser": 60, "VisitsByPage": 7, "VisitsByRegion": 3,
+                "VisitsByDevice": 5, "VisitsByHost": 11}
+            assert app.get("VisitsByPage", "p0")["page_visits"] == 9  # visits 0, 7, ... 56
+            assert app.get("VisitsByRegion", "r0")["region_ms"] == sum(range(0, 60, 3))
+            assert app.get("VisitsByHost", "h0")["host_ms"] == 55.0  # the max of 0 ... 55
+    finally:
+        server.terminate()
