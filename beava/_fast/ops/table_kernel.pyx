@@ -485,7 +485,6 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         cdef double deadline = monotonic() + seconds
         cdef PyObject** cols = <PyObject**>malloc((n + 1) * sizeof(PyObject*))
         cdef PyObject** state = <PyObject**>malloc((nstate + 1) * sizeof(PyObject*))
-        cdef Py_ssize_t* share = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
         cdef int* part_of = <int*>malloc((n + 1) * sizeof(int))
         cdef list packed = [entry[0] for entry in layout]
         cdef bint far, near, close
@@ -493,10 +492,9 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         cdef object convert
         cdef list texts
         cdef PyObject* key
-        if cols == NULL or state == NULL or share == NULL or part_of == NULL:
+        if cols == NULL or state == NULL or part_of == NULL:
             free(cols)
             free(state)
-            free(share)
             free(part_of)
             raise MemoryError()
         try:
@@ -511,11 +509,6 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             # borrowed: state_cols does not change while no Python code of ours runs
             for j in range(nstate):
                 state[j] = PyList_GET_ITEM(self.state_cols, j)
-            # entry i of a row asks for the state of later slots of columns share[i] to
-            # share[i + 1] - 1: the requests are spread over the row's writing, where a
-            # burst of them (some 70 lines a row) would wait for the line fill buffers
-            for i in range(n + 1):
-                share[i] = i * nstate // n if n else 0
             texts = [None] * nparts
             for slot in range(start, last):
                 # cells of slot + 8, what the cells of slot + 4 point to, the objects held
@@ -523,6 +516,13 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                 far = slot + 2 * SCAN_AHEAD < last
                 near = slot + SCAN_AHEAD < last
                 close = slot + SCAN_AHEAD // 2 < last
+                for j in range(nstate):
+                    if far:
+                        (<Column>state[j]).prefetch(slot + 2 * SCAN_AHEAD, 0)
+                    if near:
+                        (<Column>state[j]).prefetch(slot + SCAN_AHEAD, 1)
+                    if close:
+                        (<Column>state[j]).prefetch(slot + SCAN_AHEAD // 2, 2)
                 if close:
                     key = PyList_GET_ITEM(names, slot + SCAN_AHEAD // 2)
                     prefetch_line(key)
@@ -535,13 +535,6 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                 row.size = 0
                 put_map_header(out, n)
                 for i in range(n):
-                    for j in range(share[i], share[i + 1]):
-                        if far:
-                            (<Column>state[j]).prefetch(slot + 2 * SCAN_AHEAD, 0)
-                        if near:
-                            (<Column>state[j]).prefetch(slot + SCAN_AHEAD, 1)
-                        if close:
-                            (<Column>state[j]).prefetch(slot + SCAN_AHEAD // 2, 2)
                     name = <bytes>PyList_GET_ITEM(packed, i)
                     put_raw(out, name, len(name))
                     if cols[i] != NULL:
@@ -572,7 +565,6 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
             release(&row)
             free(cols)
             free(state)
-            free(share)
             free(part_of)
 
     def column(self, str name):
