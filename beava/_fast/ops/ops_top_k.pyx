@@ -31,8 +31,17 @@ from beava._fast.ops.sketch_base cimport (
     km_union,
     obj_block,
     parse_feed_string,
+    put_key,
 )
 from beava._fast.ops.window cimport MAX_BUCKETS
+from beava._fast.wire.msgpack_out cimport (
+    Writer,
+    put_array_header,
+    put_int,
+    put_map_header,
+    put_raw,
+    put_value,
+)
 
 # Exact-mode limit and frequent-items size (spec/operators.md §11.3, §18.3).
 cdef uint32_t TOPK_EXACT_MAX = 1024
@@ -63,17 +72,24 @@ cdef object frequent_items(KeyMap* m):
     return sketch
 
 
-cdef list top_of_map(KeyMap* m, Py_ssize_t k):
+cdef Ranked* ranked_items(KeyMap* m) except NULL:
+    """The items of ``m`` by count, most first (ties in key order); the caller frees it."""
     cdef Ranked* ranked = <Ranked*>malloc(sizeof(Ranked) * (<size_t>km_n(m) + 1))
     cdef uint32_t i
-    cdef KeyView key
-    cdef list out = []
     if ranked == NULL:
         raise MemoryError()
     for i in range(km_n(m)):
         ranked[i].count = km_count(m, i)
         ranked[i].index = i
     qsort(ranked, km_n(m), sizeof(Ranked), _cmp_ranked)
+    return ranked
+
+
+cdef list top_of_map(KeyMap* m, Py_ssize_t k):
+    cdef Ranked* ranked = ranked_items(m)
+    cdef uint32_t i
+    cdef KeyView key
+    cdef list out = []
     try:
         for i in range(km_n(m) if km_n(m) < k else k):
             km_key(m, ranked[i].index, True, &key)
@@ -81,6 +97,25 @@ cdef list top_of_map(KeyMap* m, Py_ssize_t k):
     finally:
         free(ranked)
     return out
+
+
+cdef int put_top_of_map(Writer* out, KeyMap* m, Py_ssize_t k) except -1:
+    """``top_of_map(m, k)`` as the reply encoder writes it, without its dicts."""
+    cdef Ranked* ranked = ranked_items(m)
+    cdef uint32_t i, n = km_n(m) if km_n(m) < k else <uint32_t>k
+    cdef KeyView key
+    try:
+        put_array_header(out, n)
+        for i in range(n):
+            km_key(m, ranked[i].index, True, &key)
+            put_map_header(out, 2)  # its keys in the encoder's sorted order
+            put_raw(out, b"\xa5count", 6)
+            put_int(out, <int64_t>ranked[i].count)
+            put_raw(out, b"\xa5value", 6)
+            put_key(out, &key)
+    finally:
+        free(ranked)
+    return 0
 
 
 cdef list top_of_sketch(object sketch, Py_ssize_t k):
@@ -130,20 +165,25 @@ cdef class TopKColumn(SketchColumn):
             free(m)
         return 0
 
-    cdef object read(self, Py_ssize_t slot, int64_t T):
+    cdef object merged(self, Py_ssize_t slot, int64_t T, KeyMap** exact, bint* owned):
+        """The items of ``slot`` at ``T``: a frequent-items sketch, or None with their exact
+        counts in ``exact[0]`` (NULL: no items), which the caller frees when ``owned[0]``
+        (a merge of buckets, not a bucket's own map)."""
         cdef Node* act[MAX_BUCKETS]
         cdef int n, i
         cdef KeyMap* acc = NULL
         cdef KeyMap* merged
+        exact[0] = NULL
+        owned[0] = False
         if not self.windowed:
             if self.blocks[slot] == NULL:
-                return []
+                return None
             act[0] = <Node*>self.blocks[slot]
             n = 1
         else:
             n = self.active(slot, T, act)
         if n == 0:
-            return []
+            return None
         sketch = None
         try:
             for i in range(n):
@@ -154,7 +194,7 @@ cdef class TopKColumn(SketchColumn):
                         sketch.merge(frequent_items(<KeyMap*>act[i]))
                 elif (<Head*>act[i]).mode == MODE_OBJ:
                     if n == 1:
-                        return top_of_sketch(<object>(<ObjBlock*>act[i]).obj, self.k)
+                        return <object>(<ObjBlock*>act[i]).obj
                     sketch = datasketches().frequent_strings_sketch(FREQ_LG_MAX)
                     if acc != NULL:
                         sketch.merge(frequent_items(acc))
@@ -168,12 +208,44 @@ cdef class TopKColumn(SketchColumn):
                     acc = merged
                     if km_n(acc) > TOPK_EXACT_MAX:
                         sketch = frequent_items(acc)
-            if sketch is not None:
-                return top_of_sketch(sketch, self.k)
-            return top_of_map(acc, self.k)
+            if sketch is None:
+                exact[0] = acc
+                owned[0] = acc != <KeyMap*>act[0]
+                acc = NULL
+            return sketch
         finally:
             if acc != NULL and acc != <KeyMap*>act[0]:
                 free(acc)
+
+    cdef object read(self, Py_ssize_t slot, int64_t T):
+        cdef KeyMap* exact
+        cdef bint owned
+        sketch = self.merged(slot, T, &exact, &owned)
+        if sketch is not None:
+            return top_of_sketch(sketch, self.k)
+        if exact == NULL:
+            return []
+        try:
+            return top_of_map(exact, self.k)
+        finally:
+            if owned:
+                free(exact)
+
+    cdef int put_msgpack(self, Writer* out, Py_ssize_t slot, int64_t T) except -1:
+        # exact counts (the usual case) written without a dict per item; a sketch's items
+        # as read() gives them
+        cdef KeyMap* exact
+        cdef bint owned
+        sketch = self.merged(slot, T, &exact, &owned)
+        if sketch is not None:
+            return put_value(out, top_of_sketch(sketch, self.k))
+        if exact == NULL:
+            return put_array_header(out, 0)
+        try:
+            return put_top_of_map(out, exact, self.k)
+        finally:
+            if owned:
+                free(exact)
 
 
 COLUMNS = {"top_k": TopKColumn}

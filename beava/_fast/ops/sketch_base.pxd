@@ -9,6 +9,7 @@ from libc.string cimport memcmp
 from beava._fast.ops.block_column cimport BlockColumn
 from beava._fast.ops.row cimport RowField
 from beava._fast.ops.uddsketch cimport UddSketch
+from beava._fast.wire.msgpack_out cimport Writer
 
 cdef enum:
     # block modes
@@ -119,6 +120,9 @@ cdef void field_typed_key(const RowField* f, KeyView* k, int float_mode) noexcep
 cdef void field_keystr_key(const RowField* f, KeyView* k) noexcept
 # The Python value of a stored typed key.
 cdef object key_value(const KeyView* k)
+# The same value appended to ``out`` as the reply encoder writes it (a number without a
+# Python object).
+cdef int put_key(Writer* out, const KeyView* k) except -1
 # A typed key as a type-prefixed sketch item (operators.md §18.1, §18.3), and back (top_k
 # items: (sort key, value)).
 cdef str feed_string(const KeyView* k, bint debug_floats)

@@ -38,6 +38,7 @@ from libc.string cimport memcpy, memmove, memset
 
 from beava._fast.ops.column cimport Column
 from beava._fast.ops.row cimport ROW_BOOL, ROW_FLOAT, ROW_INT, ROW_TEXT, Row, RowField, row_field
+from beava._fast.wire.msgpack_out cimport Writer, put_bool, put_double, put_int, put_str
 from beava._fast.wire.number_text cimport repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_bytes
@@ -269,6 +270,16 @@ cdef object key_value(const KeyView* k):
     if k.tag == TAG_FLOAT:
         return float_from_key(k.data)
     return k.data[0] == 1
+
+
+cdef int put_key(Writer* out, const KeyView* k) except -1:
+    if k.tag == TAG_STR:
+        return put_str(out, key_value(k))
+    if k.tag == TAG_INT:
+        return put_int(out, int_from_key(k.data))
+    if k.tag == TAG_FLOAT:
+        return put_double(out, float_from_key(k.data))
+    return put_bool(out, k.data[0] == 1)
 
 
 cdef str feed_string(const KeyView* k, bint debug_floats):
