@@ -56,6 +56,27 @@ cdef inline uint8_t* _room(Writer* out, Py_ssize_t n) except NULL:
     return <uint8_t*>out.data + size
 
 
+cdef inline void _copy(uint8_t* p, const char* data, Py_ssize_t n) noexcept:
+    """memcpy, with the short copies a row is made of (names, small texts) done as two
+    fixed-size moves that may overlap, where a call into the C library costs more than
+    the bytes."""
+    if n > 32:
+        memcpy(p, data, n)
+    elif n >= 16:
+        memcpy(p, data, 16)
+        memcpy(p + n - 16, data + n - 16, 16)
+    elif n >= 8:
+        memcpy(p, data, 8)
+        memcpy(p + n - 8, data + n - 8, 8)
+    elif n >= 4:
+        memcpy(p, data, 4)
+        memcpy(p + n - 4, data + n - 4, 4)
+    elif n > 0:
+        p[0] = data[0]
+        p[n >> 1] = data[n >> 1]
+        p[n - 1] = data[n - 1]
+
+
 cdef int reserve(Writer* out, Py_ssize_t n) except -1:
     cdef Py_ssize_t size = out.size
     _room(out, n)
@@ -110,7 +131,7 @@ cdef int put_str(Writer* out, str s) except -1:
     if n < 32:
         p = _room(out, 1 + n)
         p[0] = <uint8_t>(0xa0 | n)
-        memcpy(p + 1, text, n)
+        _copy(p + 1, text, n)
         return 0
     if n <= 0xff:
         _tagged(out, 0xd9, <uint64_t>n, 1)
@@ -142,7 +163,7 @@ cdef int put_array_header(Writer* out, Py_ssize_t n) except -1:
 
 cdef int put_raw(Writer* out, const char* data, Py_ssize_t n) except -1:
     """Append ``n`` bytes that are MessagePack already."""
-    memcpy(_room(out, n), data, n)
+    _copy(_room(out, n), data, n)
     return 0
 
 
