@@ -131,3 +131,33 @@ def test_msgpack_pages_keep_the_byte_and_time_budgets(monkeypatch: pytest.Monkey
     assert sum(sizes) >= scan.SCAN_PAGE_BYTES > sum(sizes[:-1])
     monkeypatch.setattr(scan, "SCAN_PAGE_SECONDS", 0.0)
     assert len(scan.scan_page(state, request, 1, store.query_time(), False).rows) == 1
+
+
+def test_a_value_nested_as_deep_as_a_push_may_nest_it_reads_in_both_page_kinds() -> None:
+    """A json field's value 64 containers deep (the deepest a push stores) held in a list
+    feature: its JSON page is its JSON text, and the reader's page_columns reads the
+    MessagePack page (the page map, the rows, the row and the list around it)."""
+    import msgspec
+
+    from beava._fast.wire.msgpack_json import page_columns
+
+    deep: Any = "x"
+    for _ in range(64):
+        deep = [deep]
+    event = {"kind": "event", "name": "J", "schema": {"fields": {"u": "str", "j": "json"},
+                                                      "optional_fields": []}}
+    store = FeatureStore(clock=lambda: 1_700_000_000_000)
+    recent = table_node({"r": {"op": "most_recent_n", "params": {"field": "j", "n": 2}}},
+                        name="T", keys=["u"], up="J")
+    status, body = store.register(json.dumps({"nodes": [event, recent]}).encode())
+    assert status == 200, body
+    store.push("J", {"u": "a", "j": deep})
+    request = scan.ScanRequest("T", 0, None, 10, None, True)
+    state = store.table("T")
+    (text,) = scan.scan_page(state, request, 1, store.query_time(), True).rows.rows()
+    assert json.loads(text) == {"u": "a", "r": [deep]}
+    (row,) = scan.scan_page(state, request, 1, store.query_time(), False).rows.rows()
+    reply = msgspec.msgpack.encode({"cursor": None, "rows": [msgspec.Raw(row)]})
+    count, (_, (_, values, _, _)), _ = page_columns(reply, [b"u", b"r"], bytes([3, 4]))
+    assert count == 1 and json.loads(bytes(values)) == [deep]
+

@@ -37,7 +37,10 @@ cdef struct Source:
     const uint8_t* end
 
 
-DEF MAX_DEPTH = 64  # nesting of the values read (a reply holds at most 64 containers)
+# nesting of the containers read: a stored value nests at most 64 (push_validation's
+# _unstorable), and a scan page holds it in a feature's list of values, in a row, in the
+# rows' list, in the reply's map
+DEF MAX_DEPTH = 64 + 8
 DEF DOUBLE_TEXT = 24  # room for the text _json_double writes (17 digits, "-0.0000", ".")
 
 cdef extern from *:
