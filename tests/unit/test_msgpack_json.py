@@ -74,14 +74,20 @@ def test_bytes_that_are_not_one_value_are_refused() -> None:
 
 def test_doubles_are_written_as_msgspec_writes_them() -> None:
     """Every decade, each side of the range written in C and of the notations' bounds,
-    powers of two and their neighbours (a smaller gap below), ties, random bit patterns
-    and values of every size."""
+    powers of two and their neighbours (a smaller gap below), exact ties between two
+    shortest texts, random bit patterns and values of every size."""
     rnd = random.Random(26)
     edges = [float(f"{m}e{k}") for k in range(-330, 309)
              for m in (1, 1.2345, 3, 9.87654321, 9.999999999999998, 9.9999999999999996)]
     for y in [2.0**e for e in range(-40, 60)] + [10.0**d for d in range(-7, 17)]:
         edges += [y, math.nextafter(y, 0), math.nextafter(y, math.inf)]
-    values = [*edges, 0.5, 0.1, 1 / 3, 2 / 3, 123.45, 999999999999999.9, math.inf, math.nan]
+    # exact ties: n / 2^j lies halfway between two 16- or 17-digit texts, both of which
+    # read back as it; the shortest repr takes the even one, rounding down (...3125 ->
+    # ...312, ...24.125 -> ...24.12, ...0625 -> ...062) or up (...375 -> ...38, ...875 -> ...88)
+    ties = [128257 / 2**17, 18015 / 2**18, 16461675 / 2**14, 996692324352193 / 2**3,
+            73 / 2**22]
+    values = [*edges, *ties, 0.5, 0.1, 1 / 3, 2 / 3, 123.45, 999999999999999.9, math.inf,
+              math.nan]
     values += [struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]
                for _ in range(50_000)]
     values += [rnd.random() * 10.0 ** rnd.randint(-7, 17) for _ in range(50_000)]
