@@ -717,6 +717,59 @@ def test_the_65th_bucket_evicts_the_smallest_epoch():
     assert col.bucket_epochs(0) == [10_000]
 
 
+@given(st.lists(st.tuples(st.integers(-40, 400), st.sampled_from(["a", "b", "c", None])),
+                max_size=160),
+       st.sampled_from(["n_unique", "top_k", "quantile", "entropy"]))
+def test_bucket_list_holds_what_the_spec_keeps(steps, op):
+    """Buckets created in and out of time order, matched or not, against the rule of
+    operators.md §5 kept in Python: a bucket per epoch, created on the first event of its
+    epoch, dropped when it can never be active again (e <= now - W) or as the smallest of
+    65 when a bucket is created. After every event the column holds those epochs, newest
+    first, and reads the values of the active ones at times around it; a snapshot of it
+    restores the same buckets."""
+    window, width = 128, 2
+    col = make(op, window=window, slots=2)
+    held: dict[int, list[str]] = {}
+    now = 1_000
+
+    def check_read(at: int) -> None:
+        active = [v for e in sorted(held) if 0 <= at - e < window for v in held[e]]
+        read = col.py_read(1, at)
+        if op == "n_unique":
+            assert read == len(set(active))
+        elif op == "top_k":
+            assert sorted(item["value"] for item in read) == sorted(set(active))
+        elif op == "quantile":
+            expected = sorted(float(ord(v)) for v in active)
+            assert (read is None) == (not expected)
+            if expected:
+                assert expected[0] <= read <= expected[-1]
+        else:
+            assert (read is None or read == 0.0) == (len(set(active)) <= 1)
+
+    for shift, value in steps:
+        # mostly forward in time, now and then back (a clock stepping back)
+        now = now + shift if shift >= 0 else now + shift * 3
+        epoch = now // width * width
+        if epoch not in held:
+            held[epoch] = []
+            for e in [e for e in held if e <= now - window]:
+                del held[e]
+            while len(held) > 64:
+                del held[min(held)]
+        if value is not None and epoch in held:
+            held[epoch].append(value)
+        x = {"quantile": float(ord(value)) if value else None}.get(op, value)
+        col.py_update(1, {} if value is None else {"x": x}, value is not None, now)
+        assert col.bucket_epochs(1) == sorted(held, reverse=True)
+        for at in (now, now + window // 2, max(held) + window - 1):
+            check_read(at)
+    copy = make(op, window=window, slots=2)
+    copy.load(through_snapshot(col.dump(2)), 2)
+    assert copy.bucket_epochs(1) == col.bucket_epochs(1)
+    assert copy.dump(2) == col.dump(2)
+
+
 def test_clear_resets_a_slot():
     for op, window in (("n_unique", HOUR), ("quantile", None), ("top_k", HOUR),
                        ("entropy", None), ("bloom_member", None)):

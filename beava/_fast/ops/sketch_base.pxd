@@ -49,9 +49,22 @@ cdef enum:
 
 # -- state blocks (layout: sketch_base.pyx) -------------------------------------------------
 
+cdef struct Older
+
+
 cdef struct Node:
     int64_t epoch        # bucket epoch (windowed), 0 (lifetime)
-    Node* next           # next older bucket
+    Older* older         # on a windowed slot's newest bucket, the slot's older buckets; NULL
+                         # on every other block
+
+
+cdef struct Older:
+    # A windowed slot's buckets older than its newest, ascending epoch: ``n`` bucket
+    # pointers follow this header (room for ``cap``). The newest bucket stays the slot's
+    # cell, so an event in its bucket touches what the cell points to, as in lifetime mode;
+    # the oldest bucket, the one a new bucket may drop, is the first pointer.
+    uint32_t n
+    uint32_t cap
 
 
 cdef struct Head:
@@ -178,7 +191,8 @@ cdef class SnapshotReader:
 
 
 cdef class SketchColumn(BlockColumn):
-    # Per-slot block or newest-first bucket list; subclasses define blocks and reads.
+    # Per-slot block, or (windowed) the newest bucket with the older ones hanging from it
+    # (``Older``); subclasses define blocks and reads.
     cdef bint windowed
     cdef int64_t window
     cdef int64_t width

@@ -7,9 +7,12 @@ ops_bloom_member.
 spec/operators.md §11 (semantics), §5 (windows) and §18 (sketches and accuracy).
 
 Memory layout. Every slot owns one pointer. A lifetime feature points at one state block;
-a windowed feature points at its newest bucket, and buckets link to the next older one
-(descending epoch, at most 64, created only for epochs that receive an event). A block
-starts with a ``Node`` (epoch, next) and a mode byte:
+a windowed feature points at its newest bucket (at most 64 buckets, created only for epochs
+that receive an event), and the newest bucket holds the pointers of the older ones in an
+``Older`` array, ascending epoch. An event in the newest bucket's epoch touches that bucket
+alone; one that creates a bucket reads the oldest's epoch to drop what has expired, where
+walking a list of buckets would touch each (a cache miss apiece, for state an entity left
+hours ago). A block starts with a ``Node`` (epoch, older) and a mode byte:
 
 - ``KeyMap`` (exact n_unique / top_k / entropy): one malloc'd "slotted page". Sorted u32
   entry offsets grow from the front, entry bytes from the back; an entry is
@@ -579,7 +582,7 @@ cdef Node* obj_block(object obj, Node* like) except NULL:
     if b == NULL:
         raise MemoryError()
     b.node.epoch = like.epoch if like != NULL else 0
-    b.node.next = like.next if like != NULL else NULL
+    b.node.older = like.older if like != NULL else NULL
     b.mode = MODE_OBJ
     Py_INCREF(obj)
     b.obj = <PyObject*>obj
@@ -823,7 +826,7 @@ cdef Node* load_block(SnapshotReader r, uint8_t kind) except NULL:
     else:
         raise ValueError(f"snapshot sketch block of mode {mode} for op kind {kind}")
     b.epoch = epoch
-    b.next = NULL
+    b.older = NULL
     return b
 
 
@@ -832,7 +835,8 @@ cdef Node* load_block(SnapshotReader r, uint8_t kind) except NULL:
 # ---------------------------------------------------------------------------------------
 
 cdef class SketchColumn(BlockColumn):
-    """Per-slot block or newest-first bucket list; subclasses define blocks and reads."""
+    """Per-slot block, or (windowed) the newest bucket with the older ones hanging from
+    it (``Older``); subclasses define blocks and reads."""
 
     def __cinit__(self, *args, **kwargs):
         self.release = free_chain
@@ -911,108 +915,137 @@ cdef class SketchColumn(BlockColumn):
     cdef Node** bucket_link(self, Py_ssize_t slot, int64_t now, object value) except? NULL:
         """The link to the bucket of ``now``, created if missing (operators.md §5) even
         for an unmatched event; NULL when that bucket is at once evicted as the smallest
-        of 65."""
+        of 65. Creating one drops the buckets that can never be active again
+        (e <= now - W), then the oldest while more than 64 are held."""
         cdef int64_t epoch = bucket_epoch(now, self.width)
-        cdef Node** link = <Node**>&self.blocks[slot]
+        cdef Node** cell = <Node**>&self.blocks[slot]
+        cdef Node* newest = cell[0]
         cdef Node* created
-        cdef Node* cut
-        cdef Node* following
-        cdef int position = 0, kept = 0
-        global _bucket_reclaims
-        if link[0] != NULL and link[0].epoch == epoch:
-            return link
-        while link[0] != NULL and link[0].epoch > epoch:
-            link = &link[0].next
-            position += 1
-        if link[0] != NULL and link[0].epoch == epoch:
-            return link
+        cdef Older* older
+        cdef Node** held
+        cdef uint32_t at, dropped
+        if newest != NULL and newest.epoch == epoch:
+            return cell
+        if newest == NULL or newest.epoch < epoch:
+            # in time order: a new newest bucket, the previous one joins the older ones
+            created = self.new_block(value)
+            created.epoch = epoch
+            created.older = NULL
+            if newest != NULL:
+                try:
+                    created.older = older_put(newest.older, newest.older.n
+                                              if newest.older != NULL else 0, newest)
+                except BaseException:
+                    free_block(created)
+                    raise
+                newest.older = NULL
+            cell[0] = created
+            drop_buckets(created, now, self.window)
+            return cell
+        # out of time order: a bucket among the older ones
+        older = newest.older
+        at = older.n if older != NULL else 0
+        held = older_at(older) if older != NULL else NULL
+        while at > 0 and held[at - 1].epoch > epoch:
+            at -= 1
+        if at > 0 and held[at - 1].epoch == epoch:
+            return &held[at - 1]
         created = self.new_block(value)
         created.epoch = epoch
-        created.next = link[0]
-        link[0] = created
-        # Drop buckets that can never be active again (e <= now - W), then apply the cap.
-        link = <Node**>&self.blocks[slot]
-        while link[0] != NULL and link[0].epoch > now - self.window and kept < MAX_BUCKETS:
-            link = &link[0].next
-            kept += 1
-        cut = link[0]
-        link[0] = NULL
-        while cut != NULL:
-            following = cut.next
-            if cut.epoch > now - self.window:
-                _bucket_reclaims += 1
-            free_block(cut)
-            cut = following
-        if position >= kept:
+        created.older = NULL
+        try:
+            newest.older = older_put(older, at, created)
+        except BaseException:
+            free_block(created)
+            raise
+        dropped = drop_buckets(newest, now, self.window)
+        if at < dropped:
             return NULL
-        link = <Node**>&self.blocks[slot]
-        while position:
-            link = &link[0].next
-            position -= 1
-        return link
+        return &older_at(newest.older)[at - dropped]
 
     cdef int active(self, Py_ssize_t slot, int64_t T, Node** out) noexcept:
         """Active buckets at ``T`` into ``out`` in ascending epoch order; their number."""
-        cdef Node* node = <Node*>self.blocks[slot]
-        cdef int n = 0, i
-        cdef Node* tmp
-        while node != NULL:
-            if bucket_active(node.epoch, T, self.window):
-                out[n] = node
-                n += 1
-            node = node.next
-        for i in range(n // 2):
-            tmp = out[i]
-            out[i] = out[n - 1 - i]
-            out[n - 1 - i] = tmp
+        cdef Node* newest = <Node*>self.blocks[slot]
+        cdef Older* older
+        cdef Node** held
+        cdef int n = 0
+        cdef uint32_t i
+        if newest == NULL:
+            return 0
+        older = newest.older
+        if older != NULL:
+            held = older_at(older)
+            for i in range(older.n):
+                if bucket_active(held[i].epoch, T, self.window):
+                    out[n] = held[i]
+                    n += 1
+        if bucket_active(newest.epoch, T, self.window):
+            out[n] = newest
+            n += 1
         return n
 
     cpdef Py_ssize_t slot_bytes(self, Py_ssize_t slot):
         """Approximate heap bytes held for ``slot`` (its pointer included)."""
         cdef Py_ssize_t total = sizeof(Node*)
-        cdef Node* node = <Node*>self.blocks[slot]
-        while node != NULL:
-            total += block_bytes(node)
-            node = node.next
+        cdef Node* newest = <Node*>self.blocks[slot]
+        cdef Older* older
+        cdef uint32_t i
+        if newest == NULL:
+            return total
+        total += block_bytes(newest)
+        older = newest.older
+        if older != NULL:
+            total += older_size(older.cap) + 8
+            for i in range(older.n):
+                total += block_bytes(older_at(older)[i])
         return total
 
     def bucket_epochs(self, Py_ssize_t slot) -> list:
         """Epochs of the buckets held for ``slot``, newest first (tests, diagnostics)."""
-        cdef Node* node = <Node*>self.blocks[slot] if self.windowed else NULL
-        out = []
-        while node != NULL:
-            out.append(node.epoch)
-            node = node.next
+        cdef Node* newest = <Node*>self.blocks[slot] if self.windowed else NULL
+        cdef Older* older
+        cdef uint32_t i
+        if newest == NULL:
+            return []
+        out = [newest.epoch]
+        older = newest.older
+        if older != NULL:
+            for i in range(older.n):
+                out.append(older_at(older)[older.n - 1 - i].epoch)
         return out
 
     cpdef object dump(self, Py_ssize_t nslots):
         cdef SnapshotWriter w = SnapshotWriter()
         cdef Py_ssize_t slot
-        cdef Node* node
-        cdef int count
+        cdef Node* newest
+        cdef Older* older
+        cdef uint32_t i
         w.u8(SNAPSHOT_FORMAT)
         w.u8(self.kind)
         w.u8(self.windowed)
         w.u32(<uint32_t>nslots)
         for slot in range(nslots):
-            count = 0
-            node = <Node*>self.blocks[slot] if slot < self.capacity else NULL
-            while node != NULL:
-                count += 1
-                node = node.next
-            w.u8(count)
-            node = <Node*>self.blocks[slot] if slot < self.capacity else NULL
-            while node != NULL:
-                dump_block(w, node)
-                node = node.next
+            # the slot's buckets newest first
+            newest = <Node*>self.blocks[slot] if slot < self.capacity else NULL
+            if newest == NULL:
+                w.u8(0)
+                continue
+            older = newest.older
+            w.u8(1 + (older.n if older != NULL else 0))
+            dump_block(w, newest)
+            if older != NULL:
+                for i in range(older.n):
+                    dump_block(w, older_at(older)[older.n - 1 - i])
         return w.value()
 
     cpdef load(self, object state, Py_ssize_t nslots):
         cdef SnapshotReader r = SnapshotReader(state_bytes(state, "sketch column"))
         cdef Py_ssize_t slot
         cdef int count, i
-        cdef Node** link
+        cdef Node* newest
+        cdef Node* block
         cdef int64_t newer = 0
+        newest = NULL
         if r.u8() != SNAPSHOT_FORMAT or r.u8() != self.kind or r.u8() != self.windowed:
             raise ValueError("sketch column snapshot of another format, op or window mode")
         if r.u32() != nslots:
@@ -1025,13 +1058,22 @@ cdef class SketchColumn(BlockColumn):
                 count = r.u8()
                 if count > MAX_BUCKETS or (count > 1 and not self.windowed):
                     raise ValueError(f"snapshot sketch slot {slot} holds {count} buckets")
-                link = <Node**>&self.blocks[slot]
                 for i in range(count):
-                    link[0] = load_block(r, self.kind)
-                    if i and link[0].epoch >= newer:
+                    # newest first: each block is held (and so freed on an error) before
+                    # it is checked; an older one goes in front of the older list
+                    block = load_block(r, self.kind)
+                    if i == 0:
+                        newest = block
+                        self.blocks[slot] = block
+                    else:
+                        try:
+                            newest.older = older_put(newest.older, 0, block)
+                        except BaseException:
+                            free_block(block)
+                            raise
+                    if i and block.epoch >= newer:
                         raise ValueError(f"snapshot sketch buckets of slot {slot} out of order")
-                    newer = link[0].epoch
-                    link = &link[0].next
+                    newer = block.epoch
             if r.at != r.data.shape[0]:
                 raise ValueError("trailing bytes in sketch column snapshot")
         except BaseException:
@@ -1041,10 +1083,82 @@ cdef class SketchColumn(BlockColumn):
 
 
 cdef void free_chain(void* head) noexcept:
-    # The BlockRelease of sketch columns: a slot's block or its whole bucket list.
-    cdef Node* node = <Node*>head
-    cdef Node* next
-    while node != NULL:
-        next = node.next
-        free_block(node)
-        node = next
+    # The BlockRelease of sketch columns: a slot's block, or its newest bucket and the
+    # older ones.
+    cdef Node* newest = <Node*>head
+    cdef Older* older
+    cdef uint32_t i
+    if newest == NULL:
+        return
+    older = newest.older
+    if older != NULL:
+        for i in range(older.n):
+            free_block(older_at(older)[i])
+        free(older)
+    free_block(newest)
+
+
+cdef inline Node** older_at(Older* older) noexcept nogil:
+    # the bucket pointers after the header
+    return <Node**>(<char*>older + sizeof(Older))
+
+
+cdef inline size_t older_size(uint32_t cap) noexcept nogil:
+    return sizeof(Older) + cap * sizeof(Node*)
+
+
+cdef Older* older_put(Older* older, uint32_t at, Node* bucket) except NULL:
+    """``older`` (NULL: none yet) with ``bucket`` at position ``at``, grown when full (to
+    what its glibc chunk holds; 64 at most: one more than the 63 a slot keeps beside its
+    newest, held until the new bucket's drops)."""
+    cdef uint32_t n = older.n if older != NULL else 0
+    cdef uint32_t cap
+    cdef Older* grown
+    cdef Node** held
+    if older == NULL or n == older.cap:
+        cap = <uint32_t>((fit(older_size(4 if older == NULL else 2 * older.cap))
+                          - sizeof(Older)) // sizeof(Node*))
+        if cap > MAX_BUCKETS:
+            cap = MAX_BUCKETS
+        grown = <Older*>realloc(older, older_size(cap))
+        if grown == NULL:
+            raise MemoryError()
+        grown.n = n
+        grown.cap = cap
+        older = grown
+    held = older_at(older)
+    memmove(held + at + 1, held + at, (n - at) * sizeof(Node*))
+    held[at] = bucket
+    older.n = n + 1
+    return older
+
+
+cdef uint32_t drop_buckets(Node* newest, int64_t now, int64_t window) noexcept:
+    """Drop the older buckets of ``newest`` that can never be active again
+    (e <= now - W), then the oldest while more than 64 are held (each a bucket reclaim);
+    how many went."""
+    global _bucket_reclaims
+    cdef Older* older = newest.older
+    cdef Node** held
+    cdef uint32_t stale = 0, dropped, i
+    if older == NULL:
+        return 0
+    held = older_at(older)
+    while stale < older.n and not held[stale].epoch > now - window:
+        stale += 1
+    dropped = stale
+    if 1 + older.n - dropped > MAX_BUCKETS:
+        dropped = 1 + older.n - MAX_BUCKETS
+    if dropped == 0:
+        return 0
+    for i in range(dropped):
+        if i >= stale:
+            _bucket_reclaims += 1
+        free_block(held[i])
+    older.n -= dropped
+    if older.n == 0:
+        free(older)
+        newest.older = NULL
+    else:
+        memmove(held, held + dropped, older.n * sizeof(Node*))
+    return dropped
