@@ -46,10 +46,7 @@ from .historical import HistoricalReplayError
 from .replay_exchange import (
     E,
     KeyGroup,
-    M,
-    T,
     ValueColumns,
-    W,
     bucket_count,
     check_event_names,
     compile_pipeline,
@@ -329,9 +326,7 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
     task = functools.partial(
         _part_task, groups=[_part_group(g, codes, values) for g in groups],
         events=codes, values=values, sender=sender)
-    # the columns the task reads, alone converted to Arrow
-    out = replay_stream(rows, buckets).select(M, W, E, T, *values.names).mapInArrow(
-        task, _PARTS_SCHEMA)
+    out = replay_stream(rows, buckets).mapInArrow(task, _PARTS_SCHEMA)
     return {(row["table"], row["part"]): (row["events"], row["state_bytes"])
             for row in out.collect()}
 

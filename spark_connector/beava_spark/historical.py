@@ -40,7 +40,6 @@ from .replay_exchange import (
     BK,
     PREFIX,
     E,
-    K,
     KeyGroup,
     M,
     O,
@@ -57,6 +56,7 @@ from .replay_exchange import (
     event_rows,
     event_stream,
     group_fields,
+    key_column,
     key_groups,
     masked_rows,
     replay_stream,
@@ -143,7 +143,10 @@ def historical_features(
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
                            pipeline, event_phase, HistoricalReplayError, values, buckets)
-    event_part = [r.withColumn(_R, f.lit(None).cast(packed_type(spine))) for r in rows]
+    no_keys = [f.lit(None).cast("string").alias(key_column(i))
+               for i in range(len(key_tuples(groups)))]
+    event_part = [r.select("*", *no_keys, f.lit(None).cast(packed_type(spine)).alias(_R))
+                  for r in rows]
     spine_part = _spine_rows(spine, groups, time_col, spine_phase,
                              event_part[0].schema[O].dataType, values, buckets)
     stream = replay_stream([*event_part, spine_part], buckets)
@@ -161,7 +164,7 @@ def historical_features(
         events=codes, values=values,
         output=ReplayOutput(S, _R, tuple(_features_of(g) for g in groups)),
         refused=HistoricalReplayError)
-    out = stream.select(M, W, E, T, K, S, _R, *values.names).mapInArrow(task, schema)
+    out = stream.mapInArrow(task, schema)
     if len(groups) > 1:
         # one row per bucket of the spine row's keys: the row that carries its columns
         # takes the other rows' groups' features over a window of its row id (one
@@ -233,10 +236,11 @@ def packed_type(spine: DataFrame) -> Any:
 
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
                 order_type: Any, values: ValueColumns, buckets: int) -> DataFrame:
-    """The spine in the stream (``(M, W, BK, K, T, P, O, E, S, V0, ..., _R)``, its values
-    null): read once, its row id, time and key per key tuple (``key_tuples``) computed
-    once, then one row per distinct bucket of its groups' keys (masked as events are),
-    each with every key, its columns on its first group's row only."""
+    """The spine in the stream (``(M, W, BK, T, P, O, E, S, V0, ..., K0, ..., _R)``, its
+    values null): read once, its row id, time and key per key tuple (``key_tuples``, in
+    ``key_column``) computed once, then one row per distinct bucket of its groups' keys
+    (masked as events are), each with every key, its columns on its first group's row
+    only."""
     from pyspark.sql import functions as f
 
     from beava.offline import NO_READ, READ
@@ -246,23 +250,24 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
         f.monotonically_increasing_id().alias(S),
         f.struct(*[f.col(quoted(c)) for c in spine.columns]).alias(_R),
         time_ms(spine, time_col, "the spine").alias(T),
-        *[row_key(spine, keys).alias(f"{K}{i}") for i, keys in enumerate(tuples)])
-    bucketed = once.select(S, _R, T, f.array(*[f"{K}{i}" for i in range(len(tuples))])
-                           .alias(K),
-                           *[bucket_of(f.col(f"{K}{i}"), buckets).alias(f"{BK}{i}")
+        *[row_key(spine, keys).alias(key_column(i)) for i, keys in enumerate(tuples)])
+    keys = [key_column(i) for i in range(len(tuples))]
+    bucketed = once.select(S, _R, T, *keys,
+                           *[bucket_of(f.col(key_column(i)), buckets).alias(f"{BK}{i}")
                              for i in range(len(tuples))])
-    exploded = bucketed.select(S, _R, T, K, f.posexplode(masked_rows(
+    exploded = bucketed.select(S, _R, T, *keys, f.posexplode(masked_rows(
         [(g, f"{BK}{tuples.index(g.keys)}") for g in groups])).alias("pos", "x"))
     return exploded.where(f.col("x").isNotNull()).select(
-        f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), K, T,
+        f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), T,
         f.lit(phase).alias(P), f.lit(None).cast(order_type).alias(O),
         f.when(f.col(T).isNull(), f.lit(NO_READ)).otherwise(f.lit(READ)).alias(E),
-        S, *values.columns(None, ()),
+        S, *values.columns(None, ()), *keys,
         f.when(f.col("pos") == 0, f.col(_R)).alias(_R))
 
 
 def key_tuples(groups: Sequence[KeyGroup]) -> list[tuple[str, ...]]:
-    """The distinct key tuples of ``groups``: a read row's ``K`` holds a key for each."""
+    """The distinct key tuples of ``groups``: a read row holds a key for each (in its
+    ``key_column``)."""
     return list(dict.fromkeys(g.keys for g in groups))
 
 

@@ -27,9 +27,7 @@ Arrow batches and hands each, once per group present in it (``group_masks``), to
 (:mod:`beava_spark.replay_task`).
 
 Stream columns (the ``__bv_`` prefix is reserved): ``M`` group mask (long), ``W`` its word
-(int), ``BK`` bucket's partition key, ``K`` a read row's canonical keys (array of strings,
-one per distinct key tuple of the groups, the caller's order; null on event rows: an
-event's key is computed again by its tables), ``T`` time (epoch ms), ``P`` phase within a
+(int), ``BK`` bucket's partition key, ``T`` time (epoch ms), ``P`` phase within a
 millisecond, ``O`` order_col value, ``E`` event code (index in ``event_codes``; ``READ`` /
 ``NO_READ`` for read rows), ``S`` input position of the event (a read's row id), then the
 value columns ``V0``, ``V1``, ... (:class:`ValueColumns`): typed slots, as many of each
@@ -38,7 +36,11 @@ the slots of their type in declaration order and hold their values as Spark conv
 (``conversion``), null where the value is null or none of the row's groups takes the field
 (and on read rows). A row shared by several groups carries every field any of the event's
 Spark-keyed groups takes; each group's store reads only the fields it takes
-(``group_fields``), so it sees the body it would see on a row of its own. No event is
+(``group_fields``), so it sees the body it would see on a row of its own.
+``historical_features`` adds a read row's canonical keys, one string column per distinct
+key tuple of the groups (``key_column``; null on event rows: an event's key is computed
+again by its tables), and the spine's columns. The task is handed every column of the
+stream as the sort leaves it: a projection that dropped one would copy every row. No event is
 turned into a JSON text: the task reads the typed columns straight into rows. Read rows
 are masked as events are (``masked_rows``): one per distinct bucket of their groups' keys.
 """
@@ -66,14 +68,15 @@ if TYPE_CHECKING:
 
 __all__ = ["KeyGroup", "ValueColumns", "bucket_count", "bucket_of", "check_event_names",
            "compile_pipeline", "event_codes", "event_rows", "event_stream", "group_fields",
-           "group_masks", "key_groups", "new_replay", "partition_keys", "refusal",
-           "replay_part", "replay_stream", "row_key", "spark_key", "table_names", "time_ms"]
+           "group_masks", "key_column", "key_groups", "new_replay", "partition_keys",
+           "refusal", "replay_part", "replay_stream", "row_key", "spark_key", "table_names",
+           "time_ms"]
 
 PREFIX = "__bv_"
 M = PREFIX + "m"
 W = PREFIX + "w"
 BK = PREFIX + "bk"
-K = PREFIX + "k"
+K = PREFIX + "k"  # a key: an event's (computed in a task), a read row's (key_column)
 T = PREFIX + "t"
 P = PREFIX + "p"
 O = PREFIX + "o"  # noqa: E741 - the order column
@@ -85,6 +88,11 @@ _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
 # of positive bits in Spark SQL
 WORD_BITS = 63
 FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
+
+
+def key_column(index: int) -> str:
+    """The column of a read row's key for key tuple ``index`` (``historical_features``)."""
+    return f"{K}{index}"
 
 # bytes of input per bucket when Spark knows the input's size; at least one bucket per
 # core (spark.default.parallelism), at most 16 per core
@@ -322,8 +330,8 @@ def _field_positions(df: DataFrame, wire: Mapping[str, str]) -> tuple[tuple[int,
 def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyGroup],
                event: str, pipeline: Pipeline, phase: int, refused: Refused,
                values: ValueColumns, buckets: int) -> list[DataFrame]:
-    """``stream`` (of ``event_stream``) as rows of the exchange, ``(M, W, BK, K, T, P, O,
-    E, S, V0, ...)``, for ``groups`` (those ``event`` feeds), ``K`` null.
+    """``stream`` (of ``event_stream``) as rows of the exchange, ``(M, W, BK, T, P, O, E,
+    S, V0, ...)``, for ``groups`` (those ``event`` feeds).
 
     The groups whose key Spark computes share one projection: each group's bucket from
     its key, then one row per distinct (bucket, word) among them, its mask holding the bit
@@ -353,10 +361,8 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
         keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
         frames.append(keyed.select(
             f.lit(1 << group.bit).cast("long").alias(M), f.lit(group.word).alias(W),
-            bucket_of(f.col(K), buckets).alias(BK), f.lit(None).cast("array<string>").alias(K),
-            T,
-            f.lit(phase).alias(P), O, E, S, *values.columns(event, _taken(group, event,
-                                                                          values))))
+            bucket_of(f.col(K), buckets).alias(BK), T, f.lit(phase).alias(P), O, E, S,
+            *values.columns(event, _taken(group, event, values))))
     if spelled:
         # each group's bucket computed once (Spark does not inline a hash used twice)
         bucketed = stream.select(*base, *values.columns(event, {
@@ -365,9 +371,8 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
         exploded = bucketed.select(*base, *values.names, f.explode(masked_rows(
             [(group, f"{BK}{i}") for i, (group, _) in enumerate(spelled)])).alias("x"))
         frames.append(exploded.where(f.col("x").isNotNull()).select(
-            f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK),
-            f.lit(None).cast("array<string>").alias(K), T, f.lit(phase).alias(P), O, E, S,
-            *values.names))
+            f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), T,
+            f.lit(phase).alias(P), O, E, S, *values.names))
     return frames
 
 
@@ -504,7 +509,7 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
 
 
 def replay_stream(rows: Sequence[DataFrame], buckets: int) -> DataFrame:
-    """``rows`` (each ``(M, W, BK, K, T, P, O, E, S, V0, ...)``, same columns) in one
+    """``rows`` (each ``(M, W, BK, T, P, O, E, S, V0, ...)``, same columns) in one
     stream, repartitioned once by bucket into ``buckets`` partitions (bucket b into
     partition b), each sorted by (time, phase, order, event, seq): time leads, so Spark's
     sort compares the 64-bit prefix of the time alone and whole rows only where times tie."""
@@ -578,15 +583,15 @@ def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                 ) -> tuple[list[int], list[Any]]:
     """``Replay.replay_batch`` of one group's rows of a batch of the stream (``fields``:
     its fields by event code; ``mask``: its mask column and bit, of ``group_masks``;
-    ``key``: the index of its key in a read row's ``K``, None when nothing is read); a
+    ``key``: the index of its key tuple, whose ``key_column`` holds a read row's key; None
+    when nothing is read); a
     refused event raises ``refused`` naming it and its body."""
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     from beava.offline import ReplayRefused
 
     keys = (pa.nulls(part.num_rows, pa.string()) if key is None else
-            pc.list_element(part.column(K), key))
+            part.column(key_column(key)))
     columns = [part.column(E), part.column(T), keys,
                *[part.column(name) for name in values.names]]
     batch = pa.RecordBatch.from_arrays(columns, names=["code", "time", "key", *values.names])
@@ -628,7 +633,7 @@ def _dedupe_task(rows: Iterable[Any], *, payload: bytes, event: str,
 
 def _key_task(rows: Iterable[Any], *, payload: bytes, table: str, event: str,
               fields: tuple[tuple[int, str], ...], refused: Refused) -> Iterator[Any]:
-    """Append ``K`` to each row of an ``event_stream`` of ``event`` (its fields at
+    """Append its key (``K``) to each row of an ``event_stream`` of ``event`` (its fields at
     ``fields``): the table's chain and key function applied to the event (the engine's
     own); drop the events the table skips."""
     from beava.offline import ReplayRefused

@@ -112,9 +112,10 @@ def test_a_spine_row_is_one_row_per_bucket_of_its_keys_holding_every_key(spark: 
     values = exchange.ValueColumns.of({"Visit": {"ms": "f64"}})
     rows = _spine_rows(spine, groups, "ts", 1, "long", values, 1).collect()
     assert len(rows) == 60  # one bucket: one row per spine row, for all five groups
-    row = next(r for r in rows if r[exchange.K][0] == "u7")
+    row = next(r for r in rows if r[exchange.key_column(0)] == "u7")
     assert (row[exchange.M], row[exchange.E]) == (0b11111, READ)
-    assert row[exchange.K] == ["u7", "p0", "r1", "d2", "h7"]  # a key per key tuple
+    assert [row[exchange.key_column(i)] for i in range(5)] == [
+        "u7", "p0", "r1", "d2", "h7"]  # a key per key tuple
     assert row["__bv_r"]["user_id"] == "u7"  # the spine's columns, once
     rows = _spine_rows(spine, groups, "ts", 1, "long", values, 16).collect()
     assert 60 < len(rows) < 5 * 60
