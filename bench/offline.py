@@ -16,7 +16,9 @@ Each Spark figure is events (rows) per second of wall-clock time and the CPU tim
 Spark driver, its JVM and the Python workers per event, the servers' own left out except
 for ``backfill``, whose server install is part of the work (its share printed below it);
 the cost per event per core is that CPU time, set beside the live server's CPU per event
-(offline/live).
+(offline/live). ``historical_features`` and ``backfill`` then run a second time in the
+same session (``backfill`` into a second server): the first run pays for the JVM compiling
+the exchange's code, the second shows the cost once it is compiled.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str
                                           "spine_rows": spine, "live": live(data),
                                           "historical_features": historical.run(data),
                                           "backfill": backfill.run(data, server)}
+                result["historical_features, 2nd run"] = historical.run(data)
+                with tempfile.TemporaryDirectory() as again:
+                    second = backfill.durable_server(again, data.register)
+                    try:
+                        result["backfill, 2nd run"] = backfill.run(data, second)
+                    finally:
+                        second.stop()
             finally:
                 data.unpersist()
             table = scan_rate.widest_table(workloads.load("fraud-team"))
@@ -87,15 +96,18 @@ def report(result: dict[str, Any]) -> str:
     live_us = result["live"]["cpu_us_per_event"]
     lines = [f"fraud-team, {result['events']:,} events "
              f"(historical_features: spine of {result['spine_rows']:,} rows)",
-             f"{'':30}{'events/s':>10}{'CPU µs/event':>14}{'offline/live':>14}",
-             f"{'live server (1 core)':30}{result['live']['events_per_s_per_core']:>10,}"
+             f"{'':40}{'events/s':>10}{'CPU µs/event':>14}{'offline/live':>14}",
+             f"{'live server (1 core)':40}{result['live']['events_per_s_per_core']:>10,}"
              f"{live_us:>14}{'1.0':>14}"]
-    for name in ("historical_features", "backfill"):
+    for name in ("historical_features", "backfill", "historical_features, 2nd run",
+                 "backfill, 2nd run"):
         part = result[name]
-        lines.append(f"{name + ' ' + result['master']:30}{part['events_per_s']:>10,}"
+        label = name.replace(",", f" {result['master']},") if "," in name else (
+            f"{name} {result['master']}")
+        lines.append(f"{label:40}{part['events_per_s']:>10,}"
                      f"{part['cpu_us_per_event']:>14}"
                      f"{part['cpu_us_per_event'] / live_us:>14.1f}")
-    lines.append(f"{'':30}(backfill: the server's share "
+    lines.append(f"{'':40}(backfill: the server's share "
                  f"{result['backfill']['server_us_per_event']} µs/event)")
     scan = result["scan"]
     lines.append(f"scan {scan['table']} ({scan['rows']:,} rows, {scan['columns']} columns): "
