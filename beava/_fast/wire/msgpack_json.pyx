@@ -62,9 +62,11 @@ cdef Py_ssize_t _json_double(double x, char* out) noexcept:
     The digits are the fewest that read back as ``x`` (as msgspec's and Python's repr):
     with ``x = f / 2^s`` (``f`` its 53-bit significand), ``m``, ``f * 10^k / 2^s`` rounded
     to an integer of p = 15, 16, then 17 digits, is exact in 128 bits, and reads back as
-    ``x`` when it lies within half a unit in the last place of ``x`` (a quarter below a
-    power of two; a tie goes to an even ``f``); 15 digits that do are the shortest once
-    their trailing zeros go. They are laid out in msgspec's fixed notation (``0.00001``,
+    ``x`` when it lies within half a unit in the last place of ``x``; 15 digits that do are
+    the shortest once their trailing zeros go. Within this range neither finer rule of
+    reading back can matter: a power of two (whose lower gap is half as wide) has at most 15
+    digits, so its 15 are exact, and a point halfway between two doubles has 19 digits or
+    more, so no ``m`` of 17 lies on it. They are laid out in msgspec's fixed notation (``0.00001``,
     ``123.0``; Python's repr would write ``1e-05``)."""
     cdef double a = fabs(x)
     cdef int ex, e10, p, k, s, n = 0, i, j = 0, count, d
@@ -99,10 +101,7 @@ cdef Py_ssize_t _json_double(double x, char* out) noexcept:
         above = r > half or (r == half and (q & 1))
         m = q + 1 if above else q
         dist = (<u128>1 << s) - r if above else r  # |a * 10^k - m|, in units of 2^-s
-        if not above and f == (<uint64_t>1 << 52):
-            ok = 4 * dist <= POW10[k]
-        else:
-            ok = 2 * dist < POW10[k] or (2 * dist == POW10[k] and not (f & 1))
+        ok = 2 * dist < POW10[k]
         if ok:
             break
     if not ok:
