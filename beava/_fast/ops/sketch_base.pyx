@@ -52,7 +52,7 @@ from beava._fast.ops.uddsketch cimport (
     udd_heap_bytes,
     udd_release,
 )
-from beava._fast.ops.window cimport MAX_BUCKETS, bucket_active, bucket_epoch, bucket_width
+from beava._fast.ops.window cimport MAX_BUCKETS, bucket_epoch, bucket_width
 
 cdef uint64_t CANONICAL_NAN_BITS = 0x7FF8000000000000ULL
 cdef uint64_t SIGN_BIT = 0x8000000000000000ULL
@@ -964,24 +964,39 @@ cdef class SketchColumn(BlockColumn):
         return &older_at(newest.older)[at - dropped]
 
     cdef int active(self, Py_ssize_t slot, int64_t T, Node** out) noexcept:
-        """Active buckets at ``T`` into ``out`` in ascending epoch order; their number."""
+        """Active buckets at ``T`` into ``out`` in ascending epoch order; their number.
+        Newest first, up to the first bucket expired at ``T`` (those older are expired
+        too): an entity idle for longer than the window costs a look at its newest."""
         cdef Node* newest = <Node*>self.blocks[slot]
         cdef Older* older
         cdef Node** held
-        cdef int n = 0
-        cdef uint32_t i
+        cdef Node* node
+        cdef Node* tmp
+        cdef int n = 0, i
+        cdef uint32_t left
         if newest == NULL:
             return 0
+        if newest.epoch <= T:
+            if T - newest.epoch >= self.window:
+                return 0  # the older list is not touched
+            out[0] = newest
+            n = 1
         older = newest.older
         if older != NULL:
             held = older_at(older)
-            for i in range(older.n):
-                if bucket_active(held[i].epoch, T, self.window):
-                    out[n] = held[i]
+            left = older.n
+            while left > 0:
+                left -= 1
+                node = held[left]
+                if node.epoch <= T:
+                    if T - node.epoch >= self.window:
+                        break
+                    out[n] = node
                     n += 1
-        if bucket_active(newest.epoch, T, self.window):
-            out[n] = newest
-            n += 1
+        for i in range(n // 2):
+            tmp = out[i]
+            out[i] = out[n - 1 - i]
+            out[n - 1 - i] = tmp
         return n
 
     cpdef Py_ssize_t slot_bytes(self, Py_ssize_t slot):
