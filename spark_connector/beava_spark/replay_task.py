@@ -8,9 +8,9 @@ the rows that have its bit, batch by batch, through ``Replay.replay_batch`` (one
 over the whole batch, skipping the other groups' rows: each event's fields read from the
 typed value columns, checked as a live push and applied at its time, each read row
 answered as a GET at its time), with the garbage collector paused.
-A read row (its key for each group in ``K``, at the group's ``key`` index) comes out as one
-row: its row id, the columns it carries (``R``, passed through), and the features of the
-tables of each group of its mask; other groups' features are null.
+A read row (its key for each group in the ``key_column`` of the group's ``key`` tuple)
+comes out as one row: its row id, the columns it carries (passed through), and the
+features of the tables of each group of its mask; other groups' features are null.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ cdef Py_ssize_t _json_double(double x, char* out) noexcept:
     the shortest once their trailing zeros go. Within this range neither finer rule of
     reading back can matter: a power of two (whose lower gap is half as wide) has at most 15
     digits, so its 15 are exact, and a point halfway between two doubles has 19 digits or
-    more, so no ``m`` of 17 lies on it. They are laid out in msgspec's fixed notation (``0.00001``,
-    ``123.0``; Python's repr would write ``1e-05``)."""
+    more, so no ``m`` of 17 lies on it. They are laid out in msgspec's fixed notation
+    (``0.00001``, ``123.0``; Python's repr would write ``1e-05``)."""
     cdef double a = fabs(x)
     cdef int ex, e10, p, k, s, n = 0, i, j = 0, count, d
     cdef uint64_t f, mm
