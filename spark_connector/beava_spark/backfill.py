@@ -235,9 +235,8 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
     times (a job per event costs its own planning and scheduling each)."""
     from pyspark.sql import functions as f
 
-    times = [events[event].select(time_ms(events[event], time_col, f"events[{event!r}]")
-                                  .alias("t"))
-             for event in needed]
+    times = [events[event].selectExpr(f"{time_ms(events[event], time_col, f'events[{event!r}]')}"
+                                      " AS t") for event in needed]
     union = functools.reduce(lambda a, b: a.unionAll(b), times)
     value = union.select(f.max("t")).first()
     if value is None or value[0] is None:
@@ -306,7 +305,6 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
                 ) -> dict[tuple[str, int], tuple[int, int]]:
     """Run the job (module docstring): ``(table, part) -> (events, state bytes)`` of every
     part a task sent."""
-    from pyspark.sql import functions as f
 
     groups = key_groups(pipeline, plans)
     streams = {}
@@ -314,7 +312,7 @@ def _send_parts(events: Mapping[str, DataFrame], pipeline: Pipeline,
         df = events[event]
         at = time_ms(df, time_col, f"events[{event!r}]")
         # null times stay: the replay refuses them, as historical_features does
-        kept = df.where(at.isNull() | (at <= f.lit(until_ms)))
+        kept = df.where(f"{at} IS NULL OR {at} <= {until_ms}")
         streams[event] = event_stream(kept, pipeline, event, time_col, order_col,
                                       HistoricalReplayError)
     values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()})

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from .errors import ConversionError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
 WIRE_TYPES = ("str", "i64", "f64", "bool", "datetime")
@@ -91,9 +91,11 @@ class FieldConversion:
     family: str
     wire_type: str
 
-    def column(self) -> Column:
-        """The Spark expression producing the field's wire value, named after the field."""
-        return _expression(self).alias(self.name)
+    def sql(self) -> str:
+        """The Spark SQL text of the field's wire value (one call to the JVM parses a
+        whole projection of these, where a Column costs one per function)."""
+        return _expression(self)
+
 
 
 @dataclass(frozen=True)
@@ -110,10 +112,6 @@ class ConversionPlan:
         """``{field: beava type}``."""
         return {f.name: f.wire_type for f in self.fields}
 
-    def columns(self) -> list[Column]:
-        """One converted column per field, for ``DataFrame.select``."""
-        return [f.column() for f in self.fields]
-
     def allowed_targets(self) -> dict[str, tuple[str, ...]]:
         """``{column: beava types it may be sent as}``, the default first."""
         allowed = {}
@@ -127,7 +125,7 @@ class ConversionPlan:
 
     def bodies(self, df: DataFrame) -> DataFrame:
         """``df`` with every column converted to its wire value."""
-        return df.select(*self.columns())
+        return df.selectExpr(*[f"{f.sql()} AS {quoted(f.name)}" for f in self.fields])
 
 
 def plan_conversion(schema: StructType, overrides: Mapping[str, str] | None = None
@@ -197,44 +195,39 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _expression(conv: FieldConversion) -> Column:
-    from pyspark.sql import functions as f
-
-    col = f.col(quoted(conv.name))
+def _expression(conv: FieldConversion) -> str:
+    """The Spark SQL text of ``conv``'s wire value, from its column read by name."""
+    col = quoted(conv.name)
     family, wire = conv.family, conv.wire_type
     if family == "floating":
-        as_double = col.cast("double")
-        finite = ~f.isnan(as_double) & (f.abs(as_double) != f.lit(float("inf")))
-        return f.when(finite, as_double)
+        as_double = f"CAST({col} AS DOUBLE)"
+        return (f"CASE WHEN NOT isnan({as_double}) AND abs({as_double}) != "
+                f"CAST('Infinity' AS DOUBLE) THEN {as_double} END")
     if family == "integral":
-        return {"i64": col, "f64": col.cast("double"), "str": col.cast("string")}[wire]
+        return {"i64": col, "f64": f"CAST({col} AS DOUBLE)",
+                "str": f"CAST({col} AS STRING)"}[wire]
     if family == "decimal":
-        return {"f64": col.cast("double"), "i64": col.cast("long"),
-                "str": col.cast("string")}[wire]
+        return {"f64": f"CAST({col} AS DOUBLE)", "i64": f"CAST({col} AS BIGINT)",
+                "str": f"CAST({col} AS STRING)"}[wire]
     if family == "date":
         if wire == "i64":
-            return f.unix_date(col).cast("long") * f.lit(MS_PER_DAY)
-        return col.cast("string")
+            return f"CAST(unix_date({col}) AS BIGINT) * {MS_PER_DAY}"
+        return f"CAST({col} AS STRING)"
     if family in ("timestamp", "timestamp_ntz"):
-        millis = f.unix_millis(col)
+        millis = f"unix_millis({col})"
         if wire == "i64":
             return millis
         return _iso_text(millis, zone="Z" if family == "timestamp" else "")
     return col  # string, boolean, null: already wire values
 
 
-def _iso_text(millis: Column, zone: str) -> Column:
+def _iso_text(millis: str, zone: str) -> str:
     """ISO 8601 text of epoch ``millis`` computed arithmetically, so it does not depend on
     the session time zone."""
-    from pyspark.sql import functions as f
-
-    time_of_day = f.pmod(millis, f.lit(MS_PER_DAY))
-    day = ((millis - time_of_day) / f.lit(MS_PER_DAY)).cast("int")
-    clock = f.format_string(
-        "%02d:%02d:%02d.%03d",
-        (time_of_day / 3_600_000).cast("int"),
-        (f.pmod(time_of_day, f.lit(3_600_000)) / 60_000).cast("int"),
-        (f.pmod(time_of_day, f.lit(60_000)) / 1000).cast("int"),
-        f.pmod(time_of_day, f.lit(1000)).cast("int"),
-    )
-    return f.concat(f.date_from_unix_date(day).cast("string"), f.lit("T"), clock, f.lit(zone))
+    time_of_day = f"pmod({millis}, {MS_PER_DAY})"
+    day = f"CAST(({millis} - {time_of_day}) / {MS_PER_DAY} AS INT)"
+    clock = (f"format_string('%02d:%02d:%02d.%03d', CAST({time_of_day} / 3600000 AS INT), "
+             f"CAST(pmod({time_of_day}, 3600000) / 60000 AS INT), "
+             f"CAST(pmod({time_of_day}, 60000) / 1000 AS INT), "
+             f"CAST(pmod({time_of_day}, 1000) AS INT))")
+    return f"concat(CAST(date_from_unix_date({day}) AS STRING), 'T', {clock}, '{zone}')"

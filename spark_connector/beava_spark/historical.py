@@ -119,8 +119,6 @@ def historical_features(
     is not kept. Raises ValueError (``ConversionError`` for event columns) before any job
     runs; an event row the server would refuse fails the job with HistoricalReplayError.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
     pipeline = compile_pipeline(registry)
@@ -143,12 +141,11 @@ def historical_features(
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
                            pipeline, event_phase, HistoricalReplayError, values, buckets)
-    no_keys = [f.lit(None).cast("string").alias(key_column(i))
-               for i in range(len(key_tuples(groups)))]
-    event_part = [r.select("*", *no_keys, f.lit(None).cast(packed_type(spine)).alias(_R))
+    # null keys and spine columns, the latter of no type: the union gives it the spine's
+    event_part = [r.selectExpr("*", *[f"CAST(NULL AS STRING) AS {key_column(i)}" for i in
+                                      range(len(key_tuples(groups)))], f"NULL AS {_R}")
                   for r in rows]
-    spine_part = _spine_rows(spine, groups, time_col, spine_phase,
-                             event_part[0].schema[O].dataType, values, buckets)
+    spine_part = _spine_rows(spine, groups, time_col, spine_phase, values, buckets)
     stream = replay_stream([*event_part, spine_part], buckets)
     # the task's rows: the row id, the spine's columns (on one group's row only) and one
     # struct of features per group (null on the other groups' rows): joined back by row
@@ -170,14 +167,13 @@ def historical_features(
         # takes the other rows' groups' features over a window of its row id (one
         # exchange and one sort, where a groupBy's first() of structs sorts twice, its
         # partial aggregation before the exchange finding no two rows of one id to merge)
-        row = Window.partitionBy(S)
-        out = out.select(_R, *[f.first(_features_of(g), ignorenulls=True).over(row)
-                               .alias(_features_of(g)) for g in groups]
-                         ).where(f.col(_R).isNotNull())
+        out = out.selectExpr(_R, *[f"first({_features_of(g)}, true) OVER (PARTITION BY {S})"
+                                   f" AS {_features_of(g)}" for g in groups]
+                             ).where(f"{_R} IS NOT NULL")
     where = {ft.name: _features_of(g) for g in groups for p in g.tables for ft in p.features}
-    return out.select(*[f.col(_R).getField(c).alias(c) for c in spine.columns],
-                      *[f.col(where[ft.name]).getField(ft.name).alias(ft.name)
-                        for plan in plans for ft in plan.features])
+    return out.selectExpr(*[f"{_R}.{quoted(c)} AS {quoted(c)}" for c in spine.columns],
+                          *[f"{where[ft.name]}.{quoted(ft.name)} AS {quoted(ft.name)}"
+                            for plan in plans for ft in plan.features])
 
 
 def _spark_type(kind: str) -> Any:
@@ -227,42 +223,41 @@ def _check_spine(spine: DataFrame, plans: Sequence[TableInfo], time_col: str) ->
             seen[feature.name] = plan.name
 
 
-def packed_type(spine: DataFrame) -> Any:
-    """The struct type of the spine's columns packed in one column."""
-    from pyspark.sql import types as t
-
-    return t.StructType([spine.schema[c] for c in spine.columns])
-
-
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
-                order_type: Any, values: ValueColumns, buckets: int) -> DataFrame:
+                values: ValueColumns, buckets: int) -> DataFrame:
     """The spine in the stream (``(M, W, BK, T, P, O, E, S, V0, ..., K0, ..., _R)``, its
     values null): read once, its row id, time and key per key tuple (``key_tuples``, in
     ``key_column``) computed once, then one row per distinct bucket of its groups' keys
     (masked as events are), each with every key, its columns on its first group's row
     only."""
     from pyspark.sql import functions as f
+    from pyspark.sql import types as t
 
-    from beava.offline import NO_READ, READ
+    from beava.offline import NO_READ, READ, float_key
 
     tuples = key_tuples(groups)
-    once = spine.select(
-        f.monotonically_increasing_id().alias(S),
-        f.struct(*[f.col(quoted(c)) for c in spine.columns]).alias(_R),
-        time_ms(spine, time_col, "the spine").alias(T),
-        *[row_key(spine, keys).alias(key_column(i)) for i, keys in enumerate(tuples)])
+    # a float key's keystr is the engine's (a Python UDF), in a column of its own
+    float_keys = [k for k in dict.fromkeys(k for keys in tuples for k in keys)
+                  if isinstance(spine.schema[k].dataType, (t.FloatType, t.DoubleType))]
+    floats = {k: f"{PREFIX}fk{i}" for i, k in enumerate(float_keys)}
+    keyed = spine.select("*", *[f.udf(float_key, t.StringType())(f.col(quoted(k)))
+                                .alias(floats[k]) for k in float_keys]) if floats else spine
+    once = keyed.selectExpr(
+        f"monotonically_increasing_id() AS {S}",
+        f"struct({', '.join(quoted(c) for c in spine.columns)}) AS {_R}",
+        f"{time_ms(spine, time_col, 'the spine')} AS {T}",
+        *[f"{row_key(spine.schema, keys, floats)} AS {key_column(i)}"
+          for i, keys in enumerate(tuples)])
     keys = [key_column(i) for i in range(len(tuples))]
-    bucketed = once.select(S, _R, T, *keys,
-                           *[bucket_of(f.col(key_column(i)), buckets).alias(f"{BK}{i}")
-                             for i in range(len(tuples))])
-    exploded = bucketed.select(S, _R, T, *keys, f.posexplode(masked_rows(
-        [(g, f"{BK}{tuples.index(g.keys)}") for g in groups])).alias("pos", "x"))
-    return exploded.where(f.col("x").isNotNull()).select(
-        f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), T,
-        f.lit(phase).alias(P), f.lit(None).cast(order_type).alias(O),
-        f.when(f.col(T).isNull(), f.lit(NO_READ)).otherwise(f.lit(READ)).alias(E),
-        S, *values.columns(None, ()), *keys,
-        f.when(f.col("pos") == 0, f.col(_R)).alias(_R))
+    bucketed = once.selectExpr(S, _R, T, *keys, *[f"{bucket_of(key_column(i), buckets)} AS "
+                                                  f"{BK}{i}" for i in range(len(tuples))])
+    masked = masked_rows([(g, f"{BK}{tuples.index(g.keys)}") for g in groups])
+    exploded = bucketed.selectExpr(S, _R, T, *keys, f"posexplode({masked}) AS (pos, x)")
+    # the order column null, of no type: the union gives it the events' order_col type
+    return exploded.where("x IS NOT NULL").selectExpr(
+        f"x.m AS {M}", f"x.w AS {W}", f"x.bk AS {BK}", T, f"{phase} AS {P}", f"NULL AS {O}",
+        f"CASE WHEN {T} IS NULL THEN {NO_READ} ELSE {READ} END AS {E}", S,
+        *values.columns(None, ()), *keys, f"CASE WHEN pos = 0 THEN {_R} END AS {_R}")
 
 
 def key_tuples(groups: Sequence[KeyGroup]) -> list[tuple[str, ...]]:

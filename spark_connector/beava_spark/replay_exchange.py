@@ -62,7 +62,8 @@ from .event_schema import EventSchema
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
     from beava.offline import FeatureInfo, Pipeline, Replay, TableInfo
 
@@ -212,15 +213,12 @@ def _time_family(df: DataFrame, column: str, what: str) -> str:
                      f"must hold epoch milliseconds (an integral type) or a timestamp")
 
 
-def time_ms(df: DataFrame, column: str, what: str) -> Column:
-    """``column`` of ``df`` as epoch milliseconds (ValueError naming ``what`` when it is
-    missing or neither integral nor a timestamp)."""
-    from pyspark.sql import functions as f
-
-    col = f.col(quoted(column))
+def time_ms(df: DataFrame, column: str, what: str) -> str:
+    """``column`` of ``df`` as epoch milliseconds, in SQL text (ValueError naming ``what``
+    when it is missing or neither integral nor a timestamp)."""
     if _time_family(df, column, what) == "ms":
-        return col.cast("long")
-    return f.unix_millis(col)
+        return f"CAST({quoted(column)} AS BIGINT)"
+    return f"unix_millis({quoted(column)})"
 
 
 def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
@@ -229,8 +227,6 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
     (``FIELD`` + name, as its value column's Spark type), dedupe replays removed (one pass
     over the whole event, partitioned by the dedupe value, as the server recognises
     replays across entities); and the wire type of each field."""
-    from pyspark.sql import functions as f
-
     spec = pipeline.events[event]
     what = f"events[{spec.name!r}]"
     time = time_ms(df, time_col, what)
@@ -242,18 +238,17 @@ def event_stream(df: DataFrame, pipeline: Pipeline, event: str, time_col: str,
                         frozenset(spec.defaults), spec.dedupe_key)
     plan = plan_for(df.select(*[quoted(c) for c in field_cols]).schema, None, known)
     wire = plan.wire_types()
-    columns = [time.alias(T),
-               (f.col(quoted(order_col)) if order_col is not None
-                else f.lit(None).cast("long")).alias(O),
-               f.lit(event_codes(pipeline).index(event)).alias(E),
-               f.monotonically_increasing_id().alias(S),
-               *[conv.column().cast(_VALUE_TYPES[conv.wire_type]).alias(FIELD + conv.name)
-                 for conv in plan.fields]]
-    stream = df.select(*columns)
+    stream = df.selectExpr(
+        f"{time} AS {T}",
+        f"{quoted(order_col) if order_col is not None else 'CAST(NULL AS BIGINT)'} AS {O}",
+        f"{event_codes(pipeline).index(event)} AS {E}",
+        f"monotonically_increasing_id() AS {S}",
+        *[f"CAST({conv.sql()} AS {_VALUE_TYPES[conv.wire_type]}) AS "
+          f"{quoted(FIELD + conv.name)}" for conv in plan.fields])
     dedupe = FIELD + (spec.dedupe_key or "")
     if spec.dedupe_key is None or dedupe not in stream.columns:
         return stream, wire  # no dedupe key, or no row has a value to dedupe by
-    keyed = stream.withColumn(_D, f.col(quoted(dedupe)).cast("string"))
+    keyed = stream.selectExpr("*", f"CAST({quoted(dedupe)} AS STRING) AS {_D}")
     ordered = keyed.repartition(_D).sortWithinPartitions(T, O, S).drop(_D)
     task = functools.partial(_dedupe_task, payload=pipeline.events_payload(), event=event,
                              at=(ordered.columns.index(T), _field_positions(ordered, wire)),
@@ -296,14 +291,13 @@ class ValueColumns:
         (``Replay.replay_batch``'s fields)."""
         return tuple((at, name) for name, at in self.slots[event].items() if name in taken)
 
-    def columns(self, event: str | None, taken: Collection[str]) -> list[Column]:
-        """The value columns of an ``event_stream``'s rows of ``event``: its fields
-        ``taken`` in their slots, every other column null (``event`` None: all null)."""
-        from pyspark.sql import functions as f
-
+    def columns(self, event: str | None, taken: Collection[str]) -> list[str]:
+        """The value columns of an ``event_stream``'s rows of ``event`` (SQL text): its
+        fields ``taken`` in their slots, every other column null (``event`` None: all
+        null)."""
         mine = {at: name for at, name in self.fields(event, taken)} if event else {}
-        return [(f.col(quoted(FIELD + mine[i])) if i in mine else
-                 f.lit(None).cast(spark_type)).alias(name)
+        return [f"{quoted(FIELD + mine[i]) if i in mine else f'CAST(NULL AS {spark_type})'}"
+                f" AS {name}"
                 for i, (spark_type, name) in enumerate(zip(self.types, self.names,
                                                            strict=True))]
 
@@ -339,19 +333,18 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
     reads only its own: ``group_fields``). A group whose key is the engine's to compute
     gets a Python pass of its own (rows with its bit alone), which keeps only the events
     that reach a row of it (a chain filter or a null key skips them)."""
-    from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
     source = pipeline.events[event]
     base = [T, O, E, S]
     frames = []
-    spelled: list[tuple[KeyGroup, Column]] = []  # groups keyed in Spark, with their key
+    spelled: list[tuple[KeyGroup, str]] = []  # groups keyed in Spark, with their key
     for group in groups:
         if (not group.chained and all(k not in source.defaults for k in group.keys)
                 and all(wire.get(k) in ("str", "i64", "bool") for k in group.keys)):
             # a null key reaches no row; such events still go to the replay, whose checks
             # refuse them when the server would
-            parts = [spark_key(f.col(quoted(FIELD + k)), wire[k]) for k in group.keys]
+            parts = [spark_key(quoted(FIELD + k), wire[k]) for k in group.keys]
             spelled.append((group, _join_key(parts)))
             continue
         table = next(t.name for t in group.tables if event in t.events)
@@ -359,95 +352,82 @@ def event_rows(stream: DataFrame, wire: Mapping[str, str], groups: Sequence[KeyG
                                  event=event, fields=_field_positions(stream, wire),
                                  refused=refused)
         keyed = _frame(stream.rdd.mapPartitions(task), stream.schema.add(K, t.StringType()))
-        frames.append(keyed.select(
-            f.lit(1 << group.bit).cast("long").alias(M), f.lit(group.word).alias(W),
-            bucket_of(f.col(K), buckets).alias(BK), T, f.lit(phase).alias(P), O, E, S,
+        frames.append(keyed.selectExpr(
+            f"CAST({1 << group.bit} AS BIGINT) AS {M}", f"{group.word} AS {W}",
+            f"{bucket_of(K, buckets)} AS {BK}", T, f"{phase} AS {P}", O, E, S,
             *values.columns(event, _taken(group, event, values))))
     if spelled:
         # each group's bucket computed once (Spark does not inline a hash used twice)
-        bucketed = stream.select(*base, *values.columns(event, {
+        bucketed = stream.selectExpr(*base, *values.columns(event, {
             name for group, _ in spelled for name in _taken(group, event, values)}),
-            *[bucket_of(key, buckets).alias(f"{BK}{i}") for i, (_, key) in enumerate(spelled)])
-        exploded = bucketed.select(*base, *values.names, f.explode(masked_rows(
-            [(group, f"{BK}{i}") for i, (group, _) in enumerate(spelled)])).alias("x"))
-        frames.append(exploded.where(f.col("x").isNotNull()).select(
-            f.col("x.m").alias(M), f.col("x.w").alias(W), f.col("x.bk").alias(BK), T,
-            f.lit(phase).alias(P), O, E, S, *values.names))
+            *[f"{bucket_of(key, buckets)} AS {BK}{i}" for i, (_, key) in enumerate(spelled)])
+        masked = masked_rows([(group, f"{BK}{i}") for i, (group, _) in enumerate(spelled)])
+        exploded = bucketed.selectExpr(*base, *values.names, f"explode({masked}) AS x")
+        frames.append(exploded.where("x IS NOT NULL").selectExpr(
+            f"x.m AS {M}", f"x.w AS {W}", f"x.bk AS {BK}", T, f"{phase} AS {P}", O, E, S,
+            *values.names))
     return frames
 
 
-def masked_rows(bucketed: Sequence[tuple[KeyGroup, str]]) -> Column:
+def masked_rows(bucketed: Sequence[tuple[KeyGroup, str]]) -> str:
     """One row per distinct (bucket, word) among ``bucketed`` (each group with the column
-    of its bucket, ``BK`` of ``bucket_of``), as an array of ``struct(m, w, bk)`` to explode,
-    its mask ``m`` the bits of the groups of word ``w`` whose bucket is ``bk``: the entry
-    of a group is null when an earlier group of its word has its bucket (no groupBy). The
-    first group's entry is never null."""
-    from pyspark.sql import functions as f
-
+    of its bucket, ``BK`` of ``bucket_of``), as an array of ``struct(m, w, bk)`` to explode
+    (SQL text), its mask ``m`` the bits of the groups of word ``w`` whose bucket is ``bk``:
+    the entry of a group is null when an earlier group of its word has its bucket (no
+    groupBy). The first group's entry is never null."""
     entries = []
-    for i, (group, column) in enumerate(bucketed):
-        mine = f.col(column)
-        same = [(j, other, f.col(theirs)) for j, (other, theirs) in enumerate(bucketed)
+    for i, (group, mine) in enumerate(bucketed):
+        same = [(j, other, theirs) for j, (other, theirs) in enumerate(bucketed)
                 if other.word == group.word]
-        earlier = [theirs == mine for j, _, theirs in same if j < i]
-        mask = functools.reduce(lambda a, b: a + b, [
-            f.lit(1 << other.bit) if j == i else
-            f.when(theirs == mine, f.lit(1 << other.bit)).otherwise(f.lit(0))
-            for j, other, theirs in same if j >= i])
-        row = f.struct(mask.cast("long").alias("m"), f.lit(group.word).alias("w"),
-                       mine.alias("bk"))
-        entries.append(f.when(~functools.reduce(lambda a, b: a | b, earlier), row)
+        earlier = [f"{theirs} = {mine}" for j, _, theirs in same if j < i]
+        mask = " + ".join(
+            f"{1 << other.bit}" if j == i else
+            f"CASE WHEN {theirs} = {mine} THEN {1 << other.bit} ELSE 0 END"
+            for j, other, theirs in same if j >= i)
+        row = f"named_struct('m', CAST({mask} AS BIGINT), 'w', {group.word}, 'bk', {mine})"
+        entries.append(f"CASE WHEN NOT ({' OR '.join(earlier)}) THEN {row} END"
                        if earlier else row)
-    return f.array(*entries)
+    return f"array({', '.join(entries)})"
 
 
-def spark_key(col: Column, wire_type: str) -> Column:
-    """keystr of a str, i64 or bool value in Spark SQL (null stays null)."""
-    from pyspark.sql import functions as f
-
+def spark_key(col: str, wire_type: str) -> str:
+    """keystr of a str, i64 or bool value (SQL text of it) in SQL text (null stays
+    null)."""
     if wire_type == "str":
         return col
     if wire_type == "i64":
-        return col.cast("long").cast("string")
-    return f.when(col, f.lit("true")).when(~col, f.lit("false"))
+        return f"CAST(CAST({col} AS BIGINT) AS STRING)"
+    return f"CASE WHEN {col} THEN 'true' WHEN NOT {col} THEN 'false' END"
 
 
-def _join_key(parts: Sequence[Column]) -> Column:
-    """The canonical key of several keystr parts (each ``|`` escaped), null if any is."""
-    from pyspark.sql import functions as f
-
+def _join_key(parts: Sequence[str]) -> str:
+    """The canonical key of several keystr parts (each ``|`` escaped), null if any is, in
+    SQL text."""
     if not parts:
-        return f.lit("")
+        return "''"
     if len(parts) == 1:
         return parts[0]
-    pieces: list[Column] = []
-    for i, part in enumerate(parts):
-        if i:
-            pieces.append(f.lit("|"))
-        pieces.append(f.replace(part, f.lit("|"), f.lit("%7C")))
-    return f.concat(*pieces)
+    escaped = [f"replace({part}, '|', '%7C')" for part in parts]
+    return "concat(" + ", '|', ".join(escaped) + ")"
 
 
-def row_key(df: DataFrame, keys: Sequence[str]) -> Column:
-    """The canonical key of the key columns ``keys`` of ``df`` (a spine), null when a part
-    is null (or a non-finite float: no row has it)."""
-    from pyspark.sql import functions as f
+def row_key(schema: StructType, keys: Sequence[str], floats: Mapping[str, str]) -> str:
+    """The canonical key of the key columns ``keys`` of a spine of ``schema`` (SQL text),
+    null when a part is null (or a non-finite float: no row has it); a float key's part is
+    read from the column ``floats[key]`` holds its keystr in (``float_key``)."""
     from pyspark.sql import types as t
 
     parts = []
     for key in keys:
-        data_type = df.schema[key].dataType
-        col = f.col(quoted(key))
+        data_type = schema[key].dataType
         if isinstance(data_type, t.StringType):
-            parts.append(col)
+            parts.append(quoted(key))
         elif isinstance(data_type, t.IntegralType):
-            parts.append(spark_key(col, "i64"))
+            parts.append(spark_key(quoted(key), "i64"))
         elif isinstance(data_type, t.BooleanType):
-            parts.append(spark_key(col, "bool"))
+            parts.append(spark_key(quoted(key), "bool"))
         else:
-            from beava.offline import float_key
-
-            parts.append(f.udf(float_key, t.StringType())(col))
+            parts.append(quoted(floats[key]))
     return _join_key(parts)
 
 
@@ -470,14 +450,13 @@ def bucket_count(frames: Sequence[DataFrame]) -> int:
     return min(cores * _BUCKETS_PER_CORE, max(cores, math.ceil(size / _BUCKET_BYTES)))
 
 
-def bucket_of(key: Column, buckets: int) -> Column:
-    """``BK`` of a canonical key: its bucket, ``pmod(xxhash64(key), buckets)``, as the int
-    that Spark's hash partitioning sends to the partition of that number
-    (``partition_keys``): one bucket per partition, none sharing one."""
-    from pyspark.sql import functions as f
-
-    keys = f.array(*[f.lit(k) for k in partition_keys(buckets)])
-    return f.element_at(keys, (f.pmod(f.xxhash64(key), f.lit(buckets)) + 1).cast("int"))
+def bucket_of(key: str, buckets: int) -> str:
+    """``BK`` of a canonical key (SQL text of it), in SQL text: its bucket,
+    ``pmod(xxhash64(key), buckets)``, as the int that Spark's hash partitioning sends to
+    the partition of that number (``partition_keys``): one bucket per partition, none
+    sharing one."""
+    keys = ", ".join(map(str, partition_keys(buckets)))
+    return f"element_at(array({keys}), CAST(pmod(xxhash64({key}), {buckets}) + 1 AS INT))"
 
 
 @functools.cache

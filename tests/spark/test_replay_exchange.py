@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install ./spark_connector)")
 
+import beava as bv  # noqa: E402
 from beava.offline import Pipeline  # noqa: E402
 from beava_spark import historical_features  # noqa: E402
 from beava_spark import replay_exchange as exchange  # noqa: E402
@@ -22,7 +23,7 @@ def test_bucket_b_goes_to_partition_b(spark: Any) -> None:
 
     for buckets in (2, 3, 16):
         keys = spark.createDataFrame([(f"k{i}",) for i in range(200)], "k string")
-        parts = (keys.select(exchange.bucket_of(f.col("k"), buckets).alias(exchange.BK),
+        parts = (keys.select(f.expr(exchange.bucket_of("k", buckets)).alias(exchange.BK),
                              f.pmod(f.xxhash64("k"), f.lit(buckets)).alias("b"))
                  .repartition(buckets, exchange.BK)
                  .select("b", f.spark_partition_id().alias("p")).distinct().collect())
@@ -110,14 +111,14 @@ def test_a_spine_row_is_one_row_per_bucket_of_its_keys_holding_every_key(spark: 
     groups = exchange.key_groups(pipeline, [pipeline.table(t._name) for t in VISIT_TABLES])
     spine = _visits(spark).select(*VISIT_KEYS, "ts")
     values = exchange.ValueColumns.of({"Visit": {"ms": "f64"}})
-    rows = _spine_rows(spine, groups, "ts", 1, "long", values, 1).collect()
+    rows = _spine_rows(spine, groups, "ts", 1, values, 1).collect()
     assert len(rows) == 60  # one bucket: one row per spine row, for all five groups
     row = next(r for r in rows if r[exchange.key_column(0)] == "u7")
     assert (row[exchange.M], row[exchange.E]) == (0b11111, READ)
     assert [row[exchange.key_column(i)] for i in range(5)] == [
         "u7", "p0", "r1", "d2", "h7"]  # a key per key tuple
     assert row["__bv_r"]["user_id"] == "u7"  # the spine's columns, once
-    rows = _spine_rows(spine, groups, "ts", 1, "long", values, 16).collect()
+    rows = _spine_rows(spine, groups, "ts", 1, values, 16).collect()
     assert 60 < len(rows) < 5 * 60
     by_row: dict[int, int] = {}
     for r in rows:
@@ -151,3 +152,60 @@ def test_a_backfill_of_groups_over_several_mask_words(
             assert app.get("VisitsByHost", "h0")["host_ms"] == 55.0  # the max of 0 ... 55
     finally:
         server.terminate()
+
+
+@bv.event
+class Reading:
+    label: str
+    n: int
+    m: int
+    on: bool
+
+
+@bv.table(key=["label", "n"])
+def ByLabelAndN(r: Reading) -> bv.Table:
+    return r.group_by("label", "n").agg(label_readings=bv.count())
+
+
+@bv.table(key="on")
+def ByOn(r: Reading) -> bv.Table:
+    return r.group_by("on").agg(on_readings=bv.count())
+
+
+@bv.table(key="m")
+def ByM(r: Reading) -> bv.Table:
+    return r.group_by("m").agg(m_readings=bv.count())
+
+
+def test_a_spine_rows_keys_are_the_stored_keys_of_each_key_type(spark: Any) -> None:
+    """A read row's key per key tuple is what the server makes of a GET with the spine's
+    values as the key's parts (spec/wire.md §7.1): each part's keystr (a string as it is,
+    an integer's digits, true/false, a float's text: a spine may hold a key in a double
+    column) with ``|`` written ``%7C``, the parts joined by ``|``; null when a part is null
+    or a float is not finite."""
+    from beava.engine.state.keys import keystr
+    from beava_spark.historical import _spine_rows
+
+    pipeline = Pipeline([Reading, ByLabelAndN, ByOn, ByM])
+    groups = exchange.key_groups(pipeline, [pipeline.table(name) for name in
+                                            ("ByLabelAndN", "ByOn", "ByM")])
+    spine = spark.createDataFrame(
+        [("a|b", 7, True, 0.1, T0), ("plain", -3, False, 1e21, T0 + 1),
+         (None, 5, True, float("nan"), T0 + 2), ("c", None, None, -2.5, T0 + 3)],
+        "label string, n long, on boolean, m double, ts long")
+    values = exchange.ValueColumns.of({"Reading": {"n": "i64"}})
+    rows = _spine_rows(spine, groups, "ts", 1, values, 1).collect()
+
+    def stored(*parts: Any) -> str | None:
+        if any(p is None or p != p for p in parts):
+            return None
+        return "|".join(str(keystr(p)).replace("|", "%7C") for p in parts)
+
+    got = {r["__bv_r"]["ts"]: tuple(r[exchange.key_column(i)] for i in range(3))
+           for r in rows}
+    assert got == {
+        T0: (stored("a|b", 7), stored(True), stored(0.1)),
+        T0 + 1: (stored("plain", -3), stored(False), stored(1e21)),
+        T0 + 2: (None, stored(True), None),
+        T0 + 3: (stored("c", None), None, stored(-2.5))}
+    assert got[T0] == ("a%7Cb|7", "true", "0.1")
