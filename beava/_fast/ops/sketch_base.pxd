@@ -62,9 +62,12 @@ cdef struct Older:
     # A windowed slot's buckets older than its newest, ascending epoch: ``n`` bucket
     # pointers follow this header (room for ``cap``). The newest bucket stays the slot's
     # cell, so an event in its bucket touches what the cell points to, as in lifetime mode;
-    # the oldest bucket, the one a new bucket may drop, is the first pointer.
+    # the oldest bucket, the one a new bucket may drop, is the first pointer, and its epoch
+    # is kept here too: a new bucket's test for expired buckets reads no bucket while none
+    # has expired.
     uint32_t n
     uint32_t cap
+    int64_t oldest
 
 
 cdef struct Head:

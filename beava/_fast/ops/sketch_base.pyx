@@ -931,7 +931,11 @@ cdef class SketchColumn(BlockColumn):
             created = self.new_block(value)
             created.epoch = epoch
             created.older = NULL
-            if newest != NULL:
+            if newest != NULL and newest.epoch <= now - self.window:
+                # the previous newest can never be active again, nor the older ones: all
+                # go at once, as drop_buckets would drop them (none of them a reclaim)
+                free_chain(newest)
+            elif newest != NULL:
                 try:
                     created.older = older_put(newest.older, newest.older.n
                                               if newest.older != NULL else 0, newest)
@@ -939,8 +943,8 @@ cdef class SketchColumn(BlockColumn):
                     free_block(created)
                     raise
                 newest.older = NULL
+                drop_buckets(created, now, self.window)
             cell[0] = created
-            drop_buckets(created, now, self.window)
             return cell
         # out of time order: a bucket among the older ones
         older = newest.older
@@ -1125,7 +1129,8 @@ cdef inline size_t older_size(uint32_t cap) noexcept nogil:
 cdef Older* older_put(Older* older, uint32_t at, Node* bucket) except NULL:
     """``older`` (NULL: none yet) with ``bucket`` at position ``at``, grown when full (to
     what its glibc chunk holds; 64 at most: one more than the 63 a slot keeps beside its
-    newest, held until the new bucket's drops)."""
+    newest, held until the new bucket's drops); a bucket put first gives its epoch to
+    ``oldest``."""
     cdef uint32_t n = older.n if older != NULL else 0
     cdef uint32_t cap
     cdef Older* grown
@@ -1145,13 +1150,16 @@ cdef Older* older_put(Older* older, uint32_t at, Node* bucket) except NULL:
     memmove(held + at + 1, held + at, (n - at) * sizeof(Node*))
     held[at] = bucket
     older.n = n + 1
+    if at == 0:
+        older.oldest = bucket.epoch
     return older
 
 
 cdef uint32_t drop_buckets(Node* newest, int64_t now, int64_t window) noexcept:
     """Drop the older buckets of ``newest`` that can never be active again
     (e <= now - W), then the oldest while more than 64 are held (each a bucket reclaim);
-    how many went."""
+    how many went. While the oldest has not expired (its epoch in the header), no bucket
+    is read."""
     global _bucket_reclaims
     cdef Older* older = newest.older
     cdef Node** held
@@ -1159,8 +1167,9 @@ cdef uint32_t drop_buckets(Node* newest, int64_t now, int64_t window) noexcept:
     if older == NULL:
         return 0
     held = older_at(older)
-    while stale < older.n and not held[stale].epoch > now - window:
-        stale += 1
+    if not older.oldest > now - window:
+        while stale < older.n and not held[stale].epoch > now - window:
+            stale += 1
     dropped = stale
     if 1 + older.n - dropped > MAX_BUCKETS:
         dropped = 1 + older.n - MAX_BUCKETS
@@ -1176,4 +1185,5 @@ cdef uint32_t drop_buckets(Node* newest, int64_t now, int64_t window) noexcept:
         newest.older = NULL
     else:
         memmove(held, held + dropped, older.n * sizeof(Node*))
+        older.oldest = held[0].epoch
     return dropped
