@@ -40,6 +40,7 @@ from .replay_exchange import (
     BK,
     PREFIX,
     E,
+    K,
     KeyGroup,
     M,
     O,
@@ -56,7 +57,6 @@ from .replay_exchange import (
     event_rows,
     event_stream,
     group_fields,
-    key_column,
     key_groups,
     masked_rows,
     replay_stream,
@@ -135,16 +135,15 @@ def historical_features(
                              f"not give (events: {', '.join(events) or 'none'})")
         streams[event] = event_stream(events[event], pipeline, event, time_col, order_col,
                                       HistoricalReplayError)
-    values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()})
+    values = ValueColumns.of({event: wire for event, (_, wire) in streams.items()},
+                             keys=len(key_tuples(groups)))
     buckets = bucket_count([spine, *[events[e] for e in streams]])
     rows = []
     for event, (stream, wire) in streams.items():
         rows += event_rows(stream, wire, [g for g in groups if event in g.events], event,
                            pipeline, event_phase, HistoricalReplayError, values, buckets)
-    # null keys and spine columns, the latter of no type: the union gives it the spine's
-    event_part = [r.selectExpr("*", *[f"CAST(NULL AS STRING) AS {key_column(i)}" for i in
-                                      range(len(key_tuples(groups)))], f"NULL AS {_R}")
-                  for r in rows]
+    # the spine's columns null, of no type: the union gives them the spine's
+    event_part = [r.selectExpr("*", f"NULL AS {_R}") for r in rows]
     spine_part = _spine_rows(spine, groups, time_col, spine_phase, values, buckets)
     stream = replay_stream([*event_part, spine_part], buckets)
     # the task's rows: the row id, the spine's columns (on one group's row only) and one
@@ -225,11 +224,11 @@ def _check_spine(spine: DataFrame, plans: Sequence[TableInfo], time_col: str) ->
 
 def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, phase: int,
                 values: ValueColumns, buckets: int) -> DataFrame:
-    """The spine in the stream (``(M, W, BK, T, P, O, E, S, V0, ..., K0, ..., _R)``, its
-    values null): read once, its row id, time and key per key tuple (``key_tuples``, in
-    ``key_column``) computed once, then one row per distinct bucket of its groups' keys
-    (masked as events are), each with every key, its columns on its first group's row
-    only."""
+    """The spine in the stream (``(M, W, BK, T, P, O, E, S, V0, ..., _R)``): read once,
+    its row id, time and key per key tuple (``key_tuples``) computed once, then one row per
+    distinct bucket of its groups' keys (masked as events are), each with every key (in
+    the value columns, ``ValueColumns.read_columns``), its columns on its first group's
+    row only."""
     from pyspark.sql import functions as f
     from pyspark.sql import types as t
 
@@ -246,29 +245,30 @@ def _spine_rows(spine: DataFrame, groups: Sequence[KeyGroup], time_col: str, pha
         f"monotonically_increasing_id() AS {S}",
         f"struct({', '.join(quoted(c) for c in spine.columns)}) AS {_R}",
         f"{time_ms(spine, time_col, 'the spine')} AS {T}",
-        *[f"{row_key(spine.schema, keys, floats)} AS {key_column(i)}"
+        *[f"{row_key(spine.schema, keys, floats)} AS {K}{i}"
           for i, keys in enumerate(tuples)])
-    keys = [key_column(i) for i in range(len(tuples))]
-    bucketed = once.selectExpr(S, _R, T, *keys, *[f"{bucket_of(key_column(i), buckets)} AS "
-                                                  f"{BK}{i}" for i in range(len(tuples))])
+    keys = [f"{K}{i}" for i in range(len(tuples))]
+    bucketed = once.selectExpr(S, _R, T, *keys, *[f"{bucket_of(key, buckets)} AS {BK}{i}"
+                                                  for i, key in enumerate(keys)])
     masked = masked_rows([(g, f"{BK}{tuples.index(g.keys)}") for g in groups])
     exploded = bucketed.selectExpr(S, _R, T, *keys, f"posexplode({masked}) AS (pos, x)")
     # the order column null, of no type: the union gives it the events' order_col type
     return exploded.where("x IS NOT NULL").selectExpr(
         f"x.m AS {M}", f"x.w AS {W}", f"x.bk AS {BK}", T, f"{phase} AS {P}", f"NULL AS {O}",
         f"CASE WHEN {T} IS NULL THEN {NO_READ} ELSE {READ} END AS {E}", S,
-        *values.columns(None, ()), *keys, f"CASE WHEN pos = 0 THEN {_R} END AS {_R}")
+        *values.read_columns(keys), f"CASE WHEN pos = 0 THEN {_R} END AS {_R}")
 
 
 def key_tuples(groups: Sequence[KeyGroup]) -> list[tuple[str, ...]]:
-    """The distinct key tuples of ``groups``: a read row holds a key for each (in its
-    ``key_column``)."""
+    """The distinct key tuples of ``groups``: a read row holds a key for each (in
+    ``ValueColumns.key_slot`` of its index)."""
     return list(dict.fromkeys(g.keys for g in groups))
 
 
 def _task_group(group: KeyGroup, tuples: Sequence[tuple[str, ...]], values: ValueColumns,
                 codes: Sequence[str]) -> ReplayGroup:
-    return ReplayGroup(group.word, group.bit, tuples.index(group.keys), group.payload,
+    return ReplayGroup(group.word, group.bit, values.key_slot(tuples.index(group.keys)),
+                       group.payload,
                        tuple(t.name for t in group.tables),
                        tuple(t.features for t in group.tables),
                        group_fields(group, values, codes))

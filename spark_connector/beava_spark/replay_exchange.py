@@ -33,16 +33,17 @@ millisecond, ``O`` order_col value, ``E`` event code (index in ``event_codes``; 
 value columns ``V0``, ``V1``, ... (:class:`ValueColumns`): typed slots, as many of each
 Spark type as the event with the most fields of that type needs; each event's fields take
 the slots of their type in declaration order and hold their values as Spark converted them
-(``conversion``), null where the value is null or none of the row's groups takes the field
-(and on read rows). A row shared by several groups carries every field any of the event's
+(``conversion``), null where the value is null or none of the row's groups takes the field.
+A row shared by several groups carries every field any of the event's
 Spark-keyed groups takes; each group's store reads only the fields it takes
 (``group_fields``), so it sees the body it would see on a row of its own.
-``historical_features`` adds a read row's canonical keys, one string column per distinct
-key tuple of the groups (``key_column``; null on event rows: an event's key is computed
-again by its tables), and the spine's columns. The task is handed every column of the
-stream as the sort leaves it: a projection that dropped one would copy every row. No event is
-turned into a JSON text: the task reads the typed columns straight into rows. Read rows
-are masked as events are (``masked_rows``): one per distinct bucket of their groups' keys.
+A read row of ``historical_features`` holds its canonical keys in the value columns, one
+string column per distinct key tuple of the groups (``ValueColumns.key_slot``; an event's
+key is computed again by its tables), and it adds the spine's columns. The task is handed
+every column of the stream as the sort leaves it: a projection that dropped one would copy
+every row. No event is turned into a JSON text: the task reads the typed columns straight
+into rows. Read rows are masked as events are (``masked_rows``): one per distinct bucket of
+their groups' keys.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KeyGroup", "ValueColumns", "bucket_count", "bucket_of", "check_event_names",
            "compile_pipeline", "event_codes", "event_rows", "event_stream", "group_fields",
-           "group_masks", "key_column", "key_groups", "new_replay", "partition_keys",
+           "group_masks", "key_groups", "new_replay", "partition_keys",
            "refusal", "replay_part", "replay_stream", "row_key", "spark_key", "table_names",
            "time_ms"]
 
@@ -77,7 +78,7 @@ PREFIX = "__bv_"
 M = PREFIX + "m"
 W = PREFIX + "w"
 BK = PREFIX + "bk"
-K = PREFIX + "k"  # a key: an event's (computed in a task), a read row's (key_column)
+K = PREFIX + "k"  # an event's key (computed in a task); a spine row's, + key tuple index
 T = PREFIX + "t"
 P = PREFIX + "p"
 O = PREFIX + "o"  # noqa: E741 - the order column
@@ -90,10 +91,6 @@ _D = PREFIX + "d"  # dedupe value, partitioning the dedupe pass
 WORD_BITS = 63
 FIELD = PREFIX + "f_"  # converted values of key and dedupe fields, for keys computed in Spark
 
-
-def key_column(index: int) -> str:
-    """The column of a read row's key for key tuple ``index`` (``historical_features``)."""
-    return f"{K}{index}"
 
 # bytes of input per bucket when Spark knows the input's size; at least one bucket per
 # core (spark.default.parallelism), at most 16 per core
@@ -265,12 +262,14 @@ class ValueColumns:
     slots: Mapping[str, Mapping[str, int]]
 
     @classmethod
-    def of(cls, wires: Mapping[str, Mapping[str, str]]) -> ValueColumns:
+    def of(cls, wires: Mapping[str, Mapping[str, str]], keys: int = 0) -> ValueColumns:
         """The columns of events whose fields have the wire types ``wires[event]``: the
-        widest event sets the number of slots of each type."""
+        widest event sets the number of slots of each type; at least ``keys`` string
+        columns, where a read row holds its keys (``read_columns``)."""
         width: Counter[str] = Counter()
         for wire in wires.values():
             width |= Counter(_VALUE_TYPES[w] for w in wire.values())
+        width["string"] = max(width["string"], keys)
         types = tuple(t for t in sorted(width) for _ in range(width[t]))
         slots: dict[str, dict[str, int]] = {}
         for event, wire in wires.items():
@@ -291,13 +290,25 @@ class ValueColumns:
         (``Replay.replay_batch``'s fields)."""
         return tuple((at, name) for name, at in self.slots[event].items() if name in taken)
 
-    def columns(self, event: str | None, taken: Collection[str]) -> list[str]:
+    def columns(self, event: str, taken: Collection[str]) -> list[str]:
         """The value columns of an ``event_stream``'s rows of ``event`` (SQL text): its
-        fields ``taken`` in their slots, every other column null (``event`` None: all
-        null)."""
-        mine = {at: name for at, name in self.fields(event, taken)} if event else {}
-        return [f"{quoted(FIELD + mine[i]) if i in mine else f'CAST(NULL AS {spark_type})'}"
-                f" AS {name}"
+        fields ``taken`` in their slots, every other column null."""
+        return self._filled({at: quoted(FIELD + name) for at, name in self.fields(event, taken)})
+
+    def key_slot(self, index: int) -> int:
+        """The value column of a read row's key for key tuple ``index``: the index-th
+        string column."""
+        return self.types.index("string") + index
+
+    def read_columns(self, keys: Sequence[str]) -> list[str]:
+        """The value columns of a read row (SQL text): the key of key tuple i, from the
+        column ``keys[i]``, in ``key_slot(i)``, every other column null (a read takes no
+        field)."""
+        return self._filled({self.key_slot(i): quoted(key) for i, key in enumerate(keys)})
+
+    def _filled(self, values: Mapping[int, str]) -> list[str]:
+        """Every value column: ``values[i]`` (SQL text) in column i, null in the others."""
+        return [f"{values.get(i, f'CAST(NULL AS {spark_type})')} AS {name}"
                 for i, (spark_type, name) in enumerate(zip(self.types, self.names,
                                                            strict=True))]
 
@@ -562,15 +573,14 @@ def replay_part(replay: Replay, part: pa.RecordBatch, events: tuple[str, ...],
                 ) -> tuple[list[int], list[Any]]:
     """``Replay.replay_batch`` of one group's rows of a batch of the stream (``fields``:
     its fields by event code; ``mask``: its mask column and bit, of ``group_masks``;
-    ``key``: the index of its key tuple, whose ``key_column`` holds a read row's key; None
-    when nothing is read); a
-    refused event raises ``refused`` naming it and its body."""
+    ``key``: the value column holding a read row's key, ``ValueColumns.key_slot``; None
+    when nothing is read); a refused event raises ``refused`` naming it and its body."""
     import pyarrow as pa
 
     from beava.offline import ReplayRefused
 
     keys = (pa.nulls(part.num_rows, pa.string()) if key is None else
-            part.column(key_column(key)))
+            part.column(values.names[key]))
     columns = [part.column(E), part.column(T), keys,
                *[part.column(name) for name in values.names]]
     batch = pa.RecordBatch.from_arrays(columns, names=["code", "time", "key", *values.names])

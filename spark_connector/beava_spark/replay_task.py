@@ -8,9 +8,9 @@ the rows that have its bit, batch by batch, through ``Replay.replay_batch`` (one
 over the whole batch, skipping the other groups' rows: each event's fields read from the
 typed value columns, checked as a live push and applied at its time, each read row
 answered as a GET at its time), with the garbage collector paused.
-A read row (its key for each group in the ``key_column`` of the group's ``key`` tuple)
-comes out as one row: its row id, the columns it carries (passed through), and the
-features of the tables of each group of its mask; other groups' features are null.
+A read row (its key for each group in the value column ``key`` of the group) comes out as
+one row: its row id, the columns it carries (passed through), and the features of the
+tables of each group of its mask; other groups' features are null.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ __all__ = ["ReplayGroup", "ReplayOutput", "read_rows"]
 
 @dataclass(frozen=True)
 class ReplayGroup:
-    """What a task needs of a key group: its mask word and bit, the index of its key in a
-    read row's keys, its store's payload, its tables (in feature order), the features of
-    each, and the fields it takes of each event (by event code, ``Replay.replay_batch``'s
-    fields)."""
+    """What a task needs of a key group: its mask word and bit, the value column of a read
+    row's key for it (``ValueColumns.key_slot``), its store's payload, its tables (in
+    feature order), the features of each, and the fields it takes of each event (by event
+    code, ``Replay.replay_batch``'s fields)."""
 
     word: int
     bit: int

@@ -110,13 +110,13 @@ def test_a_spine_row_is_one_row_per_bucket_of_its_keys_holding_every_key(spark: 
     pipeline = Pipeline([Visit, *VISIT_TABLES])
     groups = exchange.key_groups(pipeline, [pipeline.table(t._name) for t in VISIT_TABLES])
     spine = _visits(spark).select(*VISIT_KEYS, "ts")
-    values = exchange.ValueColumns.of({"Visit": {"ms": "f64"}})
+    values = exchange.ValueColumns.of({"Visit": {"ms": "f64"}}, keys=5)
     rows = _spine_rows(spine, groups, "ts", 1, values, 1).collect()
     assert len(rows) == 60  # one bucket: one row per spine row, for all five groups
-    row = next(r for r in rows if r[exchange.key_column(0)] == "u7")
+    keys = [values.names[values.key_slot(i)] for i in range(5)]
+    row = next(r for r in rows if r[keys[0]] == "u7")
     assert (row[exchange.M], row[exchange.E]) == (0b11111, READ)
-    assert [row[exchange.key_column(i)] for i in range(5)] == [
-        "u7", "p0", "r1", "d2", "h7"]  # a key per key tuple
+    assert [row[key] for key in keys] == ["u7", "p0", "r1", "d2", "h7"]  # one per key tuple
     assert row["__bv_r"]["user_id"] == "u7"  # the spine's columns, once
     rows = _spine_rows(spine, groups, "ts", 1, values, 16).collect()
     assert 60 < len(rows) < 5 * 60
@@ -193,7 +193,7 @@ def test_a_spine_rows_keys_are_the_stored_keys_of_each_key_type(spark: Any) -> N
         [("a|b", 7, True, 0.1, T0), ("plain", -3, False, 1e21, T0 + 1),
          (None, 5, True, float("nan"), T0 + 2), ("c", None, None, -2.5, T0 + 3)],
         "label string, n long, on boolean, m double, ts long")
-    values = exchange.ValueColumns.of({"Reading": {"n": "i64"}})
+    values = exchange.ValueColumns.of({"Reading": {"label": "str", "n": "i64"}}, keys=3)
     rows = _spine_rows(spine, groups, "ts", 1, values, 1).collect()
 
     def stored(*parts: Any) -> str | None:
@@ -201,7 +201,9 @@ def test_a_spine_rows_keys_are_the_stored_keys_of_each_key_type(spark: Any) -> N
             return None
         return "|".join(str(keystr(p)).replace("|", "%7C") for p in parts)
 
-    got = {r["__bv_r"]["ts"]: tuple(r[exchange.key_column(i)] for i in range(3))
+    # three key tuples, in the event's string column and two more
+    assert values.types == ("long", "string", "string", "string")
+    got = {r["__bv_r"]["ts"]: tuple(r[values.names[values.key_slot(i)]] for i in range(3))
            for r in rows}
     assert got == {
         T0: (stored("a|b", 7), stored(True), stored(0.1)),
