@@ -501,10 +501,10 @@ class AsyncTcpClient(AsyncClient, TcpClientBase):
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
                    until: str | None = None, splits: int | None = None,
-                   decode_as: Any = Any) -> dict[str, Any]:
+                   arrays: bool = False, decode_as: Any = Any) -> dict[str, Any]:
         """One page of a table scan, opcode 0x0025 (see TcpClient.scan)."""
         reply: dict[str, Any] = await self.request(
-            OP_SCAN, scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
+            OP_SCAN, scan_body(table, cursor, limit, until, splits, arrays), decode_as=decode_as)
         return reply
 
     async def describe(self) -> dict[str, Any]:
@@ -725,9 +725,9 @@ class AsyncTcpPool:
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
                    until: str | None = None, splits: int | None = None,
-                   decode_as: Any = Any) -> dict[str, Any]:
+                   arrays: bool = False, decode_as: Any = Any) -> dict[str, Any]:
         return await self.client().scan(table, cursor, limit=limit, until=until,
-                                        splits=splits, decode_as=decode_as)
+                                        splits=splits, arrays=arrays, decode_as=decode_as)
 
     async def describe(self) -> dict[str, Any]:
         return await self.client().describe()

@@ -323,10 +323,11 @@ class HttpClient(SyncClient, _HttpCommon):
 
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
              until: str | None = None, splits: int | None = None,
-             decode_as: Any = Any) -> dict[str, Any]:
+             arrays: bool = False, decode_as: Any = Any) -> dict[str, Any]:
         """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
         reply: dict[str, Any] = self.request(
-            "POST", "/scan", scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits, arrays),
+            decode_as=decode_as)
         return reply
 
     def describe(self) -> dict[str, Any]:
@@ -593,10 +594,11 @@ class AsyncHttpClient(AsyncClient, _HttpCommon):
 
     async def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
                    until: str | None = None, splits: int | None = None,
-                   decode_as: Any = Any) -> dict[str, Any]:
+                   arrays: bool = False, decode_as: Any = Any) -> dict[str, Any]:
         """``POST /scan``: one page of a table scan (see TcpClient.scan)."""
         reply: dict[str, Any] = await self.request(
-            "POST", "/scan", scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
+            "POST", "/scan", scan_body(table, cursor, limit, until, splits, arrays),
+            decode_as=decode_as)
         return reply
 
     async def describe(self) -> dict[str, Any]:

@@ -303,9 +303,11 @@ def get_body(table: str, key: Any, features: Sequence[str] | None) -> dict[str, 
 
 
 def scan_body(table: str, cursor: str | None, limit: int | None, until: str | None,
-              splits: int | None) -> dict[str, Any]:
+              splits: int | None, arrays: bool = False) -> dict[str, Any]:
     """A table scan request (an extension of this server): ``{"table", "cursor"}`` and the
-    optional ``limit``, ``until`` and ``splits`` when given."""
+    optional ``limit``, ``until`` and ``splits`` when given, ``"arrays": true`` when
+    ``arrays`` (each row an array of its values, in the order of the first page's
+    ``columns``)."""
     if not isinstance(table, str):
         raise TypeError(f"scan table must be a str, got {table!r}")
     body: dict[str, Any] = {"table": table, "cursor": cursor}
@@ -315,6 +317,8 @@ def scan_body(table: str, cursor: str | None, limit: int | None, until: str | No
         body["until"] = until
     if splits is not None:
         body["splits"] = splits
+    if arrays:
+        body["arrays"] = True
     return body
 
 

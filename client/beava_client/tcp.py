@@ -381,18 +381,20 @@ class TcpClient(SyncClient, TcpClientBase):
 
     def scan(self, table: str, cursor: str | None = None, *, limit: int | None = None,
              until: str | None = None, splits: int | None = None,
-             decode_as: Any = Any) -> dict[str, Any]:
+             arrays: bool = False, decode_as: Any = Any) -> dict[str, Any]:
         """One page of a table scan (an extension of this server, opcode 0x0025):
         ``{"rows": [...], "cursor": next or None, "entities": N, "registry_version": V}``,
         plus ``"columns"`` on the first page (cursor None) and ``"splits"`` when asked.
         Each row holds the entity's key columns and its features as GET reads them.
         ``limit``: rows per page (server default 1,000, at most 10,000); ``until``: stop
         before that cursor's position; ``splits``: also return that many cursors dividing
-        the rest of the table (for parallel readers). ``decode_as``: the type the reply is
-        decoded to (see ``request``), such as a TypedDict whose ``rows`` are msgspec
-        Structs, some fields of which are ``msgspec.Raw`` (left encoded)."""
+        the rest of the table (for parallel readers); ``arrays``: each row an array of its
+        values in the order of the first page's ``columns`` (a smaller page: a row of maps
+        names every column; fraud-team's widest table, 30% fewer bytes). ``decode_as``: the
+        type the reply is decoded to (see ``request``), such as a TypedDict whose ``rows``
+        are msgspec Structs, some fields of which are ``msgspec.Raw`` (left encoded)."""
         reply: dict[str, Any] = self.request(
-            OP_SCAN, scan_body(table, cursor, limit, until, splits), decode_as=decode_as)
+            OP_SCAN, scan_body(table, cursor, limit, until, splits, arrays), decode_as=decode_as)
         return reply
 
     def describe(self) -> dict[str, Any]:

@@ -230,7 +230,8 @@ class BeavaDataSource(DataSource):
     def reader(self, schema: StructType) -> BeavaReader:
         options = ReadOptions.parse(self.options)
         columns, ranges = plan_read(options)
-        return BeavaReader(options, _read_columns(columns, schema), ranges)
+        return BeavaReader(options, _read_columns(columns, schema), ranges,
+                           [c.name for c in columns])
 
     def writer(self, schema: StructType, overwrite: bool) -> BeavaBatchWriter:
         _refuse_overwrite(overwrite)
@@ -339,10 +340,11 @@ class BeavaReader(DataSourceReader):
     """``spark.read.format("beava")``: a task per slot range, a record batch per page."""
 
     def __init__(self, options: ReadOptions, columns: list[Column],
-                 ranges: list[ScanRange]) -> None:
+                 ranges: list[ScanRange], layout: list[str]) -> None:
         self.options = options
         self.columns = columns
         self.ranges = ranges  # planned with the columns: one request per server
+        self.layout = layout  # every column of the table, in the scan's order: array rows
 
     def partitions(self) -> list[ScanPartition]:
         return [ScanPartition(r) for r in self.ranges]
@@ -351,7 +353,7 @@ class BeavaReader(DataSourceReader):
         assert isinstance(partition, ScanPartition)
         options = self.options
         return read_range(self.columns, options.table, partition.scan_range,
-                          options.page_size, options.timeout, options.access)
+                          options.page_size, options.timeout, options.access, self.layout)
 
 
 def _read_columns(columns: list[Column], schema: StructType) -> list[Column]:

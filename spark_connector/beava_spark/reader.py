@@ -8,7 +8,8 @@ One row per entity: its key columns, then its features, each as a GET at read ti
 returns it. The schema comes from the server (the first page of a scan names every column
 with its beava type); the driver asks each server for ``partitions`` cursors that divide
 its table into slot ranges, and each Spark task reads one range page by page
-(``page_size`` rows per request). Entities created after planning are read by the last
+(``page_size`` rows per request; over framed TCP, MessagePack pages whose rows are arrays
+of their values in the order of the table's columns: the scan's ``arrays``). Entities created after planning are read by the last
 range of each server. With several URLs, or ``shard_map`` (a sharded deployment's map
 file or any shard's URL, docs/sharding.md), the rows of every server are read: each
 entity lives on one server.
@@ -324,13 +325,19 @@ class PageBuffers:
     """MessagePack scan pages as Arrow record batches, read in C: one pass over a page's
     body fills the buffers of every column's Arrow array (``page_columns``), each value
     converted as :func:`_converter` says (a JSON column's value as its JSON text, written
-    from the bytes), with no Python object per row or value, and finds the next cursor."""
+    from the bytes), with no Python object per row or value, and finds the next cursor.
+    Given ``layout``, every column of the table in the order of the scan's ``columns``,
+    it asks for rows as arrays of their values, which do not name each column in each row
+    (rows as maps otherwise)."""
 
-    def __init__(self, columns: Sequence[Column]) -> None:
+    def __init__(self, columns: Sequence[Column], layout: Sequence[str] | None = None
+                 ) -> None:
         import pyarrow as pa
 
         self._pa = pa
         self.names = [c.name for c in columns]
+        self._order = None if layout is None else [
+            self.names.index(name) if name in self.names else -1 for name in layout]
         self._encoded = [c.name.encode() for c in columns]
         self._kinds = bytes(4 if c.as_json else _KINDS[c.spark_type] for c in columns)
         self._types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
@@ -339,13 +346,13 @@ class PageBuffers:
              until: str | None) -> tuple[pa.RecordBatch | None, str | None]:
         """The batch of the page at ``cursor`` (None: no rows) and the next cursor."""
         return self.batch(client.scan(table, cursor, limit=limit, until=until,
-                                      decode_as=msgspec.Raw))
+                                      arrays=self._order is not None, decode_as=msgspec.Raw))
 
     def batch(self, page: bytes) -> tuple[pa.RecordBatch | None, str | None]:
         """The record batch of a page's rows (None when it has none) and its cursor, from
         the page's body."""
         pa = self._pa
-        count, buffers, cursor = page_columns(page, self._encoded, self._kinds)
+        count, buffers, cursor = page_columns(page, self._encoded, self._kinds, self._order)
         if not count:
             return None, cursor
         arrays = []
@@ -359,15 +366,17 @@ class PageBuffers:
 
 
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
-               timeout: float, access: Access | None = None) -> Iterator[pa.RecordBatch]:
+               timeout: float, access: Access | None = None,
+               layout: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one range as one Arrow record batch per page (MessagePack pages over
     framed TCP, which the server writes straight from its columns and PageBuffers reads
-    in C; JSON pages over HTTP)."""
+    in C, rows as arrays when ``layout`` gives every column of the table in the scan's
+    order; JSON pages over HTTP, rows as maps)."""
     kwargs = (access or Access()).client_kwargs(scan_range.url)
     pages: PageBuffers | PageColumns
     if parse_url(scan_range.url).is_tcp:
         kwargs["content_type"] = "msgpack"
-        pages = PageBuffers(columns)
+        pages = PageBuffers(columns, layout)
     else:
         pages = PageColumns(columns)
     cursor = scan_range.start

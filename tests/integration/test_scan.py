@@ -247,6 +247,34 @@ def test_msgpack_request_gets_a_msgpack_page(tcp: TcpClient,
         assert list(mp.scan_rows("UserSpend", limit=15)) == list(tcp.scan_rows("UserSpend"))
 
 
+@pytest.mark.parametrize("transport", ["tcp json", "tcp msgpack", "http"])
+def test_rows_as_arrays_hold_the_rows_values_in_the_order_of_the_columns(
+        tcp: TcpClient, http: HttpClient, clean_server: BeavaProcess, transport: str) -> None:
+    """``arrays``: each row an array of its values in the order of the first page's
+    ``columns`` (key columns, then features), equal to the row as a map, page after page;
+    composite keys come back typed as in a map."""
+    push_users(tcp, 0, 30)
+    tcp.push_pipelined("Order", [{"shop_id": 7, "vip": True, "weight": 2.5, "amount": 1.0},
+                                 {"shop_id": -3, "vip": False, "weight": 1e16, "amount": 2.0},
+                                 {"shop_id": 8, "vip": False, "weight": 3, "amount": 8.0}])
+    with TcpClient(*clean_server.tcp, content_type="msgpack") as mp:
+        client = {"tcp json": tcp, "tcp msgpack": mp, "http": http}[transport]
+        for table in ("UserSpend", "ShopBox"):
+            first = client.scan(table, limit=0)
+            names = [c["name"] for c in first["columns"]]
+            maps = list(tcp.scan_rows(table))
+            arrays, cursor = [], None
+            while True:
+                page = client.scan(table, cursor, limit=7, arrays=True)
+                assert all(isinstance(row, list) for row in page["rows"])
+                arrays += page["rows"]
+                cursor = page["cursor"]
+                if cursor is None:
+                    break
+            assert len(arrays) == len(maps) >= 1
+            assert arrays == [[row[name] for name in names] for row in maps]
+
+
 # --- a scan while pushes go on ---------------------------------------------------------------
 
 
@@ -326,6 +354,8 @@ BAD = [
     (b'{"table": "UserSpend", "cursor": "abc"}', "invalid_scan", "cursor"),
     (b'{"table": "UserSpend", "cursor": "1.2.zzzzzzzz"}', "invalid_scan", "cursor"),
     (b'{"table": "UserSpend", "until": "1.2"}', "invalid_scan", "until"),
+    (b'{"table": "UserSpend", "arrays": 1}', "invalid_scan", "arrays"),
+    (b'{"table": "UserSpend", "arrays": "true"}', "invalid_scan", "arrays"),
     (b'{"table": "Nope"}', "unknown_table", None),
     (b'{"table": "Txn"}', "unknown_table", None),  # an event, not a table
 ]

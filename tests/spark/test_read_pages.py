@@ -21,13 +21,23 @@ COLUMNS = [Column("k", "str", True), Column("a_long", "i64", False),
            Column("f time", "epoch_ms", False)]
 
 
-def batch(columns: list[Column], rows: list[dict[str, Any]], msgpack: bool) -> dict[str, Any]:
+FORMS = ["msgpack", "arrays", "json"]
+
+
+def batch(columns: list[Column], rows: list[dict[str, Any]], form: str) -> dict[str, Any]:
     """The batch of a page of ``rows`` as a server encodes it (maps' keys sorted): a
-    MessagePack page read in C (PageBuffers), a JSON one by PageColumns."""
-    codec = msgspec.msgpack if msgpack else msgspec.json
+    MessagePack page read in C (PageBuffers; ``arrays``: each row an array of its values
+    in the order of every column of COLUMNS and of the rows' other names), a JSON one by
+    PageColumns."""
+    codec = msgspec.json if form == "json" else msgspec.msgpack
+    layout = None
+    if form == "arrays":
+        layout = [c.name for c in COLUMNS]
+        layout += sorted({name for row in rows for name in row} - set(layout))
+        rows = [[row.get(name) for name in layout] for row in rows]  # type: ignore[misc]
     body = codec.Encoder(order="sorted").encode({"cursor": None, "entities": 9, "rows": rows})
-    if msgpack:
-        read, cursor = PageBuffers(columns).batch(body)
+    if form != "json":
+        read, cursor = PageBuffers(columns, layout).batch(body)
         assert read is not None and cursor is None
         return read.to_pydict()
     pages = PageColumns(columns)
@@ -43,24 +53,24 @@ def rows_of(*values: tuple[Any, ...]) -> list[dict[str, Any]]:
     return [dict(zip([c.name for c in COLUMNS], row, strict=True)) for row in values]
 
 
-@pytest.mark.parametrize("msgpack", [True, False])
-def test_columns_whose_values_fit_are_read_as_they_are(msgpack: bool) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_columns_whose_values_fit_are_read_as_they_are(form: str) -> None:
     rows = rows_of(("u1", 5, 1.5, True, "x", {"b": [1, 2.5], "a": None}, 1_700_000_000_000),
                    ("u2", None, 3, None, None, None, None),
                    ("u3", -2**63, None, False, "é\n\"", "line\nbreak", 0))
-    assert batch(COLUMNS, rows, msgpack) == {
+    assert batch(COLUMNS, rows, form) == {
         "k": ["u1", "u2", "u3"], "a_long": [5, None, -2**63], "b_double": [1.5, 3.0, None],
         "c_bool": [True, None, False], "d_text": ["x", None, "é\n\""],
         "e_json": ['{"a":null,"b":[1,2.5]}', None, '"line\\nbreak"'],
         "f time": [1_700_000_000_000, None, 0]}
 
 
-@pytest.mark.parametrize("msgpack", [True, False])
-def test_values_that_do_not_fit_their_column_are_converted_one_by_one(msgpack: bool) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_values_that_do_not_fit_their_column_are_converted_one_by_one(form: str) -> None:
     rows = rows_of(("u1", 2.5, True, 1, {"m": 1}, [1, {"z": [True]}], 3.0),
                    ("u2", 3.0, 2.0, "yes", 7, "null", True),
                    ("u3", 4, 1e300, True, "t", 0.5, 2))
-    assert batch(COLUMNS, rows, msgpack) == {
+    assert batch(COLUMNS, rows, form) == {
         "k": ["u1", "u2", "u3"],
         "a_long": [None, 3, 4],             # an i64 column may hold floats: integral ones fit
         "b_double": [None, 2.0, 1e300],     # a bool is not a number
@@ -70,13 +80,13 @@ def test_values_that_do_not_fit_their_column_are_converted_one_by_one(msgpack: b
         "f time": [3, None, 2]}
 
 
-@pytest.mark.parametrize("msgpack", [True, False])
-def test_rows_missing_entries_or_with_others_are_read_by_name(msgpack: bool) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_rows_missing_entries_or_with_others_are_read_by_name(form: str) -> None:
     columns = [COLUMNS[0], COLUMNS[5], COLUMNS[2]]
     rows = [{"k": "u1", "zz": 1}, {"b_double": 2.0, "e_json": [math.pi], "k": "u2"}]
-    assert batch(columns, rows, msgpack) == {
+    assert batch(columns, rows, form) == {
         "k": ["u1", "u2"], "e_json": [None, f"[{math.pi!r}]"], "b_double": [None, 2.0]}
-    assert batch(columns[:1], rows, msgpack) == {"k": ["u1", "u2"]}
+    assert batch(columns[:1], rows, form) == {"k": ["u1", "u2"]}
 
 
 @pytest.mark.parametrize("scheme", ["tcp", "http"])

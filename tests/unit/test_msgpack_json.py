@@ -121,3 +121,51 @@ def test_a_reply_body_gives_its_rows_and_cursor_and_skips_its_other_entries() ->
         assert (count, keys, key_nulls, after) == (2, b"ab", 0, cursor)
         assert (valid[0] & 3, struct.unpack("<2q", numbers)[0], nulls) == (1, 1, 1)
     assert page_columns(pack({"cursor": None, "rows": []}), [b"k"], bytes([3]))[::2] == (0, None)
+
+
+ROW = st.fixed_dictionaries({}, optional={
+    "n": st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.none(),
+    "x": st.floats() | st.none(), "b": st.booleans() | st.none(),
+    "s": st.text() | st.none(), "j": JSON_LIKE, "skipped": JSON_LIKE})
+
+
+@given(st.lists(ROW, max_size=6), st.permutations(["n", "x", "b", "s", "j", "skipped"]))
+def test_rows_as_arrays_read_as_the_same_rows_as_maps(rows: list[dict[str, object]],
+                                                      layout: list[str]) -> None:
+    """A page of rows as arrays (the scan's ``arrays``: values alone, in the columns'
+    order) fills the columns as the same rows as maps do: each value goes to the column
+    ``order`` names for its position, a position of no column (-1) is skipped, and a
+    column that a row has no value for is null."""
+    names = [b"b", b"j", b"n", b"s", b"x"]
+    kinds = bytes([2, 4, 0, 3, 1])
+    as_maps = pack({"cursor": None, "rows": rows})
+    # every row its values in the layout's order, shortened after its last given value
+    arrays = []
+    for row in rows:
+        values = [row.get(name) for name in layout]
+        given_at = [i for i, name in enumerate(layout) if name in row]
+        arrays.append(values[:given_at[-1] + 1] if given_at else [])
+    as_arrays = pack({"cursor": None, "rows": arrays})
+    order = [names.index(name.encode()) if name.encode() in names else -1 for name in layout]
+    assert page_columns(as_arrays, names, kinds, order) == page_columns(as_maps, names, kinds)
+
+
+def test_an_order_naming_no_column_is_refused() -> None:
+    page = pack({"cursor": None, "rows": [[1]]})
+    for order in ([1], [-2]):
+        with pytest.raises(ValueError, match="order"):
+            page_columns(page, [b"n"], bytes([0]), order)
+    assert page_columns(page, [b"n"], bytes([0]), [0])[0] == 1
+
+
+def test_a_column_whose_texts_are_all_empty() -> None:
+    """A text column holding nothing but empty texts (a page of rows whose string feature is
+    ``""``) has no value bytes at all: it reads as empty, not null, texts (its buffer used
+    to be asked for no bytes first, which read as an error and crashed the reader)."""
+    for rows in ([{"s": ""}], [{"s": ""}, {"s": None}, {"s": ""}], [[""]]):
+        count, ((valid, values, offsets, nulls),), _ = page_columns(
+            pack({"cursor": None, "rows": rows}), [b"s"], bytes([3]), [0])
+        texts = [None if not valid[i >> 3] >> (i & 7) & 1 else "" for i in range(count)]
+        assert texts == [None if r in ({"s": None},) else "" for r in rows]
+        assert values == b"" and offsets == bytes(4 * (count + 1))
+        assert nulls == sum(r == {"s": None} for r in rows)

@@ -162,21 +162,25 @@ def test_bucket_histograms_write_their_json_as_the_encoder() -> None:
 
 
 def _dict_built_page(table, rows: int, T: int,  # type: ignore[no-untyped-def]
-                     json: bool = False) -> list[bytes]:
+                     json: bool = False, arrays: bool = False) -> list[bytes]:
     """A scan page's rows as they were encoded before they were written from the columns:
-    a dict of the key columns and the features per row, then the reply encoder (JSON's
-    when ``json``)."""
+    a dict of the key columns and the features per row (``arrays``: a list of its values
+    in the order of ``scan_columns``), then the reply encoder (JSON's when ``json``)."""
     key_columns = scan.decode_key(table.spec)
+    names = [column["name"] for column in scan.scan_columns(table.spec)]
     out = []
     for slot, key in enumerate(table.slot_keys(0, rows)):
         row = key_columns(key)
         row.update(table.read_slot(slot, T))
-        out.append(encode_json(row) if json else reply_bytes(row))
+        value = [row[name] for name in names] if arrays else row
+        out.append(encode_json(value) if json else reply_bytes(value))
     return out
 
 
-def _scan_page(table, T: int, json: bool = False) -> list[bytes]:  # type: ignore[no-untyped-def]
-    request = scan.ScanRequest(table.spec.name, 0, None, scan.MAX_SCAN_LIMIT, None, True)
+def _scan_page(table, T: int, json: bool = False,  # type: ignore[no-untyped-def]
+               arrays: bool = False) -> list[bytes]:
+    request = scan.ScanRequest(table.spec.name, 0, None, scan.MAX_SCAN_LIMIT, None, True,
+                               arrays)
     page = scan.scan_page(table, request, 1, T, json)
     assert page.cursor is None
     return page.rows.rows()
@@ -192,6 +196,10 @@ def test_every_operator_scan_row_is_the_dict_built_row(every_op, monkeypatch) ->
                 rows = _scan_page(table, T, json)
                 assert len(rows) == table.entity_count >= 1
                 assert rows == _dict_built_page(table, len(rows), T, json), (name, T, json)
+                # rows as arrays: the same values, in the order of the columns
+                arrays = _scan_page(table, T, json, arrays=True)
+                assert arrays == _dict_built_page(table, len(rows), T, json, arrays=True), (
+                    name, T, json)
 
 
 def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
@@ -222,6 +230,12 @@ def test_scan_rows_of_every_key_kind_are_the_dict_built_rows(
     assert decoded == {"a": 2, "b": True, "c": 0.0, "n": 5, "s": -1.0, "user": "a|b|",
                        "z": [-1.0, 0.0]}
     assert msgspec.msgpack.decode(rows[1])["s"] is None  # an infinite sum
+    # rows as arrays: key columns first (in the key's order), then the features
+    for json in (False, True):
+        assert _scan_page(table, clock.now, json, arrays=True) == _dict_built_page(
+            table, 4, clock.now, json, arrays=True)
+    assert msgspec.msgpack.decode(_scan_page(table, clock.now, arrays=True)[0]) == [
+        "a|b|", 5, True, 2, 0.0, -1.0, [-1.0, 0.0]]  # features by name: a, c, s, z
 
 
 def test_count_and_mix_writers_are_the_encoded_values() -> None:

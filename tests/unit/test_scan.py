@@ -102,6 +102,22 @@ def test_cursor_checks(cursor: str, code: str) -> None:
     assert info.value.top == {"registry_version": store.registry_version}
 
 
+@pytest.mark.parametrize("arrays", [1, 0, "true", None, [True]])
+def test_arrays_must_be_a_boolean(arrays: object) -> None:
+    store = store_with(table("T", ["u"], {"c": {"op": "count"}}))
+    request, _ = scan.parse_scan({"table": "T", "arrays": True}, store.table, 0)
+    assert request.arrays
+    request, _ = scan.parse_scan({"table": "T"}, store.table, 0)
+    assert not request.arrays
+    body = {"table": "T", "arrays": arrays}
+    if arrays is None:  # absent and null both mean maps, as for the other optional fields
+        assert not scan.parse_scan(body, store.table, 0)[0].arrays
+        return
+    with pytest.raises(BeavaError) as info:
+        scan.parse_scan(body, store.table, 0)
+    assert (info.value.code, info.value.fields["path"]) == ("invalid_scan", "arrays")
+
+
 def test_splits_are_even_and_never_empty() -> None:
     store = store_with(table("T", ["u"], {"c": {"op": "count"}}))
     for u in range(10):

@@ -37,6 +37,7 @@ from beava._fast.wire.msgpack_out cimport (
     RowPage,
     Writer,
     as_bytes,
+    put_array_header,
     put_map_header,
     put_raw,
     put_str,
@@ -44,7 +45,7 @@ from beava._fast.wire.msgpack_out cimport (
     release,
     reserve,
 )
-from beava._fast.wire.msgpack_json cimport json_map
+from beava._fast.wire.msgpack_json cimport json_array, json_map
 from beava._fast.wire.number_text cimport int_text, repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
@@ -463,11 +464,12 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
 
     def scan_rows(self, Py_ssize_t start, Py_ssize_t stop, int64_t T, tuple layout,
                   tuple key_parts, object split, Py_ssize_t max_bytes, double seconds,
-                  bint json) -> RowPage:
+                  bint json, bint arrays) -> RowPage:
         """Rows of the slots ``start`` to ``stop - 1`` at query time ``T``, each the map a
-        reply carries, written from the columns one after another into one buffer: a page
-        of a table scan (beava.engine.state.scan). A row is MessagePack, or (``json``) the
-        JSON text of that MessagePack (msgpack_json.json_map: the text msgspec gives its
+        reply carries (``arrays``: its values alone, an array in the layout's order),
+        written from the columns one after another into one buffer: a page of a table
+        scan (beava.engine.state.scan). A row is MessagePack, or (``json``) the JSON text
+        of that MessagePack (msgpack_json.json_map, json_array: the text msgspec gives its
         value). ``layout`` lists the row's entries in the order they are written, ``(name as
         MessagePack, feature column or None, key part index)``; ``key_parts`` has, per key
         column, a callable that turns its text into the value written (None: the text
@@ -533,10 +535,14 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                     texts[0] = <str>PyList_GET_ITEM(names, slot)
                 page.start_row()
                 row.size = 0
-                put_map_header(out, n)
+                if arrays:
+                    put_array_header(out, n)
+                else:
+                    put_map_header(out, n)
                 for i in range(n):
-                    name = <bytes>PyList_GET_ITEM(packed, i)
-                    put_raw(out, name, len(name))
+                    if not arrays:
+                        name = <bytes>PyList_GET_ITEM(packed, i)
+                        put_raw(out, name, len(name))
                     if cols[i] != NULL:
                         (<Column>cols[i]).put_msgpack(out, slot, T)
                         continue
@@ -545,7 +551,9 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                         put_str(out, <str>texts[part_of[i]])
                     else:
                         put_value(out, convert(texts[part_of[i]]))
-                if json:
+                if json and arrays:
+                    json_array(&page.out, row.data, row.size)
+                elif json:
                     json_map(&page.out, row.data, row.size)
                 page.end_row()
                 if slot == start:

@@ -148,9 +148,11 @@ cdef Py_ssize_t _json_double(double x, char* out) noexcept:
 
 
 cdef inline char* _room(Text* out, Py_ssize_t n) except NULL:
+    # a buffer is made at the first call, even for no bytes (an empty text first in a
+    # column): NULL is this function's error
     cdef Py_ssize_t cap
     cdef char* grown
-    if out.size + n > out.cap:
+    if out.data == NULL or out.size + n > out.cap:
         cap = out.cap * 2 if out.cap else 256
         while cap < out.size + n:
             cap *= 2
@@ -497,6 +499,21 @@ cdef int json_map(Writer* out, const char* data, Py_ssize_t n) except -1:
     return 0
 
 
+cdef int json_array(Writer* out, const char* data, Py_ssize_t n) except -1:
+    cdef Source src
+    cdef Py_ssize_t i, count
+    src.p = <const uint8_t*>data
+    src.end = src.p + n
+    count = _count(&src, 0x90, 0xdc)
+    _byte(out, b'[')
+    for i in range(count):
+        if i:
+            _byte(out, b',')
+        _json_of(out, &src)
+    _byte(out, b']')
+    return 0
+
+
 cdef int _cell(Out* col, Source* src) except -1:
     """The next value of ``src`` appended to ``col`` (its validity byte included)."""
     cdef const uint8_t* at = src.p
@@ -619,10 +636,13 @@ cdef struct Entry:
     Py_ssize_t column   # the column of that name, -1: none
 
 
-cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index) except -1:
-    """Read the array of rows next in ``src`` into the columns; the row count. Rows list
-    their entries in one order (the server sorts them), so an entry whose name is the one
-    the row before had in its place is that row's column, found without a lookup."""
+cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index,
+                      const Py_ssize_t* order, Py_ssize_t norder) except -1:
+    """Read the array of rows next in ``src`` into the columns; the row count. A row of
+    values alone (an array) has value i in column ``order[i]`` (none when -1 or past
+    ``norder``). A map row lists its entries in one order (the server sorts them), so an
+    entry whose name is the one the row before had in its place is that row's column, found
+    without a lookup."""
     cdef Py_ssize_t nrows, r, e, c, k, klen, nentries, nseen = 0
     cdef const uint8_t* at
     cdef Entry* seen = NULL
@@ -631,6 +651,17 @@ cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index) exce
     nrows = _count(src, 0x90, 0xdc)
     try:
         for r in range(nrows):
+            if src.p < src.end and (src.p[0] & 0xf0 == 0x90 or src.p[0] == 0xdc
+                                    or src.p[0] == 0xdd):
+                nentries = _count(src, 0x90, 0xdc)
+                for e in range(nentries):
+                    k = order[e] if e < norder else -1
+                    if k < 0 or cols[k].valid.size > r:  # not a column, or a repeated one
+                        _skip(src, 0)
+                    else:
+                        _cell(&cols[k], src)
+                _absent(cols, ncols, r)
+                continue
             nentries = _count(src, 0x80, 0xde)
             if nentries > nseen:
                 seen = <Entry*>realloc(seen, nentries * sizeof(Entry))
@@ -651,27 +682,35 @@ cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index) exce
                     _skip(src, 0)
                 else:
                     _cell(&cols[k], src)
-            for c in range(ncols):  # absent from the row: null
-                if cols[c].valid.size == r:
-                    _room(&cols[c].valid, 1)[0] = 0
-                    cols[c].nulls += 1
-                    if cols[c].kind >= KIND_TEXT:
-                        (<int32_t*>_room(&cols[c].offsets, 4))[0] = <int32_t>cols[c].values.size
-                    else:
-                        memset(_room(&cols[c].values, 1 if cols[c].kind == KIND_BOOL else 8),
-                               0, 1 if cols[c].kind == KIND_BOOL else 8)
+            _absent(cols, ncols, r)
     finally:
         free(seen)
     return nrows
 
 
-def page_columns(page, list names, bytes kinds) -> tuple:
+cdef int _absent(Out* cols, Py_ssize_t ncols, Py_ssize_t r) except -1:
+    """A null in each column that row ``r`` gave no value."""
+    cdef Py_ssize_t c
+    for c in range(ncols):
+        if cols[c].valid.size == r:
+            _room(&cols[c].valid, 1)[0] = 0
+            cols[c].nulls += 1
+            if cols[c].kind >= KIND_TEXT:
+                (<int32_t*>_room(&cols[c].offsets, 4))[0] = <int32_t>cols[c].values.size
+            else:
+                memset(_room(&cols[c].values, 1 if cols[c].kind == KIND_BOOL else 8),
+                       0, 1 if cols[c].kind == KIND_BOOL else 8)
+    return 0
+
+
+def page_columns(page, list names, bytes kinds, list order=None) -> tuple:
     """A scan reply's body (``page``: bytes-like, a MessagePack map holding ``rows``, an
-    array of maps, and ``cursor``) read in one pass: ``(row count, [per column: (validity
-    bitmap, values, offsets or None, null count)], cursor)``. ``names`` are the columns'
-    names (UTF-8 bytes) and ``kinds`` their kinds, one byte each (KIND_LONG ... KIND_JSON);
-    a row's entries of other names are skipped, a column absent from a row is null; the
-    body's other entries are skipped."""
+    array of maps or of arrays, and ``cursor``) read in one pass: ``(row count, [per
+    column: (validity bitmap, values, offsets or None, null count)], cursor)``. ``names``
+    are the columns' names (UTF-8 bytes) and ``kinds`` their kinds, one byte each
+    (KIND_LONG ... KIND_JSON); a row's entries of other names are skipped, a column absent
+    from a row is null; the body's other entries are skipped. A row that is an array (the
+    scan's ``arrays``) has its i-th value in column ``order[i]`` (-1: none of them)."""
     cdef const uint8_t[::1] view = memoryview(page).cast("B")
     cdef Py_ssize_t ncols = len(names), nrows = 0, i, nkeys, klen
     cdef Source src
@@ -680,11 +719,22 @@ def page_columns(page, list names, bytes kinds) -> tuple:
     cdef dict index = {name: i for i, name in enumerate(names)}
     cdef int32_t zero = 0
     cdef bint has_rows = False
+    cdef Py_ssize_t norder = len(order) if order is not None else 0
+    cdef Py_ssize_t* positions = <Py_ssize_t*>calloc(norder + 1, sizeof(Py_ssize_t))
     cursor = None
-    if cols == NULL:
+    if cols == NULL or positions == NULL:
+        free(cols)
+        free(positions)
         raise MemoryError()
+    for i in range(norder):
+        positions[i] = order[i]
+        if not -1 <= positions[i] < ncols:
+            free(cols)
+            free(positions)
+            raise ValueError("an order entry that is not a column's index or -1")
     if len(kinds) != ncols:
         free(cols)
+        free(positions)
         raise ValueError("one kind per column")
     src.p = &view[0] if view.shape[0] else NULL
     src.end = src.p + view.shape[0]
@@ -697,7 +747,7 @@ def page_columns(page, list names, bytes kinds) -> tuple:
         for i in range(nkeys):
             klen = _text(&src, &at)
             if klen == 4 and memcmp(at, b"rows", 4) == 0 and not has_rows:
-                nrows = _rows(cols, ncols, &src, index)
+                nrows = _rows(cols, ncols, &src, index, positions, norder)
                 has_rows = True
             elif klen == 6 and memcmp(at, b"cursor", 6) == 0 and src.p < src.end \
                     and src.p[0] != 0xc0:
@@ -724,3 +774,4 @@ def page_columns(page, list names, bytes kinds) -> tuple:
             free(cols[i].values.data)
             free(cols[i].offsets.data)
         free(cols)
+        free(positions)

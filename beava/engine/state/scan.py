@@ -52,7 +52,7 @@ SCAN_PAGE_SECONDS = 0.02
 """A page also ends once building it has taken this long (it has at least one row): the
 server serves one request at a time, so this bounds how long a push waits behind a scan."""
 
-_FIELDS = frozenset(("table", "cursor", "limit", "until", "splits"))
+_FIELDS = frozenset(("table", "cursor", "limit", "until", "splits", "arrays"))
 _CURSOR_DIGITS = 20
 """The most digits a cursor's version or position has: the registry version is a u32 and a
 slot position is below 2**64 (20 digits). Longer parts are refused before ``int`` reads them
@@ -70,6 +70,7 @@ class ScanRequest:
     limit: int
     splits: int | None
     first: bool  # the request had no cursor: the reply describes the columns
+    arrays: bool = False  # rows as arrays of their values, in the order of the columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,14 +138,21 @@ def _count(body: Mapping[str, Any], name: str, default: int | None, high: int, l
 def parse_scan(body: Any, tables: Callable[[str], TableState | None], version: int
                ) -> tuple[ScanRequest, TableState]:
     """Check a decoded scan request: ``{"table", "cursor"?, "limit"?, "until"?,
-    "splits"?}``. Raises BeavaError (invalid_scan, unknown_table, scan_cursor_expired)."""
+    "splits"?, "arrays"?}``. Raises BeavaError (invalid_scan, unknown_table,
+    scan_cursor_expired)."""
     if not isinstance(body, dict):
         raise _invalid("", 'expected a map {"table", "cursor"?, "limit"?, "until"?, '
-                           '"splits"?}', version)
+                           '"splits"?, "arrays"?}', version)
     unknown = sorted(str(k) for k in body if k not in _FIELDS)
     if unknown:
-        raise _invalid(unknown[0], f"unknown field `{unknown[0]}` (fields: cursor, limit, "
-                                   f"splits, table, until)", version)
+        raise _invalid(unknown[0], f"unknown field `{unknown[0]}` (fields: arrays, cursor, "
+                                   f"limit, splits, table, until)", version)
+    arrays = body.get("arrays")
+    if arrays is None:
+        arrays = False
+    elif type(arrays) is not bool:
+        raise _invalid("arrays", "`arrays` must be true (rows as arrays of their values in "
+                                 "the order of the columns) or false (rows as maps)", version)
     name = body.get("table")
     if not isinstance(name, str):
         raise _invalid("table", "`table` must be a table name (string)", version)
@@ -159,7 +167,7 @@ def parse_scan(body: Any, tables: Callable[[str], TableState | None], version: i
     until = body.get("until")
     stop = None if until is None else _position(until, name, version, "until")
     assert limit is not None
-    return ScanRequest(name, position, stop, limit, splits, cursor is None), table
+    return ScanRequest(name, position, stop, limit, splits, cursor is None, arrays), table
 
 
 def _key_part(kind: str) -> Callable[[str], Any] | None:
@@ -230,21 +238,26 @@ def scan_columns(spec: TableSpec) -> list[dict[str, Any]]:
     return columns
 
 
-def _layout(table: TableState) -> tuple[tuple[bytes, Column | None, int], ...]:
+def _layout(table: TableState, arrays: bool) -> tuple[tuple[bytes, Column | None, int], ...]:
     """The entries of a scan row as ``TableKernel.scan_rows`` writes them: every key column
     and feature by name in sorted order, as the reply encoders sort a map's keys (a feature
-    cannot take a key column's name: the registry refuses it)."""
+    cannot take a key column's name: the registry refuses it); for rows as arrays, in the
+    order of the columns (``scan_columns``: key columns, then features)."""
+    spec = table.spec
     entries: list[tuple[str, Column | None, int]] = [
-        (name, None, index) for index, name in enumerate(table.spec.keys)]
-    entries.extend((name, table.column(name), -1) for name in table.feature_names)
-    return tuple((packb(name), column, index) for name, column, index in sorted(entries))
+        (name, None, index) for index, name in enumerate(spec.keys)]
+    entries.extend((name, table.column(name), -1) for name in spec.features)
+    if not arrays:
+        entries.sort()
+    return tuple((packb(name), column, index) for name, column, index in entries)
 
 
 def scan_page(table: TableState, request: ScanRequest, version: int, T: int, json: bool
               ) -> ScanPage:
     """Read one page of ``request`` at query time ``T``: each row a MessagePack map written
-    from the table's columns, as the read fast path writes a GET's row, or (``json``) that
-    map's JSON text, the text the JSON reply encoder gives the row."""
+    from the table's columns, as the read fast path writes a GET's row (or an array of its
+    values, when the request asks for arrays), or (``json``) its JSON text, the text the
+    JSON reply encoder gives the row."""
     entities = table.entity_count
     stop = entities if request.until is None else min(request.until, entities)
     position = request.position
@@ -252,9 +265,9 @@ def scan_page(table: TableState, request: ScanRequest, version: int, T: int, jso
     spec = table.spec
     nkeys = len(spec.keys)
     rows = table.scan_rows(
-        position, end, T, _layout(table), tuple(_key_parts(spec)),
+        position, end, T, _layout(table, request.arrays), tuple(_key_parts(spec)),
         (lambda key: _key_texts(key, nkeys)) if nkeys > 1 else None,
-        SCAN_PAGE_BYTES, SCAN_PAGE_SECONDS, json)
+        SCAN_PAGE_BYTES, SCAN_PAGE_SECONDS, json, request.arrays)
     position += len(rows)
     name = request.table
     cursor = make_cursor(name, version, position) if position < stop else None

@@ -189,11 +189,12 @@ class TableState:
                   layout: tuple[tuple[bytes, Column | None, int], ...],
                   key_parts: tuple[Callable[[str], Any] | None, ...],
                   split: Callable[[str], list[str]] | None, max_bytes: int, seconds: float,
-                  json: bool) -> RowPage:
-        """Rows of slots ``start`` to ``stop - 1`` as MessagePack maps (or their JSON text)
-        written from the columns into one buffer (TableKernel.scan_rows)."""
+                  json: bool, arrays: bool) -> RowPage:
+        """Rows of slots ``start`` to ``stop - 1`` as MessagePack maps (``arrays``: arrays
+        of their values) or their JSON text, written from the columns into one buffer
+        (TableKernel.scan_rows)."""
         return self._kernel.scan_rows(start, stop, T, layout, key_parts, split, max_bytes,
-                                      seconds, json)
+                                      seconds, json, arrays)
 
     def column(self, name: str) -> Column:
         """The column of feature ``name``."""
