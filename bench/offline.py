@@ -9,7 +9,8 @@ bench/historical.py once (``--events`` over the five events, 30 days, and a spin
 - **historical_features** of every table on ``--master`` (``local[2]``): the call and a
   ``noop`` write of its result;
 - **backfill** of every table into a durable server (replay, upload, install);
-- **scan**: the backfilled server's widest table read by one TCP client and by
+- **scan**: the backfilled server's widest table read by one TCP client (MessagePack
+  pages, rows as arrays as ``spark.read`` asks for them, then rows as maps) and by
   ``spark.read.format("beava")`` (bench/scan_rate.py).
 
 Each Spark figure is events (rows) per second of wall-clock time and the CPU time of the
@@ -86,7 +87,8 @@ def measure(spark: Any, *, events: int, spine: int, partitions: int) -> dict[str
             finally:
                 data.unpersist()
             table = scan_rate.widest_table(workloads.load("fraud-team"))
-            result["scan"] = asdict(scan_rate.measure(server, table, spark=True))
+            result["scan"] = asdict(scan_rate.measure(server, table, arrays=True, spark=True))
+            result["scan, rows as maps"] = asdict(scan_rate.measure(server, table))
         finally:
             server.stop()
     return result
@@ -109,9 +111,10 @@ def report(result: dict[str, Any]) -> str:
                      f"{part['cpu_us_per_event'] / live_us:>14.1f}")
     lines.append(f"{'':40}(backfill: the server's share "
                  f"{result['backfill']['server_us_per_event']} µs/event)")
-    scan = result["scan"]
+    scan, maps = result["scan"], result["scan, rows as maps"]
     lines.append(f"scan {scan['table']} ({scan['rows']:,} rows, {scan['columns']} columns): "
-                 f"server {scan['server_us_per_row']:.1f} µs/row, one client "
+                 f"server {scan['server_us_per_row']:.1f} µs/row (rows as maps: "
+                 f"{maps['server_us_per_row']:.1f}), one client "
                  f"{scan['rows_per_s']:,.0f} rows/s, spark.read "
                  f"{scan['spark_rows_per_s'] or 0:,.0f} rows/s "
                  f"({scan['spark_us_per_row'] or 0:.1f} µs of Spark CPU per row)")

@@ -6,7 +6,8 @@ behind a scan), and optionally the rate of ``spark.read.format("beava")``.
 filled (``python -m bench offline`` calls it on its own server); ``main`` starts a
 memory-only server, registers the workload, pushes ``events`` events over ``keys`` distinct
 key sets (bench/workloads.py) and measures the table fed by the bench event with the most
-features, per page size and content type. A full scan by one framed-TCP client is repeated
+features, per page size and content type, rows as maps and (MessagePack, as
+``spark.read`` reads them) as arrays. A full scan by one framed-TCP client is repeated
 ``repeat`` times: rows/s is the median, server CPU per row the median of the server's CPU
 time over the scan (every thread, bench/process_usage.py) divided by its rows. ``--spark``
 also reads the table with ``spark.read.format("beava")`` on ``local[2]`` into Spark's
@@ -40,13 +41,15 @@ class ScanFigures:
     ``slowest_page_ms`` the longest page round trip; ``spark_rows_per_s`` the rate of
     ``spark.read.format("beava")`` on ``local[2]`` and ``spark_us_per_row`` the CPU time
     of Spark's processes (driver, JVM, Python workers; the server's not included) per row
-    (None when not measured)."""
+    (None when not measured). ``arrays``: the rows came as arrays of their values (the
+    scan's ``arrays``, as ``spark.read`` asks for them), not as maps."""
 
     table: str
     rows: int
     columns: int
     page: int
     content_type: str
+    arrays: bool
     rows_per_s: float
     server_us_per_row: float
     slowest_page_ms: float
@@ -54,7 +57,9 @@ class ScanFigures:
     spark_us_per_row: float | None = None
 
     def summary(self) -> str:
-        text = (f"page {self.page:>6,}  {self.content_type:<7}  {self.rows_per_s:>10,.0f} rows/s"
+        rows = "arrays" if self.arrays else "maps"
+        text = (f"page {self.page:>6,}  {self.content_type:<7} {rows:<6}  "
+                f"{self.rows_per_s:>10,.0f} rows/s"
                 f"  {self.server_us_per_row:6.1f} us server CPU/row  (slowest page "
                 f"{self.slowest_page_ms:.1f} ms)")
         if self.spark_rows_per_s is not None:
@@ -78,7 +83,7 @@ def load(client: TcpClient, wl: workloads.Workload, events: int, keys: int) -> N
         raise RuntimeError(f"pushes rejected: {result['errors'][:3]}")
 
 
-def time_scan(client: TcpClient, table: str, page: int, pid: int
+def time_scan(client: TcpClient, table: str, page: int, pid: int, arrays: bool = False
               ) -> tuple[int, float, float, float]:
     """(rows, seconds, server CPU seconds, slowest page seconds) of one full scan."""
     rows = 0
@@ -88,7 +93,7 @@ def time_scan(client: TcpClient, table: str, page: int, pid: int
     started = time.perf_counter()
     while True:
         before = time.perf_counter()
-        reply = client.scan(table, cursor, limit=page)
+        reply = client.scan(table, cursor, limit=page, arrays=arrays)
         slowest = max(slowest, time.perf_counter() - before)
         rows += len(reply["rows"])
         cursor = reply["cursor"]
@@ -125,13 +130,13 @@ def spark_read(url: str, table: str, rows: int, page: int, repeat: int,
 
 
 def measure(server: BenchServer, table: str, *, page: int = 1_000,
-            content_type: str = "msgpack", repeat: int = 3, spark: bool = False,
-            spark_repeat: int = 2) -> ScanFigures:
+            content_type: str = "msgpack", arrays: bool = False, repeat: int = 3,
+            spark: bool = False, spark_repeat: int = 2) -> ScanFigures:
     """The scan figures of ``table`` on ``server`` (filled, and not written to while this
     runs: the server's CPU time is counted whole)."""
     with TcpClient(*server.tcp(), content_type=content_type) as client:
         first = client.scan(table, limit=0)
-        runs = [time_scan(client, table, page, server.pid()) for _ in range(repeat)]
+        runs = [time_scan(client, table, page, server.pid(), arrays) for _ in range(repeat)]
     rows = runs[0][0]
     spark_rate = spark_cpu = None
     if spark:
@@ -141,7 +146,7 @@ def measure(server: BenchServer, table: str, *, page: int = 1_000,
         spark_cpu = statistics.median(cpu for _, cpu in reads) * 1e6
     return ScanFigures(
         table=table, rows=rows, columns=len(first["columns"]), page=page,
-        content_type=content_type,
+        content_type=content_type, arrays=arrays,
         rows_per_s=statistics.median(n / seconds for n, seconds, _, _ in runs),
         server_us_per_row=statistics.median(cpu / n * 1e6 for n, _, cpu, _ in runs),
         slowest_page_ms=max(slowest for _, _, _, slowest in runs) * 1000,
@@ -166,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             load(client, wl, args.events, args.keys)
         pages = [int(p) for p in args.pages.split(",")]
         for page in pages:
-            for content_type in ("json", "msgpack"):
+            for content_type, arrays in (("json", False), ("msgpack", False),
+                                         ("msgpack", True)):
                 figures = measure(server, table, page=page, content_type=content_type,
-                                  repeat=args.repeat,
-                                  spark=args.spark and content_type == "msgpack"
-                                  and page == pages[0])
+                                  arrays=arrays, repeat=args.repeat,
+                                  spark=args.spark and arrays and page == pages[0])
                 if page == pages[0] and content_type == "json":
                     print(f"{wl.name}: table {table}, {figures.rows:,} entities, "
                           f"{figures.columns} columns", flush=True)
