@@ -9,10 +9,10 @@ returns it. The schema comes from the server (the first page of a scan names eve
 with its beava type); the driver asks each server for ``partitions`` cursors that divide
 its table into slot ranges, and each Spark task reads one range page by page
 (``page_size`` rows per request; over framed TCP, MessagePack pages whose rows are arrays
-of their values in the order of the table's columns: the scan's ``arrays``). Entities created after planning are read by the last
-range of each server. With several URLs, or ``shard_map`` (a sharded deployment's map
-file or any shard's URL, docs/sharding.md), the rows of every server are read: each
-entity lives on one server.
+of their values in the order of the table's columns: the scan's ``arrays``). Entities
+created after planning are read by the last range of each server. With several URLs, or
+``shard_map`` (a sharded deployment's map file or any shard's URL, docs/sharding.md), the
+rows of every server are read: each entity lives on one server.
 
 Column types:
 
