@@ -230,8 +230,7 @@ class BeavaDataSource(DataSource):
     def reader(self, schema: StructType) -> BeavaReader:
         options = ReadOptions.parse(self.options)
         columns, ranges = plan_read(options)
-        return BeavaReader(options, _read_columns(columns, schema), ranges,
-                           [c.name for c in columns])
+        return BeavaReader(options, _read_columns(columns, schema), ranges)
 
     def writer(self, schema: StructType, overwrite: bool) -> BeavaBatchWriter:
         _refuse_overwrite(overwrite)
@@ -340,11 +339,10 @@ class BeavaReader(DataSourceReader):
     """``spark.read.format("beava")``: a task per slot range, a record batch per page."""
 
     def __init__(self, options: ReadOptions, columns: list[Column],
-                 ranges: list[ScanRange], layout: list[str]) -> None:
+                 ranges: list[ScanRange]) -> None:
         self.options = options
         self.columns = columns
         self.ranges = ranges  # planned with the columns: one request per server
-        self.layout = layout  # every column of the table, in the scan's order: array rows
 
     def partitions(self) -> list[ScanPartition]:
         return [ScanPartition(r) for r in self.ranges]
@@ -353,7 +351,7 @@ class BeavaReader(DataSourceReader):
         assert isinstance(partition, ScanPartition)
         options = self.options
         return read_range(self.columns, options.table, partition.scan_range,
-                          options.page_size, options.timeout, options.access, self.layout)
+                          options.page_size, options.timeout, options.access)
 
 
 def _read_columns(columns: list[Column], schema: StructType) -> list[Column]:

@@ -133,11 +133,14 @@ class ReadOptions:
 @dataclass(frozen=True)
 class ScanRange:
     """One Spark partition: the slots of ``url``'s table from ``start`` (a cursor; None:
-    the first slot) up to ``until`` (None: the end of the table when the task reads it)."""
+    the first slot) up to ``until`` (None: the end of the table when the task reads it);
+    ``layout``, the names of that server's columns in its scan's order (the order of a row
+    as an array while the cursor is valid: a registry change expires it)."""
 
     url: str
     start: str | None
     until: str | None
+    layout: tuple[str, ...]
 
 
 def _normal(name: str) -> str:
@@ -206,9 +209,11 @@ def plan_read(options: ReadOptions) -> tuple[list[Column], list[ScanRange]]:
         page = _scan(url, options.table, options.timeout, options.access, limit=0,
                      splits=options.partitions)
         columns = columns or _columns(page)
+        layout = tuple(c.name for c in _columns(page))
         starts = page["splits"]
         for i, start in enumerate(starts):
-            ranges.append(ScanRange(url, start, starts[i + 1] if i + 1 < len(starts) else None))
+            ranges.append(ScanRange(url, start, starts[i + 1] if i + 1 < len(starts) else None,
+                                    layout))
     return columns, ranges
 
 
@@ -366,17 +371,16 @@ class PageBuffers:
 
 
 def read_range(columns: Sequence[Column], table: str, scan_range: ScanRange, page_size: int,
-               timeout: float, access: Access | None = None,
-               layout: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+               timeout: float, access: Access | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one range as one Arrow record batch per page (MessagePack pages over
     framed TCP, which the server writes straight from its columns and PageBuffers reads
-    in C, rows as arrays when ``layout`` gives every column of the table in the scan's
-    order; JSON pages over HTTP, rows as maps)."""
+    in C, rows as arrays in the order of the range's ``layout``; JSON pages over HTTP,
+    rows as maps)."""
     kwargs = (access or Access()).client_kwargs(scan_range.url)
     pages: PageBuffers | PageColumns
     if parse_url(scan_range.url).is_tcp:
         kwargs["content_type"] = "msgpack"
-        pages = PageBuffers(columns, layout)
+        pages = PageBuffers(columns, scan_range.layout)
     else:
         pages = PageColumns(columns)
     cursor = scan_range.start

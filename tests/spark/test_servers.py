@@ -130,3 +130,36 @@ def test_format_beava_routes_by_key_too(
             assert apps[1 - index].get("ShopVip", [shop, vip]) == {}
     assert sum(result.totals.servers[u].sent for u in urls) == len(rows)
     assert min(result.totals.servers[u].sent for u in urls) > 0
+
+
+
+def test_a_read_places_each_servers_values_by_that_servers_columns(
+        servers: list[BeavaProcess]) -> None:
+    """Rows come as arrays in each server's own column order: a server whose table has one
+    more feature (between two others) still gives every column read its own value."""
+    from beava_client import TcpClient
+    from beava_spark.reader import ReadOptions, plan_read, read_range
+
+    event = {"kind": "event", "name": "E",
+             "schema": {"fields": {"u": "str", "p": "str", "ms": "i64"}}}
+    features = {"clicks": {"op": "count", "params": {}},
+                "ms": {"op": "sum", "params": {"field": "ms"}}}
+    wider = {**features, "first_page": {"op": "first", "params": {"field": "p"}}}
+    for server, agg, users in ((servers[0], features, ("a", "b")),
+                               (servers[1], wider, ("c",))):
+        with TcpClient(*server.tcp) as client:
+            client.reset()
+            client.register({"nodes": [event, {"kind": "derivation", "name": "T",
+                                               "upstreams": ["E"], "key": ["u"], "agg": agg}]})
+            for n, user in enumerate(users):
+                client.push("E", {"u": user, "p": f"page-{user}", "ms": 10 * (n + 1)})
+    urls = ",".join(f"tcp://{s.addrs['tcp']}" for s in servers)
+    columns, ranges = plan_read(ReadOptions.parse({"url": urls, "table": "T",
+                                                   "partitions": "1"}))
+    assert [c.name for c in columns] == ["u", "clicks", "ms"]  # the first server's
+    assert [r.layout for r in ranges] == [("u", "clicks", "ms"),
+                                          ("u", "clicks", "first_page", "ms")]
+    rows = [row for r in ranges for batch in read_range(columns, "T", r, 10, 10.0)
+            for row in batch.to_pylist()]
+    assert rows == [{"u": "a", "clicks": 1, "ms": 10}, {"u": "b", "clicks": 1, "ms": 20},
+                    {"u": "c", "clicks": 1, "ms": 10}]
