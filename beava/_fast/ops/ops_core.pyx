@@ -48,7 +48,13 @@ from beava._fast.ops.row cimport (
 )
 from beava._fast.ops.slot_buffers cimport grow_zeroed, row_number
 from beava._fast.ops.snapshot_state cimport state_buffer, state_bytes, state_dict, state_list
-from beava._fast.ops.window cimport MAX_BUCKETS, bucket_active, bucket_epoch, bucket_width
+from beava._fast.ops.window cimport (
+    MAX_BUCKETS,
+    bucket_active,
+    bucket_epoch,
+    bucket_expired,
+    bucket_width,
+)
 
 
 cdef extern from "Python.h":
@@ -511,7 +517,7 @@ cdef class BucketArena(Column):
         cdef SlotBlock* b = &self.blocks[slot]
         cdef char* base = self.block_base(b)
         cdef int k = 0
-        while k < b.n and now - rec_epoch(base + k * self.rsize) >= self.window:
+        while k < b.n and bucket_expired(rec_epoch(base + k * self.rsize), now, self.window):
             self.release_objects(base + k * self.rsize)
             k += 1
         if k == 0:

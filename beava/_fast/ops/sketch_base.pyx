@@ -52,7 +52,13 @@ from beava._fast.ops.uddsketch cimport (
     udd_heap_bytes,
     udd_release,
 )
-from beava._fast.ops.window cimport MAX_BUCKETS, bucket_epoch, bucket_width
+from beava._fast.ops.window cimport (
+    MAX_BUCKETS,
+    bucket_active,
+    bucket_epoch,
+    bucket_expired,
+    bucket_width,
+)
 
 cdef uint64_t CANONICAL_NAN_BITS = 0x7FF8000000000000ULL
 cdef uint64_t SIGN_BIT = 0x8000000000000000ULL
@@ -931,7 +937,7 @@ cdef class SketchColumn(BlockColumn):
             created = self.new_block(value)
             created.epoch = epoch
             created.older = NULL
-            if newest != NULL and newest.epoch <= now - self.window:
+            if newest != NULL and bucket_expired(newest.epoch, now, self.window):
                 # the previous newest can never be active again, nor the older ones: all
                 # go at once, as drop_buckets would drop them (none of them a reclaim)
                 free_chain(newest)
@@ -980,11 +986,11 @@ cdef class SketchColumn(BlockColumn):
         cdef uint32_t left
         if newest == NULL:
             return 0
-        if newest.epoch <= T:
-            if T - newest.epoch >= self.window:
-                return 0  # the older list is not touched
+        if bucket_active(newest.epoch, T, self.window):
             out[0] = newest
             n = 1
+        elif newest.epoch <= T:
+            return 0  # expired at T: the older list is not touched
         older = newest.older
         if older != NULL:
             held = older_at(older)
@@ -992,11 +998,11 @@ cdef class SketchColumn(BlockColumn):
             while left > 0:
                 left -= 1
                 node = held[left]
-                if node.epoch <= T:
-                    if T - node.epoch >= self.window:
-                        break
+                if bucket_active(node.epoch, T, self.window):
                     out[n] = node
                     n += 1
+                elif node.epoch <= T:
+                    break  # expired at T, and every older one too
         for i in range(n // 2):
             tmp = out[i]
             out[i] = out[n - 1 - i]
@@ -1167,8 +1173,8 @@ cdef uint32_t drop_buckets(Node* newest, int64_t now, int64_t window) noexcept:
     if older == NULL:
         return 0
     held = older_at(older)
-    if not older.oldest > now - window:
-        while stale < older.n and not held[stale].epoch > now - window:
+    if bucket_expired(older.oldest, now, window):
+        while stale < older.n and bucket_expired(held[stale].epoch, now, window):
             stale += 1
     dropped = stale
     if 1 + older.n - dropped > MAX_BUCKETS:

@@ -45,7 +45,7 @@ from beava._fast.wire.msgpack_out cimport (
     release,
     reserve,
 )
-from beava._fast.wire.msgpack_json cimport json_array, json_map
+from beava._fast.wire.msgpack_json cimport json_row
 from beava._fast.wire.number_text cimport int_text, repr_double
 from beava._fast.ops.slot_buffers cimport dict_get
 from beava._fast.ops.snapshot_state cimport state_buffer, state_dict, state_list
@@ -469,7 +469,7 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
         reply carries (``arrays``: its values alone, an array in the layout's order),
         written from the columns one after another into one buffer: a page of a table
         scan (beava.engine.state.scan). A row is MessagePack, or (``json``) the JSON text
-        of that MessagePack (msgpack_json.json_map, json_array: the text msgspec gives its
+        of that MessagePack (msgpack_json.json_row: the text msgspec gives its
         value). ``layout`` lists the row's entries in the order they are written, ``(name as
         MessagePack, feature column or None, key part index)``; ``key_parts`` has, per key
         column, a callable that turns its text into the value written (None: the text
@@ -551,10 +551,8 @@ cdef class TableKernel:  # attributes in table_kernel.pxd
                         put_str(out, <str>texts[part_of[i]])
                     else:
                         put_value(out, convert(texts[part_of[i]]))
-                if json and arrays:
-                    json_array(&page.out, row.data, row.size)
-                elif json:
-                    json_map(&page.out, row.data, row.size)
+                if json:
+                    json_row(&page.out, row.data, row.size, arrays)
                 page.end_row()
                 if slot == start:
                     # room for the page at the first row's size, so that the buffer

@@ -27,3 +27,8 @@ cdef inline bint bucket_active(int64_t epoch, int64_t T, int64_t window_ms) noex
     # active iff 0 <= T - e < W
     cdef int64_t age = T - epoch
     return age >= 0 and age < window_ms
+
+
+cdef inline bint bucket_expired(int64_t epoch, int64_t now, int64_t window_ms) noexcept nogil:
+    # inactive at now and at every later T: e <= now - W (§5 lets such a bucket go)
+    return now - epoch >= window_ms

@@ -2,7 +2,7 @@
 """Table scan pages read without building their Python objects: a page's rows as the
 buffers of Arrow arrays, one per column (page_columns, which beava_spark.reader's
 PageBuffers hands to pyarrow), JSON columns as the JSON text of their MessagePack values;
-and the JSON text of a MessagePack row (json_map: a JSON scan page's rows, written by the
+and the JSON text of a MessagePack row (json_row: a JSON scan page's rows, written by the
 table kernel as MessagePack first).
 
 A value of the types a reply holds (nil, booleans, integers, floats, text, arrays, maps
@@ -481,36 +481,22 @@ cdef int _json_of(Text* out, Source* src) except -1:
     return 0
 
 
-cdef int json_map(Writer* out, const char* data, Py_ssize_t n) except -1:
+cdef int json_row(Writer* out, const char* data, Py_ssize_t n, bint array) except -1:
     cdef Source src
     cdef Py_ssize_t i, count
     src.p = <const uint8_t*>data
     src.end = src.p + n
-    count = _count(&src, 0x80, 0xde)
-    _byte(out, b'{')
+    count = _count(&src, 0x90, 0xdc) if array else _count(&src, 0x80, 0xde)
+    _byte(out, b'[' if array else b'{')
     for i in range(count):
         if i:
             _byte(out, b',')
-        if _value(out, &src, 0, True):
-            raise ValueError("a MessagePack map whose key is not text")
-        _byte(out, b':')
+        if not array:
+            if _value(out, &src, 0, True):
+                raise ValueError("a MessagePack map whose key is not text")
+            _byte(out, b':')
         _json_of(out, &src)
-    _byte(out, b'}')
-    return 0
-
-
-cdef int json_array(Writer* out, const char* data, Py_ssize_t n) except -1:
-    cdef Source src
-    cdef Py_ssize_t i, count
-    src.p = <const uint8_t*>data
-    src.end = src.p + n
-    count = _count(&src, 0x90, 0xdc)
-    _byte(out, b'[')
-    for i in range(count):
-        if i:
-            _byte(out, b',')
-        _json_of(out, &src)
-    _byte(out, b']')
+    _byte(out, b']' if array else b'}')
     return 0
 
 
@@ -643,7 +629,7 @@ cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index,
     ``norder``). A map row lists its entries in one order (the server sorts them), so an
     entry whose name is the one the row before had in its place is that row's column, found
     without a lookup."""
-    cdef Py_ssize_t nrows, r, e, c, k, klen, nentries, nseen = 0
+    cdef Py_ssize_t nrows, r, e, klen, nentries, nseen = 0
     cdef const uint8_t* at
     cdef Entry* seen = NULL
     cdef Entry* entry
@@ -655,37 +641,37 @@ cdef Py_ssize_t _rows(Out* cols, Py_ssize_t ncols, Source* src, dict index,
                                     or src.p[0] == 0xdd):
                 nentries = _count(src, 0x90, 0xdc)
                 for e in range(nentries):
-                    k = order[e] if e < norder else -1
-                    if k < 0 or cols[k].valid.size > r:  # not a column, or a repeated one
-                        _skip(src, 0)
-                    else:
-                        _cell(&cols[k], src)
-                _absent(cols, ncols, r)
-                continue
-            nentries = _count(src, 0x80, 0xde)
-            if nentries > nseen:
-                seen = <Entry*>realloc(seen, nentries * sizeof(Entry))
-                if seen == NULL:
-                    raise MemoryError()
-                memset(seen + nseen, 0, (nentries - nseen) * sizeof(Entry))
-                nseen = nentries
-            for e in range(nentries):
-                klen = _text(src, &at)
-                entry = &seen[e]
-                if entry.key == NULL or entry.size != klen or memcmp(entry.key, at, klen) != 0:
-                    found = index.get(PyBytes_FromStringAndSize(<const char*>at, klen))
-                    entry.column = -1 if found is None else found
-                entry.key = at
-                entry.size = klen
-                k = entry.column
-                if k < 0 or cols[k].valid.size > r:  # not a column, or a repeated one
-                    _skip(src, 0)
-                else:
-                    _cell(&cols[k], src)
+                    _place(cols, order[e] if e < norder else -1, r, src)
+            else:
+                nentries = _count(src, 0x80, 0xde)
+                if nentries > nseen:
+                    seen = <Entry*>realloc(seen, nentries * sizeof(Entry))
+                    if seen == NULL:
+                        raise MemoryError()
+                    memset(seen + nseen, 0, (nentries - nseen) * sizeof(Entry))
+                    nseen = nentries
+                for e in range(nentries):
+                    klen = _text(src, &at)
+                    entry = &seen[e]
+                    if (entry.key == NULL or entry.size != klen
+                            or memcmp(entry.key, at, klen) != 0):
+                        found = index.get(PyBytes_FromStringAndSize(<const char*>at, klen))
+                        entry.column = -1 if found is None else found
+                    entry.key = at
+                    entry.size = klen
+                    _place(cols, entry.column, r, src)
             _absent(cols, ncols, r)
     finally:
         free(seen)
     return nrows
+
+
+cdef int _place(Out* cols, Py_ssize_t k, Py_ssize_t r, Source* src) except -1:
+    """The next value of ``src`` into column ``k`` as row ``r``'s; skipped when it is no
+    column's (-1) or its column has row ``r``'s value already."""
+    if k < 0 or cols[k].valid.size > r:
+        return _skip(src, 0)
+    return _cell(&cols[k], src)
 
 
 cdef int _absent(Out* cols, Py_ssize_t ncols, Py_ssize_t r) except -1:
@@ -720,22 +706,21 @@ def page_columns(page, list names, bytes kinds, list order=None) -> tuple:
     cdef int32_t zero = 0
     cdef bint has_rows = False
     cdef Py_ssize_t norder = len(order) if order is not None else 0
-    cdef Py_ssize_t* positions = <Py_ssize_t*>calloc(norder + 1, sizeof(Py_ssize_t))
+    cdef Py_ssize_t* positions
     cursor = None
+    if len(kinds) != ncols:
+        free(cols)
+        raise ValueError("one kind per column")
+    if order is not None and not all(-1 <= k < ncols for k in order):
+        free(cols)
+        raise ValueError("an order entry that is not a column's index or -1")
+    positions = <Py_ssize_t*>calloc(norder + 1, sizeof(Py_ssize_t))
     if cols == NULL or positions == NULL:
         free(cols)
         free(positions)
         raise MemoryError()
     for i in range(norder):
         positions[i] = order[i]
-        if not -1 <= positions[i] < ncols:
-            free(cols)
-            free(positions)
-            raise ValueError("an order entry that is not a column's index or -1")
-    if len(kinds) != ncols:
-        free(cols)
-        free(positions)
-        raise ValueError("one kind per column")
     src.p = &view[0] if view.shape[0] else NULL
     src.end = src.p + view.shape[0]
     try:
