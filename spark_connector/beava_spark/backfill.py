@@ -235,8 +235,8 @@ def _newest(events: Mapping[str, DataFrame], needed: Sequence[str], time_col: st
     times (a job per event costs its own planning and scheduling each)."""
     from pyspark.sql import functions as f
 
-    times = [events[event].selectExpr(f"{time_ms(events[event], time_col, f'events[{event!r}]')}"
-                                      " AS t") for event in needed]
+    times = [events[e].selectExpr(f"{time_ms(events[e], time_col, f'events[{e!r}]')} AS t")
+             for e in needed]
     union = functools.reduce(lambda a, b: a.unionAll(b), times)
     value = union.select(f.max("t")).first()
     if value is None or value[0] is None:

@@ -92,9 +92,31 @@ class FieldConversion:
     wire_type: str
 
     def sql(self) -> str:
-        """The Spark SQL text of the field's wire value (one call to the JVM parses a
-        whole projection of these, where a Column costs one per function)."""
-        return _expression(self)
+        """The Spark SQL text of the field's wire value, from its column read by name (one
+        call to the JVM parses a whole projection of these, where a Column costs one per
+        function)."""
+        col = quoted(self.name)
+        family, wire = self.family, self.wire_type
+        if family == "floating":
+            as_double = f"CAST({col} AS DOUBLE)"
+            return (f"CASE WHEN NOT isnan({as_double}) AND abs({as_double}) != "
+                    f"CAST('Infinity' AS DOUBLE) THEN {as_double} END")
+        if family == "integral":
+            return {"i64": col, "f64": f"CAST({col} AS DOUBLE)",
+                    "str": f"CAST({col} AS STRING)"}[wire]
+        if family == "decimal":
+            return {"f64": f"CAST({col} AS DOUBLE)", "i64": f"CAST({col} AS BIGINT)",
+                    "str": f"CAST({col} AS STRING)"}[wire]
+        if family == "date":
+            if wire == "i64":
+                return f"CAST(unix_date({col}) AS BIGINT) * {MS_PER_DAY}"
+            return f"CAST({col} AS STRING)"
+        if family in ("timestamp", "timestamp_ntz"):
+            millis = f"unix_millis({col})"
+            if wire == "i64":
+                return millis
+            return _iso_text(millis, zone="Z" if family == "timestamp" else "")
+        return col  # string, boolean, null: already wire values
 
 
 
@@ -193,32 +215,6 @@ def _integral_decimal_text(spark_type: str) -> bool:
 def quoted(name: str) -> str:
     """``name`` as a Spark column reference (backticks, so dots and spaces are literal)."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def _expression(conv: FieldConversion) -> str:
-    """The Spark SQL text of ``conv``'s wire value, from its column read by name."""
-    col = quoted(conv.name)
-    family, wire = conv.family, conv.wire_type
-    if family == "floating":
-        as_double = f"CAST({col} AS DOUBLE)"
-        return (f"CASE WHEN NOT isnan({as_double}) AND abs({as_double}) != "
-                f"CAST('Infinity' AS DOUBLE) THEN {as_double} END")
-    if family == "integral":
-        return {"i64": col, "f64": f"CAST({col} AS DOUBLE)",
-                "str": f"CAST({col} AS STRING)"}[wire]
-    if family == "decimal":
-        return {"f64": f"CAST({col} AS DOUBLE)", "i64": f"CAST({col} AS BIGINT)",
-                "str": f"CAST({col} AS STRING)"}[wire]
-    if family == "date":
-        if wire == "i64":
-            return f"CAST(unix_date({col}) AS BIGINT) * {MS_PER_DAY}"
-        return f"CAST({col} AS STRING)"
-    if family in ("timestamp", "timestamp_ntz"):
-        millis = f"unix_millis({col})"
-        if wire == "i64":
-            return millis
-        return _iso_text(millis, zone="Z" if family == "timestamp" else "")
-    return col  # string, boolean, null: already wire values
 
 
 def _iso_text(millis: str, zone: str) -> str:

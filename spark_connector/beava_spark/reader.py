@@ -331,18 +331,17 @@ class PageBuffers:
     body fills the buffers of every column's Arrow array (``page_columns``), each value
     converted as :func:`_converter` says (a JSON column's value as its JSON text, written
     from the bytes), with no Python object per row or value, and finds the next cursor.
-    Given ``layout``, every column of the table in the order of the scan's ``columns``,
-    it asks for rows as arrays of their values, which do not name each column in each row
-    (rows as maps otherwise)."""
+    It asks for rows as arrays of their values (they do not name each column in each row,
+    as maps do), ``layout`` being every column of the table in the order of the scan's
+    ``columns``."""
 
-    def __init__(self, columns: Sequence[Column], layout: Sequence[str] | None = None
-                 ) -> None:
+    def __init__(self, columns: Sequence[Column], layout: Sequence[str]) -> None:
         import pyarrow as pa
 
         self._pa = pa
         self.names = [c.name for c in columns]
-        self._order = None if layout is None else [
-            self.names.index(name) if name in self.names else -1 for name in layout]
+        self._order = [self.names.index(name) if name in self.names else -1
+                       for name in layout]
         self._encoded = [c.name.encode() for c in columns]
         self._kinds = bytes(4 if c.as_json else _KINDS[c.spark_type] for c in columns)
         self._types = [getattr(pa, _ARROW_TYPES[c.spark_type])() for c in columns]
@@ -351,7 +350,7 @@ class PageBuffers:
              until: str | None) -> tuple[pa.RecordBatch | None, str | None]:
         """The batch of the page at ``cursor`` (None: no rows) and the next cursor."""
         return self.batch(client.scan(table, cursor, limit=limit, until=until,
-                                      arrays=self._order is not None, decode_as=msgspec.Raw))
+                                      arrays=True, decode_as=msgspec.Raw))
 
     def batch(self, page: bytes) -> tuple[pa.RecordBatch | None, str | None]:
         """The record batch of a page's rows (None when it has none) and its cursor, from

@@ -21,22 +21,22 @@ COLUMNS = [Column("k", "str", True), Column("a_long", "i64", False),
            Column("f time", "epoch_ms", False)]
 
 
-FORMS = ["msgpack", "arrays", "json"]
+FORMS = ["msgpack", "json"]
 
 
 def batch(columns: list[Column], rows: list[dict[str, Any]], form: str) -> dict[str, Any]:
-    """The batch of a page of ``rows`` as a server encodes it (maps' keys sorted): a
-    MessagePack page read in C (PageBuffers; ``arrays``: each row an array of its values
-    in the order of every column of COLUMNS and of the rows' other names), a JSON one by
+    """The batch of a page of ``rows`` as a server encodes it: a MessagePack page of rows
+    as arrays (each row its values in the order of every column of COLUMNS and of the rows'
+    other names) read in C (PageBuffers), a JSON one of rows as maps (keys sorted) by
     PageColumns."""
     codec = msgspec.json if form == "json" else msgspec.msgpack
-    layout = None
-    if form == "arrays":
-        layout = [c.name for c in COLUMNS]
-        layout += sorted({name for row in rows for name in row} - set(layout))
-        rows = [[row.get(name) for name in layout] for row in rows]  # type: ignore[misc]
-    body = codec.Encoder(order="sorted").encode({"cursor": None, "entities": 9, "rows": rows})
-    if form != "json":
+    layout = [c.name for c in COLUMNS]
+    layout += sorted({name for row in rows for name in row} - set(layout))
+    page_rows = rows if form == "json" else [[row.get(name) for name in layout]
+                                             for row in rows]
+    body = codec.Encoder(order="sorted").encode({"cursor": None, "entities": 9,
+                                                 "rows": page_rows})
+    if form == "msgpack":
         read, cursor = PageBuffers(columns, layout).batch(body)
         assert read is not None and cursor is None
         return read.to_pydict()
